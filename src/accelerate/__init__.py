@@ -11,7 +11,9 @@ from accelerate._lazy import lazy_exports
 # Not `from typing import TYPE_CHECKING`: importing typing costs the CLI's start-up; checkers know this idiom.
 TYPE_CHECKING = False
 
-__version__ = "0.1.0"
+# The upstream interface level this package implements (PEP 440): clients gate on it, and resolvers keep
+# this package installed instead of replacing it with upstream's.
+__version__ = "1.15.0"
 
 _LAZY: dict[str, str] = {
     "Accelerator": "accelerate.accelerator",
