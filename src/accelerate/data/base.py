@@ -14,11 +14,11 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from accelerate.data.samplers import SeedableRandomSampler
 from accelerate.state.gradient import GradientState
 from accelerate.utils.collectives import broadcast_object_list
+from accelerate.utils.comm import current_communicator
 from accelerate.utils.random import synchronize_rng_states
 from accelerate.utils.tree import send_to_device
 
@@ -204,12 +204,7 @@ class PreparedLoaderMixin:
 
     # --- randomness -------------------------------------------------------------------------------
     def _is_distributed(self) -> bool:
-        return (
-            self._num_shards > 1
-            and dist.is_available()
-            and dist.is_initialized()
-            and dist.get_world_size() > 1
-        )
+        return self._num_shards > 1 and current_communicator().is_distributed
 
     def _syncs_shuffle(self) -> bool:
         """Whether every process shuffles (and so must shuffle alike)."""

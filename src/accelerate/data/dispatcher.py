@@ -22,6 +22,7 @@ from accelerate.data.base import PreparedLoaderMixin, preserve_global_rng
 from accelerate.data.batches import batch_length, pad_batch, slice_batch
 from accelerate.state.gradient import GradientState
 from accelerate.utils.collectives import broadcast_object_list
+from accelerate.utils.comm import current_communicator
 from accelerate.utils.tree import recursively_apply
 
 _END: Any = object()
@@ -164,11 +165,10 @@ class DataLoaderDispatcher(PreparedLoaderMixin, DataLoader):
             current = upcoming
 
     def _comm_device(self) -> torch.device:
-        if dist.is_initialized() and dist.get_backend() == "nccl":
-            if self.device is not None and self.device.type == "cuda":
-                return self.device
-            return torch.device("cuda", torch.cuda.current_device())
-        return torch.device("cpu")
+        device = current_communicator().device
+        if device.type == "cuda" and self.device is not None and self.device.type == "cuda":
+            return self.device
+        return device
 
     def _send(self, reader: Iterator[tuple[Any, bool, int]] | None) -> Any:
         """One step: process 0 sends the layout then the tensors; every process returns the batch."""
@@ -206,7 +206,7 @@ class DataLoaderDispatcher(PreparedLoaderMixin, DataLoader):
     def _broadcast_tensors(self, layout: Any, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         slots: list[_Slot] = []
         recursively_apply(slots.append, layout, test_type=lambda x: isinstance(x, _Slot))
-        if not (dist.is_initialized() and dist.get_world_size() > 1):
+        if not current_communicator().is_distributed:
             return tensors
         device = self._comm_device()
         by_dtype: dict[torch.dtype, list[_Slot]] = defaultdict(list)

@@ -20,7 +20,8 @@ import torch.distributed as dist
 from accelerate.config.env import read_launch_env
 from accelerate.state.distributed_type import DistributedType
 from accelerate.state.environment import ClusterEnvironment, detect_environment
-from accelerate.utils.collectives import set_debug_mode
+from accelerate.utils.collectives import check_arrival
+from accelerate.utils.comm import bind_communicator, make_communicator
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -94,7 +95,6 @@ class PartialState:
         self.environment = env
         self._cpu = cpu
         self.debug = bool(launch.debug)
-        set_debug_mode(self.debug)
         self.device = _pick_device(env.local_rank, cpu)
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
@@ -103,6 +103,16 @@ class PartialState:
         if env.is_distributed:
             self.backend = backend or _default_backend(self.device)
             self._init_process_group(env, self.backend, timeout, init_method)
+        # The collectives learn the group's facts from here, not from torch.distributed globals.
+        bind_communicator(
+            make_communicator(
+                world_size=env.world_size,
+                rank=env.rank,
+                backend=self.backend,
+                debug=self.debug,
+                debug_timeout=launch.debug_timeout,
+            )
+        )
         self._initialized = True
 
     # --- construction helpers -------------------------------------------------------------
@@ -193,6 +203,7 @@ class PartialState:
     def wait_for_everyone(self) -> None:
         """Blocks until every process reaches this call (a no-op in one process)."""
         if self.use_distributed:
+            check_arrival("wait_for_everyone")
             if self.backend == "nccl":
                 dist.barrier(device_ids=[self.device.index or 0])
             else:
@@ -316,4 +327,4 @@ def reset_process_state(destroy_process_group: bool = False) -> None:
     if destroy_process_group and dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
     _STATE = None
-    set_debug_mode(None)
+    bind_communicator(None)
