@@ -29,7 +29,25 @@ def test_prepare_keeps_order_and_passes_others_through() -> None:
     assert out[1] is marker
     assert isinstance(out[2], AcceleratedOptimizer)
     assert isinstance(out[3], torch.nn.Module)
-    assert accelerator.prepare(model) is not None  # one object comes back alone, not in a tuple
+    alone = accelerator.prepare(make_model())
+    assert isinstance(alone, torch.nn.Module)  # one object comes back alone, not in a tuple
+    assert accelerator.prepare(None) is None  # scripts pass scheduler=None; it passes through
+    assert accelerator.prepare(model, None)[1] is None
+
+
+@pytest.mark.parametrize(
+    ("cls", "what"),
+    [
+        (torch.nn.Linear, "not a model"),
+        (torch.optim.SGD, "not an optimizer"),
+        (torch.utils.data.DataLoader, "not a dataloader"),
+        (torch.optim.lr_scheduler.StepLR, "not a scheduler"),
+    ],
+)
+def test_prepare_names_a_class_passed_for_an_instance(cls: type, what: str) -> None:
+    accelerator = Accelerator()
+    with pytest.raises(TypeError, match=rf"argument 2 is the class .*{cls.__qualname__}, {what}: pass an instance"):
+        accelerator.prepare(make_model(), cls)
 
 
 def test_optimizer_created_before_prepare_trains_prepared_parameters() -> None:
