@@ -81,7 +81,7 @@ def test_checkpoint_from_two_processes_loads_in_one(pool2: WorkerPool, tmp_path:
     data = torch.utils.data.TensorDataset(torch.randn(50, 8), torch.randn(50, 2))
     loader = torch.utils.data.DataLoader(data, batch_size=4, shuffle=True)
     model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
-    accelerator.load_state(str(ckpt), strict=False)
+    accelerator.load_state(str(ckpt), strict=True)
     saved = load_state_dict_file(ckpt / "model.safetensors")
     for name, tensor in accelerator.unwrap_model(model).state_dict().items():
         assert torch.equal(tensor, saved[name]), name
