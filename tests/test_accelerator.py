@@ -378,3 +378,26 @@ def test_dataloader_config_given_by_the_user_is_not_modified() -> None:
     config = DataLoaderConfiguration()
     accelerator = Accelerator(dataloader_config=config, split_batches=True)
     assert accelerator.split_batches is True and config.split_batches is False
+
+
+@pytest.mark.parametrize("source", ["argument", "environment"])
+def test_dynamo_backend_reaches_torch_compile(source: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    if source == "environment":
+        monkeypatch.setenv("ACCELERATE_DYNAMO_BACKEND", "eager")  # what `accelerate launch` writes
+        accelerator = Accelerator()
+    else:
+        accelerator = Accelerator(dynamo_backend="eager")
+    original = make_model()
+    model = accelerator.prepare(original)
+    assert isinstance(model, torch._dynamo.eval_frame.OptimizedModule)
+    assert accelerator.unwrap_model(model, keep_torch_compile=False) is original
+    assert accelerator.unwrap_model(model) is model  # upstream's default keeps the compiled wrapper
+    x = torch.randn(3, 8)
+    torch.testing.assert_close(model(x), original(x))
+    torch._dynamo.reset()
+
+
+def test_dynamo_backend_no_leaves_the_model_uncompiled(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACCELERATE_DYNAMO_BACKEND", "no")
+    model = Accelerator().prepare(make_model())
+    assert not isinstance(model, torch._dynamo.eval_frame.OptimizedModule)
