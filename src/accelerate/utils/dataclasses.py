@@ -121,7 +121,8 @@ class DataLoaderConfiguration:
         split_batches: each process takes a slice of every batch instead of whole batches.
         dispatch_batches: process 0 reads the data and sends each process its slice.
         even_batches: complete the last round by cycling to the start so every process gets a batch.
-        use_seedable_sampler: shuffle with a permutation that depends only on (seed, epoch).
+        use_seedable_sampler: shuffle with a permutation that depends only on (seed, epoch) instead of
+            PyTorch's order (the default, which resumes exactly too).
         non_blocking: copy batches to the device asynchronously (needs pin_memory to help).
         use_stateful_dataloader: record the loader position for exact resumption.
         data_seed: seed of the seedable sampler's generator.
@@ -130,7 +131,7 @@ class DataLoaderConfiguration:
     split_batches: bool = False
     dispatch_batches: bool | None = None
     even_batches: bool = True
-    use_seedable_sampler: bool = True
+    use_seedable_sampler: bool = False
     non_blocking: bool = False
     use_stateful_dataloader: bool = True
     data_seed: int | None = None
