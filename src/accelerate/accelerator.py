@@ -62,6 +62,7 @@ class Accelerator(AcceleratorFacts):
         dataloader_config: DataLoaderConfiguration | None = None,
         deepspeed_plugin: Any = None,
         fsdp_plugin: Any = None,
+        torch_tp_plugin: Any = None,
         megatron_lm_plugin: Any = None,
         rng_types: Sequence[str] | None = None,
         log_with: Any = None,
@@ -72,12 +73,19 @@ class Accelerator(AcceleratorFacts):
         kwargs_handlers: Sequence[KwargsHandler] | None = None,
         dynamo_backend: str | None = None,
         dynamo_plugin: DynamoPlugin | None = None,
+        deepspeed_plugins: Any = None,
+        parallelism_config: Any = None,
         even_batches: bool | None = None,
         use_seedable_sampler: bool | None = None,
         dispatch_batches: bool | None = None,
     ) -> None:
         check_unavailable(
-            deepspeed_plugin=deepspeed_plugin, fsdp_plugin=fsdp_plugin, megatron_lm_plugin=megatron_lm_plugin
+            deepspeed_plugin=deepspeed_plugin,
+            fsdp_plugin=fsdp_plugin,
+            megatron_lm_plugin=megatron_lm_plugin,
+            torch_tp_plugin=torch_tp_plugin,
+            deepspeed_plugins=deepspeed_plugins,
+            parallelism_config=parallelism_config,
         )
         if log_with is not None and log_with != [] and log_with != "none":
             from accelerate.tracking import check_trackers

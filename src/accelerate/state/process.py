@@ -235,11 +235,18 @@ class PartialState:
 
         return wrapper  # type: ignore[return-value]
 
-    def on_main_process(self, function: F) -> F:
-        """Decorator: the function runs on the main process only (returns None elsewhere)."""
+    def on_main_process(self, function: F | None = None) -> Any:
+        """Decorator: the function runs on the main process only (returns None elsewhere).
+
+        Works bare (``@state.on_main_process``) and called (``@state.on_main_process()``).
+        """
+        if function is None:
+            return self.on_main_process
         return self._only_if(function, lambda: self.is_main_process)
 
-    def on_local_main_process(self, function: F) -> F:
+    def on_local_main_process(self, function: F | None = None) -> Any:
+        if function is None:
+            return self.on_local_main_process
         return self._only_if(function, lambda: self.is_local_main_process)
 
     def on_last_process(self, function: F) -> F:

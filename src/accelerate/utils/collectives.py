@@ -99,14 +99,14 @@ def gather(tensor: Any) -> Any:
     return recursively_apply(_gather_tensor, tensor)
 
 
-def gather_object(obj: Any) -> list[Any]:
+def gather_object(object: Any) -> list[Any]:  # noqa: A002 - upstream's parameter name
     """Gathers a picklable object from every process; a list from each process is flattened."""
     world = _world()
     if world == 1:
-        return list(obj) if isinstance(obj, list) else [obj]
+        return list(object) if isinstance(object, list) else [object]
     _checked("gather_object", _Raw(["object"]))
     out: list[Any] = [None] * world
-    dist.all_gather_object(out, obj)
+    dist.all_gather_object(out, object)
     if all(isinstance(item, list) for item in out):
         return [x for item in out for x in item]
     return out
@@ -137,8 +137,11 @@ def broadcast_object_list(object_list: list[Any], from_process: int = 0) -> list
     return object_list
 
 
-def reduce(tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
-    """All-reduces each tensor (``"sum"``, ``"mean"`` or ``"none"``); the inputs are not modified."""
+def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
+    """All-reduces each tensor (``"mean"``, ``"sum"`` or ``"none"``); the inputs are not modified.
+
+    The default is ``"mean"`` here and ``"sum"`` in ``Accelerator.reduce``, as upstream.
+    """
     if reduction not in ("sum", "mean", "none"):
         raise ValueError(f"reduce(reduction={reduction!r}) must be 'sum', 'mean' or 'none'")
     check_tensor_leaves(tensor, "reduce")
