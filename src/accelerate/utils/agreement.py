@@ -30,6 +30,7 @@ def agree_on_failure(
     what: str,
     payload: Any = None,
     error_type: type[Exception] = RuntimeError,
+    note: str = "",
 ) -> list[Any]:
     """Raises on every rank if any rank passes an exception; otherwise returns every rank's payload.
 
@@ -41,6 +42,7 @@ def agree_on_failure(
         payload: a picklable value to exchange when no rank failed.
         error_type: the exception raised when a rank failed (its message names the failed ranks and
             their errors; on a failed rank it is chained to the original exception).
+        note: a sentence appended to that message (what state things were left in).
 
     Returns:
         Each rank's payload, in rank order (``[payload]`` in a single process).
@@ -69,5 +71,6 @@ def agree_on_failure(
         ranks = ", ".join(str(rank) for rank in failed)
         details = "; ".join(f"rank {rank}: {report}" for rank, report in failed.items())
         noun = "rank" if len(failed) == 1 else "ranks"
-        raise error_type(f"{what} failed on {noun} {ranks} ({details})") from error
+        message = f"{what} failed on {noun} {ranks} ({details})"
+        raise error_type(f"{message}; {note}" if note else message) from error
     return [item for _, item in gathered]
