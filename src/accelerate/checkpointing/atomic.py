@@ -391,16 +391,15 @@ class AtomicCheckpoint:
         shutil.rmtree(self.staging, ignore_errors=True)
 
 
-def own_staging_traces(directory: Path) -> list[str]:
-    """Names in or beside ``directory`` that only this library's saves create (for manifest-less folders)."""
-    traces = [
-        str(p)
-        for p in (directory / INNER_STAGING, sibling(directory.absolute(), STAGING_SUFFIX))
-        if p.exists()
-    ]
-    if (directory / _PARTIAL_MANIFEST).exists():
-        traces.append(str(directory / _PARTIAL_MANIFEST))
-    return traces
+def interrupted_merge(directory: Path) -> Path | None:
+    """The staging folder of an older version's file-by-file commit into ``directory``, if one is left.
+
+    Older saves into an existing folder deleted its manifest and moved files in one by one from
+    ``.name.tmp-accelerate``; a crash in between left a mix of two checkpoints and no manifest.
+    (Today's commits never touch the folder before their commit point.)
+    """
+    staging = sibling(directory.absolute(), STAGING_SUFFIX)
+    return staging if directory.is_dir() and staging.is_dir() else None
 
 
 def stale_entries(directory: Path) -> Iterable[Path]:

@@ -39,10 +39,13 @@ import torch
 from torch import nn
 
 from accelerate.checkpointing.atomic import (
+    MANIFEST_NAME,
     AtomicCheckpoint,
     FileRecord,
     Manifest,
     SyncGroup,
+    checkpoint_file,
+    checkpoint_folder,
     load_verified,
     read_manifest,
     save_torch,
@@ -56,6 +59,7 @@ from accelerate.checkpointing.model_files import (
 )
 from accelerate.checkpointing.model_loading import fill_tied_keys
 from accelerate.checkpointing.objects import check_checkpointable
+from accelerate.checkpointing.project import looks_like_checkpoint, own_traces
 from accelerate.checkpointing.rng import capture_rng_state, load_rng_file, restore_rng_state, rng_file_name
 from accelerate.utils.agreement import agree_on_failure
 
@@ -332,12 +336,66 @@ def save_training_state(
 
 
 # --- loading ----------------------------------------------------------------------------------------
+_CONTENTS = (
+    f"{MANIFEST_NAME}, model.safetensors or pytorch_model.bin, optimizer.bin, scheduler.bin, "
+    "dl_state_dict.bin, scaler.pt, custom_checkpoint_0.pkl, random_states_0.pkl"
+)
+
+
+def _open_folder(input_dir: str | os.PathLike[str]) -> Path:
+    """The folder to read for ``input_dir``, or a clear error when there is none."""
+    directory = Path(input_dir)
+    if str(input_dir) == "":
+        raise CheckpointError("load_state got an empty string; pass the folder save_state wrote")
+    if directory.is_file():
+        raise CheckpointError(
+            f"{directory} is a file, not a checkpoint folder; pass the folder that save_state wrote "
+            "(for a single weights file use load_checkpoint_in_model)"
+        )
+    folder = checkpoint_folder(directory)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"Checkpoint folder {directory} does not exist")
+    if folder != directory:
+        logger.warning(
+            "Checkpoint %s is missing but the complete previous checkpoint is at %s (a save replacing it "
+            "was interrupted); loading that one",
+            directory,
+            folder,
+        )
+    return folder
+
+
 class _Reader:
     """Finds files in a checkpoint folder and verifies them against its manifest (when it has one)."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.manifest: Manifest | None = read_manifest(directory)
+        if self.manifest is None:
+            self._check_unverified()
+
+    def _check_unverified(self) -> None:
+        if not looks_like_checkpoint(self.directory):
+            raise CheckpointError(
+                f"No checkpoint in {self.directory}: it holds none of the files save_state writes "
+                f"({_CONTENTS}). Pass the folder that save_state wrote."
+            )
+        traces = own_traces(self.directory)
+        if traces is not None:
+            raise CheckpointError(
+                f"Checkpoint {self.directory} has no {MANIFEST_NAME} although {traces}: its save did not "
+                "complete or the manifest was removed, so its files cannot be trusted. Load an earlier "
+                "checkpoint."
+            )
+        logger.warning(
+            "Loading checkpoint %s unverified: it has no %s (saved by upstream Accelerate or another "
+            "tool), so a truncated or corrupted file cannot be detected",
+            self.directory,
+            MANIFEST_NAME,
+        )
+
+    def path(self, name: str) -> Path:
+        return checkpoint_file(self.directory, name)
 
     def has(self, name: str) -> bool:
         if self.manifest is not None:
@@ -350,7 +408,7 @@ class _Reader:
     def require(self, name: str, what: str) -> Path:
         if not self.has(name):
             raise CheckpointError(f"Checkpoint {self.directory} has no {name} for {what}")
-        return self.directory / name
+        return self.path(name)
 
     def torch_file(self, name: str, what: str) -> Any:
         path = self.require(name, what)
@@ -368,7 +426,7 @@ def _load_models(reader: _Reader, models: Sequence[nn.Module], strict: bool) -> 
                 f"Checkpoint {reader.directory} has no weights for model {i} (looked for {' or '.join(model_names(i))}); "
                 "was it saved with fewer models?"
             )
-        state_dict = load_state_dict_file(reader.directory / names[0], reader.record(names[0]))
+        state_dict = load_state_dict_file(reader.path(names[0]), reader.record(names[0]))
         fill_tied_keys(model, state_dict)
         try:
             model.load_state_dict(state_dict, strict=strict)
@@ -418,9 +476,7 @@ def load_training_state(
     Raises:
         CheckpointError: naming the missing, truncated or corrupted file.
     """
-    directory = Path(input_dir)
-    if not directory.is_dir():
-        raise FileNotFoundError(f"Checkpoint folder {directory} does not exist")
+    directory = _open_folder(input_dir)
     reader = _Reader(directory)
     # Optimizer files (usually the largest) are read on a thread while the models load: both reads
     # release the GIL, so on a machine with a spare core the two overlap.
@@ -449,11 +505,17 @@ def load_training_state(
     step = reader.manifest.step if reader.manifest is not None else None
     rng_name = rng_file_name(state.process_index)
     if reader.has(rng_name):
-        path = reader.directory / rng_name
-        rng_state = load_verified(path, reader.record(rng_name), load_rng_file)
+        rng_state = load_verified(reader.path(rng_name), reader.record(rng_name), load_rng_file)
         restore_rng_state(rng_state, dataloaders)
+        saved_step = rng_state.get("step")
         if step is None:
-            step = int(rng_state.get("step", 0))
+            step = int(saved_step or 0)
+        elif saved_step is not None and int(saved_step) != step:
+            # The random-states file is checksummed; the manifest's step alone could have been edited.
+            raise CheckpointError(
+                f"Checkpoint {directory}: {MANIFEST_NAME} says step {step} but the verified {rng_name} "
+                f"says {int(saved_step)}; the manifest was edited. Load an earlier checkpoint."
+            )
     else:
         saved = reader.manifest.world_size if reader.manifest is not None else "an unknown number of"
         logger.warning(
