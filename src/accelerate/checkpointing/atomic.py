@@ -317,7 +317,9 @@ class AtomicCheckpoint:
     as ``staging``) and hand their records to the committer.
     """
 
-    def __init__(self, target: str | os.PathLike[str], *, staging: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self, target: str | os.PathLike[str], *, staging: str | os.PathLike[str] | None = None
+    ) -> None:
         if str(target) == "":
             raise CheckpointError(
                 "The checkpoint folder is an empty string; name a folder (use '.' for the current "

@@ -170,7 +170,9 @@ class ChecksumSink(io.RawIOBase):
 _DISK_FULL = {errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC)}
 
 
-def disk_full_error(exc: BaseException, path: str | os.PathLike[str], written: int | None = None) -> DiskFullError | None:
+def disk_full_error(
+    exc: BaseException, path: str | os.PathLike[str], written: int | None = None
+) -> DiskFullError | None:
     """A clear error for a write that failed because the disk is full, or None for other failures."""
     if not isinstance(exc, OSError) or exc.errno not in _DISK_FULL:
         return None
@@ -178,7 +180,9 @@ def disk_full_error(exc: BaseException, path: str | os.PathLike[str], written: i
     cause = (
         "the file is larger than this process may write (RLIMIT_FSIZE / ulimit -f)"
         if exc.errno == errno.EFBIG
-        else "the disk is full" if exc.errno == errno.ENOSPC else "the disk quota is exhausted"
+        else "the disk is full"
+        if exc.errno == errno.ENOSPC
+        else "the disk quota is exhausted"
     )
     progress = f" after {written} bytes" if written is not None else ""
     return DiskFullError(

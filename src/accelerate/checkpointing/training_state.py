@@ -329,9 +329,7 @@ def save_training_state(
         "has_scaler": scaler is not None,
         "safe_serialization": safe_serialization,
     }
-    _commit(
-        ckpt, gathered, writer=writer, node=node, step=step, world_size=state.num_processes, extra=extra
-    )
+    _commit(ckpt, gathered, writer=writer, node=node, step=step, world_size=state.num_processes, extra=extra)
     return ckpt.target
 
 
