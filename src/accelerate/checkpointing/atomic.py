@@ -42,8 +42,6 @@ from accelerate.checkpointing.durable_io import (  # noqa: F401 - re-exported: t
     FileRecord,
     Hasher,
     SyncGroup,
-    _check_size,
-    _helper,
     fsync_dir,
     load_verified,
     read_verified,
@@ -121,11 +119,11 @@ class Manifest:
                 f"{source} uses checksum {algorithm!r}; this accelerate reads "
                 f"{', '.join(SUPPORTED_ALGORITHMS)}. Upgrade accelerate to load it."
             )
+        _check_entries(data.get("files"), source)
         _check_body(data, str(algorithm), source)
         try:
-            files = {str(k): FileRecord.from_json(v) for k, v in data["files"].items()}
-            manifest = cls(
-                files=files,
+            return cls(
+                files={str(k): FileRecord.from_json(v) for k, v in data["files"].items()},
                 world_size=int(data["world_size"]),
                 step=int(data["step"]),
                 library_version=str(data.get("library_version", "unknown")),
@@ -134,14 +132,20 @@ class Manifest:
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CheckpointError(f"{source} is malformed: {exc!r}") from exc
-        for name, record in files.items():
-            if record.algorithm not in SUPPORTED_ALGORITHMS:
-                raise CheckpointError(
-                    f"{source}: the entry for {name!r} uses checksum algorithm {record.algorithm!r}; this "
-                    f"accelerate reads {', '.join(SUPPORTED_ALGORITHMS)}. Upgrade accelerate, or load an "
-                    "earlier checkpoint."
-                )
-        return manifest
+
+
+def _check_entries(files: Any, source: str) -> None:
+    # Before the manifest's own checksum: a newer writer's unknown algorithm is the clearer message.
+    if not isinstance(files, dict):
+        return  # reported as malformed below
+    for name, entry in files.items():
+        algorithm = entry.get("algorithm", "crc32") if isinstance(entry, dict) else "crc32"
+        if algorithm not in SUPPORTED_ALGORITHMS:
+            raise CheckpointError(
+                f"{source}: the entry for {name!r} uses checksum algorithm {algorithm!r}; this "
+                f"accelerate reads {', '.join(SUPPORTED_ALGORITHMS)}. Upgrade accelerate, or load an "
+                "earlier checkpoint."
+            )
 
 
 def _check_body(data: dict[str, Any], algorithm: str, source: str) -> None:

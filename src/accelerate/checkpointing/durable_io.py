@@ -32,6 +32,8 @@ _CHUNK = 8 * 1024 * 1024
 # Below this, handing a buffer to another thread costs more than hashing it in place.
 _PARALLEL_MIN = 1024 * 1024
 
+# This module alone owns the checksum threads: every use goes through _helper(), nothing outside
+# reaches them (callers pass a SyncGroup when they want fsyncs deferred).
 _EXECUTOR: ThreadPoolExecutor | None = None
 _EXECUTOR_LOCK = threading.Lock()
 
