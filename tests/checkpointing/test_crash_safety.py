@@ -22,6 +22,7 @@ from accelerate import Accelerator
 from accelerate.checkpointing import (
     MANIFEST_NAME,
     CheckpointError,
+    DiskFullError,
     checkpoint_dir,
     latest_checkpoint,
     load_training_state,
@@ -29,11 +30,11 @@ from accelerate.checkpointing import (
     verify_checkpoint,
 )
 from accelerate.checkpointing.atomic import INNER_STAGING, OLD_SUFFIX, STAGING_SUFFIX, sibling
-from accelerate.checkpointing.errors import DiskFullError
 from accelerate.state import PartialState
 from accelerate.utils import ProjectConfiguration
 from tests.checkpointing.fault_worker import USER_FILE, USER_TEXT
 from tests.checkpointing.harness import build, set_to, train
+from tests.helpers.pool import WorkerPool
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -310,3 +311,33 @@ def test_an_edited_step_never_reaches_accelerator_step(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match="says step 1000 but the verified random_states_0.pkl says 7"):
         accelerator.load_state(str(path))
     assert accelerator.step == 3
+
+
+# --- two ranks committing into an existing folder ----------------------------------------------------
+def save_twice_into_a_users_folder(directory: str) -> list[int]:
+    state = PartialState()
+    target = Path(directory) / "out"
+    if state.is_main_process:
+        target.mkdir()
+        (target / USER_FILE).write_text(USER_TEXT)
+    state.wait_for_everyone()
+    bundle = build()
+    train(bundle, 1)
+    steps = []
+    for step in (1, 2):
+        set_to(bundle, step)
+        # Rank 1 writes its random-states file into the staging folder rank 0 chose inside "out".
+        save_training_state(target, state=state, step=step, **bundle.save_kwargs())
+        restored = build(seed=1)
+        steps.append(int(load_training_state(target, state=state, **restored.load_kwargs())["step"]))
+        _assert_whole(target, step, restored)
+    return steps
+
+
+def test_two_ranks_commit_into_a_folder_with_user_files(tmp_path: Path, pool2: WorkerPool) -> None:
+    assert pool2.run(save_twice_into_a_users_folder, str(tmp_path)) == [[1, 2], [1, 2]]
+    manifest = verify_checkpoint(tmp_path / "out")
+    assert manifest.world_size == 2 and "random_states_1.pkl" in manifest.files
+    assert (tmp_path / "out" / USER_FILE).read_text() == USER_TEXT
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    assert not (tmp_path / "out" / INNER_STAGING).exists()
