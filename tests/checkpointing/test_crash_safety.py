@@ -7,7 +7,6 @@ import errno
 import json
 import logging
 import os
-import resource
 import subprocess
 import sys
 import uuid
@@ -220,24 +219,21 @@ def test_full_disk_names_the_file_the_size_needed_and_the_two_copies(tmpfs: Any)
 
 
 def test_file_size_limit_is_reported_as_such(tmp_path: Path) -> None:
+    # CPython ignores SIGXFSZ, so a write past the limit fails with EFBIG instead of killing.
     script = (
-        "import sys, torch\n"
+        "import resource, sys, torch\n"
         "from pathlib import Path\n"
         "from accelerate.checkpointing import save_training_state\n"
         "from accelerate.state import PartialState\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))\n"
         "save_training_state(Path(sys.argv[1]), state=PartialState(cpu=True),\n"
         "                    models_state_dicts=[{'w': torch.zeros(100_000)}])\n"
     )
-
-    def limit() -> None:  # CPython ignores SIGXFSZ, so the write fails with EFBIG instead of killing
-        resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))
-
     done = subprocess.run(
         [sys.executable, "-c", script, str(tmp_path / "ckpt")],
         env=_env(),
         capture_output=True,
         text=True,
-        preexec_fn=limit,
         timeout=120,
     )
     assert done.returncode != 0

@@ -9,7 +9,7 @@ Layout (upstream Accelerate's names, so checkpoints move between the two librari
     scaler.pt                                     torch.save(grad_scaler.state_dict())
     custom_checkpoint_0.pkl, ...                  torch.save(obj.state_dict()) for register_for_checkpointing
     random_states_{rank}.pkl                      one per process, see rng.py
-    accelerate_manifest.json                      ours: sizes, CRC-32s, world size, step; written last
+    accelerate_manifest.json                      ours: sizes, checksums, world size, step; written last
 
 Everything is read back with ``torch.load(weights_only=True)`` or the safetensors format: loading a
 checkpoint runs no code from it. A registered object whose ``state_dict()`` holds custom classes must
@@ -166,7 +166,10 @@ def _explain_disk_full(
 ) -> DiskFullError:
     """The disk-full error with what the checkpoint needs, what the old one holds and what is free."""
     needed = _estimate_bytes([*models_state_dicts, *(o.state_dict() for o in optimizers)])
-    old = read_manifest(ckpt.target) if ckpt.in_place else None
+    try:
+        old = read_manifest(ckpt.target) if ckpt.in_place else None
+    except CheckpointError:
+        old = None
     old_size = sum(r.size for r in old.files.values()) if old is not None else 0
     try:
         free = f"{_mb(shutil.disk_usage(ckpt.staging.parent).free)} free now"
@@ -196,6 +199,7 @@ def _stage(ckpt: AtomicCheckpoint, *, writer: bool, node: int) -> None:
             error = exc
         except OSError as exc:
             error = CheckpointError(f"cannot create a staging folder for {ckpt.target}: {exc}")
+            error.__cause__ = exc
     paths = agree_on_failure(
         error, what=f"save_state to {ckpt.target}", payload=(node, staging), error_type=CheckpointError
     )
