@@ -258,7 +258,7 @@ def _ddp_kwargs_reach_module() -> dict[str, object]:
         "bucket_view": model.gradient_as_bucket_view,
         "bucket_bytes": model.bucket_bytes_cap,
         "backend": dist.get_backend(),
-        "state_type": str(PartialState().distributed_type),
+        "state_type": PartialState().distributed_type.value,
     }
 
 

@@ -22,6 +22,9 @@ import torch
 from accelerate.checkpointing.errors import CheckpointError
 
 RNG_STATE_NAME = "random_states"
+# Our files carry this key (upstream ignores unknown keys): a folder holding such a file but no
+# manifest is one of ours whose manifest is gone, so it is refused rather than loaded unverified.
+OWN_MARKER = "accelerate_manifest"
 
 
 def rng_file_name(process_index: int) -> str:
@@ -49,6 +52,7 @@ def capture_rng_state(step: int, dataloaders: Sequence[Any] = ()) -> dict[str, A
         "random_state": random.getstate(),
         "numpy_random_seed": (str(kind), [int(k) for k in keys], int(pos), int(has_gauss), float(gauss)),
         "torch_manual_seed": torch.get_rng_state(),
+        OWN_MARKER: "accelerate_manifest.json",
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["torch_cuda_manual_seed"] = torch.cuda.get_rng_state_all()
