@@ -417,6 +417,7 @@ class Accelerator(AcceleratorFacts):
             save_hooks=list(self._save_model_state_pre_hook.values()),
             load_hooks=list(self._load_model_state_pre_hook.values()),
             unwrap=self.unwrap_model,
+            in_accumulation_window=self.gradient_state.num_steps > 1 and not self.gradient_state.sync_gradients,
         )
 
     def save_state(

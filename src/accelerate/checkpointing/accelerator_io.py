@@ -145,6 +145,8 @@ class TrainingObjects:
     save_hooks: Sequence[Callable[..., Any]]
     load_hooks: Sequence[Callable[..., Any]]
     unwrap: Callable[..., torch.nn.Module]
+    # True between the micro-steps of an accumulation window: gradients are held, not yet applied.
+    in_accumulation_window: bool = False
 
     def stateful(self) -> dict[str, Any]:
         """The keyword arguments save_training_state and load_training_state share."""
@@ -192,10 +194,21 @@ def save_state(
     ]
     for hook in objects.save_hooks:
         hook(models, weights, str(target))
+    pending = None
+    if objects.in_accumulation_window:
+        pending = [
+            {
+                name: p.grad.detach().cpu()
+                for name, p in objects.unwrap(m, keep_torch_compile=False).named_parameters()
+                if p.grad is not None
+            }
+            for m in models
+        ]
     path = save_training_state(
         target,
         models_state_dicts=weights,
         step=objects.step,
+        pending_gradients=pending,
         safe_serialization=safe_serialization,
         save_on_each_node=config.save_on_each_node,
         **objects.stateful(),

@@ -44,8 +44,21 @@ def _sampler_generator(dataloader: Any) -> torch.Generator | None:
     return None
 
 
-def capture_rng_state(step: int, dataloaders: Sequence[Any] = ()) -> dict[str, Any]:
-    """This process's generator states; dataloaders without ``state_dict`` contribute their sampler's."""
+# Key of the accumulated, not yet applied gradients in a random-states file (upstream ignores it).
+PENDING_GRADIENTS = "accelerate_pending_gradients"
+
+
+def capture_rng_state(
+    step: int,
+    dataloaders: Sequence[Any] = (),
+    pending_gradients: Sequence[dict[str, torch.Tensor]] | None = None,
+) -> dict[str, Any]:
+    """This process's generator states; dataloaders without ``state_dict`` contribute their sampler's.
+
+    ``pending_gradients`` (one ``{parameter name: gradient}`` per model) are the gradients of an
+    unfinished accumulation window: they are per process (DDP does not all-reduce them until the
+    window's last micro-step), so they travel in this per-process file.
+    """
     kind, keys, pos, has_gauss, gauss = np.random.get_state(legacy=True)
     state: dict[str, Any] = {
         "step": step,
@@ -65,6 +78,8 @@ def capture_rng_state(step: int, dataloaders: Sequence[Any] = ()) -> dict[str, A
             generators[i] = generator.get_state()
     if generators:
         state["accelerate_sampler_generators"] = generators
+    if pending_gradients is not None:
+        state[PENDING_GRADIENTS] = [dict(grads) for grads in pending_gradients]
     return state
 
 

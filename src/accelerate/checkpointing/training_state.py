@@ -60,7 +60,13 @@ from accelerate.checkpointing.model_files import (
 from accelerate.checkpointing.model_loading import fill_tied_keys
 from accelerate.checkpointing.objects import check_checkpointable
 from accelerate.checkpointing.project import looks_like_checkpoint, own_traces
-from accelerate.checkpointing.rng import capture_rng_state, load_rng_file, restore_rng_state, rng_file_name
+from accelerate.checkpointing.rng import (
+    PENDING_GRADIENTS,
+    capture_rng_state,
+    load_rng_file,
+    restore_rng_state,
+    rng_file_name,
+)
 from accelerate.utils.agreement import agree_on_failure
 
 logger = logging.getLogger(__name__)
@@ -215,6 +221,7 @@ def _write(
     node: int,
     step: int,
     shared: dict[str, Any],
+    pending_gradients: Sequence[dict[str, torch.Tensor]] | None,
 ) -> list[tuple[int, dict[str, FileRecord]]]:
     """Step 2: every rank writes its files (the writer the shared ones too) and reports its records."""
     records: dict[str, FileRecord] = {}
@@ -225,7 +232,8 @@ def _write(
             records.update(_write_shared(ckpt, sync=sync, **shared))
         rng_name = rng_file_name(state.process_index)
         dataloaders = shared["dataloaders"]
-        records[rng_name] = save_torch(capture_rng_state(step, dataloaders), ckpt.path(rng_name), sync=sync)
+        rng_state = capture_rng_state(step, dataloaders, pending_gradients)
+        records[rng_name] = save_torch(rng_state, ckpt.path(rng_name), sync=sync)
         sync.wait()  # this rank's files are durable before it reports success
     except DiskFullError as exc:
         error = _explain_disk_full(exc, ckpt, shared["models_state_dicts"], shared["optimizers"])
@@ -283,6 +291,7 @@ def save_training_state(
     step: int = 0,
     safe_serialization: bool = True,
     save_on_each_node: bool = False,
+    pending_gradients: Sequence[dict[str, torch.Tensor]] | None = None,
 ) -> Path:
     """Writes a complete, crash-safe checkpoint to ``output_dir``; call it on every process.
 
@@ -300,6 +309,9 @@ def save_training_state(
         step: the training step counter, kept in the manifest and the random-states files.
         safe_serialization: models as safetensors (default) or ``pytorch_model*.bin``.
         save_on_each_node: every node's local main process writes its own copy (node-local disks).
+        pending_gradients: this process's accumulated gradients of an unfinished accumulation
+            window, one ``{parameter name: gradient}`` per model (None when there is none); restored
+            by ``load_training_state`` so a run saved mid-window resumes exactly.
 
     Returns:
         The committed folder. When this returns on any rank, the checkpoint is committed everywhere.
@@ -323,7 +335,15 @@ def save_training_state(
         "custom_objects": custom_objects,
         "safe_serialization": safe_serialization,
     }
-    gathered = _write(ckpt, state=state, writer=writer, node=node, step=step, shared=shared)
+    gathered = _write(
+        ckpt,
+        state=state,
+        writer=writer,
+        node=node,
+        step=step,
+        shared=shared,
+        pending_gradients=pending_gradients,
+    )
     extra = {
         "num_models": len(models_state_dicts),
         "num_optimizers": len(optimizers),
@@ -451,6 +471,41 @@ def _load_optional(reader: _Reader, name: str, obj: Any, what: str, strict: bool
         logger.warning("Checkpoint %s has no %s; %s keeps its current state", reader.directory, name, what)
 
 
+def _restore_pending_gradients(
+    pending: Any, models: Sequence[nn.Module], reader: _Reader, state: ProcessInfo, directory: Path
+) -> None:
+    """Puts back the gradients of an unfinished accumulation window (see ``save_training_state``)."""
+    if not pending:
+        return
+    saved_world = reader.manifest.world_size if reader.manifest is not None else None
+    if saved_world is not None and saved_world != state.num_processes:
+        logger.warning(
+            "Checkpoint %s was saved in the middle of a gradient accumulation window by %d processes; "
+            "their local gradients cannot be split over %d, so the window restarts without them",
+            directory,
+            saved_world,
+            state.num_processes,
+        )
+        return
+    if len(pending) != len(models):
+        raise CheckpointError(
+            f"Checkpoint {directory} holds accumulated gradients of {len(pending)} models, but "
+            f"{len(models)} are prepared; prepare the same models as when saving."
+        )
+    with torch.no_grad():
+        for index, (grads, model) in enumerate(zip(pending, models, strict=True)):
+            params = dict(model.named_parameters())
+            unknown = sorted(set(grads) - set(params))
+            if unknown:
+                raise CheckpointError(
+                    f"Checkpoint {directory}: accumulated gradients of model {index} name parameters the "
+                    f"model lacks: {unknown[:5]}"
+                )
+            for name, grad in grads.items():
+                param = params[name]
+                param.grad = grad.to(device=param.device, dtype=param.dtype)
+
+
 def load_training_state(
     input_dir: str | os.PathLike[str],
     *,
@@ -509,6 +564,7 @@ def load_training_state(
     if reader.has(rng_name):
         rng_state = load_verified(reader.path(rng_name), reader.record(rng_name), load_rng_file)
         restore_rng_state(rng_state, dataloaders)
+        _restore_pending_gradients(rng_state.get(PENDING_GRADIENTS), models, reader, state, directory)
         saved_step = rng_state.get("step")
         if step is None:
             step = int(saved_step or 0)
