@@ -52,6 +52,11 @@ def parse_flag_from_env(key: str, default: bool = False) -> bool:
     )
 
 
+def _mark(test_case: T, condition: bool, reason: str) -> T:
+    """``test_case``, skipped with ``reason`` unless ``condition``."""
+    return _skip_unless(condition, reason)(test_case)
+
+
 def _skip_unless(condition: bool, reason: str) -> Callable[[T], T]:
     # unittest's stub types the decorator for functions only; it also takes classes and returns its input type.
     return cast("Callable[[T], T]", unittest.skipUnless(condition, reason))
@@ -60,12 +65,12 @@ def _skip_unless(condition: bool, reason: str) -> Callable[[T], T]:
 # --- general ----------------------------------------------------------------------------------------
 def skip(test_case: T) -> T:
     """Always skips the test."""
-    return _skip_unless(False, "test is marked to be skipped (accelerate.test_utils.skip)")(test_case)
+    return _mark(test_case, False, "test is marked to be skipped (accelerate.test_utils.skip)")
 
 
 def slow(test_case: T) -> T:
     """Skips the test unless the environment variable ``RUN_SLOW`` is a true flag (``RUN_SLOW=yes``)."""
-    return _skip_unless(parse_flag_from_env("RUN_SLOW"), "slow test: set RUN_SLOW=yes to run it")(test_case)
+    return _mark(test_case, parse_flag_from_env("RUN_SLOW"), "slow test: set RUN_SLOW=yes to run it")
 
 
 def run_first(test_case: T) -> T:
@@ -87,13 +92,15 @@ def require_torch_min_version(test_case: T, version: str | None = None) -> T: ..
 def require_torch_min_version(test_case: Any = None, version: str | None = None) -> Any:
     """Skips the test unless torch is at least ``version``; usable as ``@require_torch_min_version(version="2.4")``."""
     if version is None:
-        raise TypeError('require_torch_min_version needs a version, e.g. @require_torch_min_version(version="2.4")')
+        raise TypeError(
+            'require_torch_min_version needs a version, e.g. @require_torch_min_version(version="2.4")'
+        )
     if test_case is None:
         return functools.partial(require_torch_min_version, version=version)
     import torch
 
     ok = probes.torch_version_at_least(version)
-    return _skip_unless(ok, f"test requires torch >= {version} (installed: {torch.__version__})")(test_case)
+    return _mark(test_case, ok, f"test requires torch >= {version} (installed: {torch.__version__})")
 
 
 # --- devices ----------------------------------------------------------------------------------------
@@ -108,50 +115,60 @@ def _count(device: str) -> int:
 def require_cpu(test_case: T) -> T:
     """Runs the test only where the CPU is the test device (no accelerator is available)."""
     device = probes.accelerator_device()
-    return _skip_unless(device == "cpu", f"test requires a CPU-only run; this machine tests on {device}")(test_case)
+    return _mark(test_case, device == "cpu", f"test requires a CPU-only run; this machine tests on {device}")
 
 
 def require_non_cpu(test_case: T) -> T:
     """Runs the test only where an accelerator (CUDA, XPU, MPS, NPU, ...) is available."""
     ok = probes.accelerator_device() != "cpu"
-    return _skip_unless(ok, "test requires a hardware accelerator (CUDA, XPU, MPS, NPU, ...); only the CPU is available")(test_case)  # fmt: skip
+    return _mark(
+        test_case,
+        ok,
+        "test requires a hardware accelerator (CUDA, XPU, MPS, NPU, ...); only the CPU is available",
+    )
 
 
 def require_cuda(test_case: T) -> T:
     """Runs the test only where a CUDA GPU is available."""
-    return _skip_unless(_device_is("cuda"), "test requires a CUDA GPU (torch.cuda.is_available() is False)")(test_case)
+    return _mark(
+        test_case, _device_is("cuda"), "test requires a CUDA GPU (torch.cuda.is_available() is False)"
+    )
 
 
 def require_cuda_or_xpu(test_case: T) -> T:
     """Runs the test only where a CUDA GPU or an Intel XPU is available."""
     ok = _device_is("cuda") or _device_is("xpu")
-    return _skip_unless(ok, "test requires a CUDA GPU or an Intel XPU; neither is available")(test_case)
+    return _mark(test_case, ok, "test requires a CUDA GPU or an Intel XPU; neither is available")
 
 
 def require_cuda_or_hpu(test_case: T) -> T:
     """Runs the test only where a CUDA GPU or a Habana HPU is available."""
     ok = _device_is("cuda") or _device_is("hpu")
-    return _skip_unless(ok, "test requires a CUDA GPU or a Habana HPU; neither is available")(test_case)
+    return _mark(test_case, ok, "test requires a CUDA GPU or a Habana HPU; neither is available")
 
 
 def require_xpu(test_case: T) -> T:
     """Runs the test only where an Intel XPU is available."""
-    return _skip_unless(_device_is("xpu"), "test requires an Intel XPU (torch.xpu.is_available() is False)")(test_case)
+    return _mark(
+        test_case, _device_is("xpu"), "test requires an Intel XPU (torch.xpu.is_available() is False)"
+    )
 
 
 def require_non_xpu(test_case: T) -> T:
     """Skips the test where an Intel XPU is available."""
-    return _skip_unless(not _device_is("xpu"), "test does not run on an Intel XPU")(test_case)
+    return _mark(test_case, not _device_is("xpu"), "test does not run on an Intel XPU")
 
 
 def require_non_hpu(test_case: T) -> T:
     """Skips the test where a Habana HPU is available."""
-    return _skip_unless(not _device_is("hpu"), "test does not run on a Habana HPU")(test_case)
+    return _mark(test_case, not _device_is("hpu"), "test does not run on a Habana HPU")
 
 
 def require_mps(test_case: T) -> T:
     """Runs the test only where Apple's MPS backend is available."""
-    return _skip_unless(_device_is("mps"), "test requires Apple MPS (torch.backends.mps.is_available() is False)")(test_case)  # fmt: skip
+    return _mark(
+        test_case, _device_is("mps"), "test requires Apple MPS (torch.backends.mps.is_available() is False)"
+    )
 
 
 def _plugin_device(device: str, vendor: str, plugin: str) -> Callable[[T], T]:
@@ -181,70 +198,76 @@ def require_sdaa(test_case: T) -> T:
 def require_neuron(test_case: T) -> T:
     """Runs the test only where AWS Neuron (``torch_neuronx``) is installed."""
     ok = probes.has_package("torch_neuronx")
-    return _skip_unless(ok, "test requires AWS Neuron (torch_neuronx is not installed)")(test_case)
+    return _mark(test_case, ok, "test requires AWS Neuron (torch_neuronx is not installed)")
 
 
 def require_tpu(test_case: T) -> T:
     """Runs the test only where torch_xla is installed and this accelerate has its XLA backend."""
-    if not probes.implements("accelerate.backends.xla"):
-        return _skip_unless(False, "test requires TPU/XLA support, which this accelerate does not implement yet")(test_case)  # fmt: skip
-    return _skip_unless(probes.has_package("torch_xla"), "test requires a TPU (torch_xla is not installed)")(test_case)
+    return _feature("accelerate.backends.xla", "TPU/XLA support", "torch_xla")(test_case)
 
 
 def require_non_torch_xla(test_case: T) -> T:
     """Skips the test where torch_xla is installed."""
-    return _skip_unless(not probes.has_package("torch_xla"), "test does not run under torch_xla")(test_case)
+    return _mark(test_case, not probes.has_package("torch_xla"), "test does not run under torch_xla")
 
 
 def require_single_device(test_case: T) -> T:
     """Runs the test only on a machine with exactly one accelerator device."""
     device = probes.accelerator_device()
     ok = device != "cpu" and _count(device) == 1
-    return _skip_unless(ok, f"test requires exactly one accelerator device (test device: {device}, count {_count(device)})")(test_case)  # fmt: skip
+    return _mark(
+        test_case,
+        ok,
+        f"test requires exactly one accelerator device (test device: {device}, count {_count(device)})",
+    )
 
 
 def require_multi_device(test_case: T) -> T:
     """Runs the test only on a machine with two or more accelerator devices of one type."""
     device = probes.accelerator_device()
     ok = device != "cpu" and _count(device) > 1
-    return _skip_unless(ok, f"test requires two or more accelerator devices (test device: {device}, count {_count(device)})")(test_case)  # fmt: skip
+    return _mark(
+        test_case,
+        ok,
+        f"test requires two or more accelerator devices (test device: {device}, count {_count(device)})",
+    )
 
 
 def require_single_gpu(test_case: T) -> T:
     """Runs the test only on a machine with exactly one CUDA GPU."""
     n = _count("cuda")
-    return _skip_unless(n == 1, f"test requires exactly one CUDA GPU ({n} visible)")(test_case)
+    return _mark(test_case, n == 1, f"test requires exactly one CUDA GPU ({n} visible)")
 
 
 def require_multi_gpu(test_case: T) -> T:
     """Runs the test only on a machine with two or more CUDA GPUs."""
     n = _count("cuda")
-    return _skip_unless(n > 1, f"test requires two or more CUDA GPUs ({n} visible)")(test_case)
+    return _mark(test_case, n > 1, f"test requires two or more CUDA GPUs ({n} visible)")
 
 
 def require_single_xpu(test_case: T) -> T:
     """Runs the test only on a machine with exactly one Intel XPU."""
     n = _count("xpu")
-    return _skip_unless(n == 1, f"test requires exactly one Intel XPU ({n} visible)")(test_case)
+    return _mark(test_case, n == 1, f"test requires exactly one Intel XPU ({n} visible)")
 
 
 def require_multi_xpu(test_case: T) -> T:
     """Runs the test only on a machine with two or more Intel XPUs."""
     n = _count("xpu")
-    return _skip_unless(n > 1, f"test requires two or more Intel XPUs ({n} visible)")(test_case)
+    return _mark(test_case, n > 1, f"test requires two or more Intel XPUs ({n} visible)")
 
 
 def require_multi_gpu_or_xpu(test_case: T) -> T:
     """Runs the test only on a machine with two or more CUDA GPUs or two or more Intel XPUs."""
     ok = _count("cuda") > 1 or _count("xpu") > 1
-    return _skip_unless(ok, "test requires two or more CUDA GPUs or Intel XPUs")(test_case)
+    return _mark(test_case, ok, "test requires two or more CUDA GPUs or Intel XPUs")
 
 
 def require_fp16(test_case: T) -> T:
     """Runs the test where ``mixed_precision="fp16"`` works on the test device (CPU included)."""
     device = probes.accelerator_device()
     ok = device in ("cpu", "cuda", "xpu", "mps", "npu", "mlu", "musa", "sdaa", "hpu")
-    return _skip_unless(ok, f"test requires fp16 mixed precision, not supported on {device}")(test_case)
+    return _mark(test_case, ok, f"test requires fp16 mixed precision, not supported on {device}")
 
 
 # --- features this accelerate may not implement ----------------------------------------------------
@@ -264,7 +287,7 @@ def require_deepspeed(test_case: T) -> T:
 def require_fsdp2(test_case: T) -> T:
     """Runs the test where FSDP2 (torch >= 2.6) is supported by this accelerate."""
     if not probes.torch_version_at_least("2.6"):
-        return _skip_unless(False, "test requires FSDP2, which needs torch >= 2.6")(test_case)
+        return _mark(test_case, False, "test requires FSDP2, which needs torch >= 2.6")
     return _feature("accelerate.backends.fsdp", "FSDP2")(test_case)
 
 
@@ -276,7 +299,7 @@ def require_tp(test_case: T) -> T:
 def require_pippy(test_case: T) -> T:
     """Runs the test where pipeline-parallel inference (``accelerate.inference``) is available."""
     if not probes.torch_version_at_least("2.4"):
-        return _skip_unless(False, "test requires torch >= 2.4 for torch.distributed.pipelining")(test_case)
+        return _mark(test_case, False, "test requires torch >= 2.4 for torch.distributed.pipelining")
     return _feature("accelerate.inference", "pipeline-parallel inference")(test_case)
 
 
@@ -286,7 +309,7 @@ def require_fp8(test_case: T) -> T:
     if not probes.implements("accelerate.precision.fp8"):
         return decorator(test_case)
     ok = any(probes.has_package(p) for p in ("transformer_engine", "torchao", "msamp"))
-    return _skip_unless(ok, "test requires fp8: install transformer_engine, torchao or msamp")(test_case)
+    return _mark(test_case, ok, "test requires fp8: install transformer_engine, torchao or msamp")
 
 
 def require_transformer_engine(test_case: T) -> T:
@@ -380,7 +403,7 @@ def require_import_timer(test_case: T) -> T:
 def require_torchdata_stateful_dataloader(test_case: T) -> T:
     """Runs the test where torchdata's ``StatefulDataLoader`` is installed."""
     ok = probes.has_package("torchdata") and probes.has_package("torchdata.stateful_dataloader")
-    return _skip_unless(ok, "test requires torchdata's StatefulDataLoader: install torchdata>=0.8")(test_case)
+    return _mark(test_case, ok, "test requires torchdata's StatefulDataLoader: install torchdata>=0.8")
 
 
 # --- trackers: the package, and this accelerate's tracker for it ----------------------------------
@@ -459,4 +482,4 @@ def require_trackers(test_case: T) -> T:
     """Runs the test where at least one experiment tracker works."""
     usable = [name for name in _TRACKERS if _tracker_usable(name)]
     reason = "test requires an experiment tracker: install tensorboard, wandb or mlflow"
-    return _skip_unless(bool(usable), reason)(test_case)
+    return _mark(test_case, bool(usable), reason)

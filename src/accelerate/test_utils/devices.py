@@ -22,7 +22,9 @@ def memory_allocated_func() -> int:
         return int(torch.mps.current_allocated_memory())
     counter = getattr(getattr(torch, device, None), "memory_allocated", None)
     if counter is None:
-        raise NotImplementedError(f"torch.{device} has no memory_allocated(); cannot measure memory on {device}")
+        raise NotImplementedError(
+            f"torch.{device} has no memory_allocated(); cannot measure memory on {device}"
+        )
     return int(counter())
 
 

@@ -84,4 +84,8 @@ def compare_against_test(
     function = "main" if parser_only else "training_function"
     base = set(_function_lines(base_filename, function))
     shared = set(_function_lines(secondary_filename, function)) if secondary_filename is not None else set()
-    return [line for line in _function_lines(feature_filename, function) if line not in base and line not in shared]
+    return [
+        line
+        for line in _function_lines(feature_filename, function)
+        if line not in base and line not in shared
+    ]

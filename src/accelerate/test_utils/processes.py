@@ -87,7 +87,9 @@ def get_torch_dist_unique_port() -> int:
     for port in range(first, _PORT_CEILING, _PORT_STRIDE):
         if _port_is_free(port):
             return port
-    raise RuntimeError(f"get_torch_dist_unique_port: no free port in {first}..{_PORT_CEILING} (step {_PORT_STRIDE})")
+    raise RuntimeError(
+        f"get_torch_dist_unique_port: no free port in {first}..{_PORT_CEILING} (step {_PORT_STRIDE})"
+    )
 
 
 def _resolve(cmd: Sequence[str | os.PathLike[str]]) -> list[str]:
@@ -168,8 +170,12 @@ def execute_subprocess_async(
     if proc.stdout is None or proc.stderr is None:  # cannot happen with PIPE; narrows the types
         raise RuntimeError("subprocess.Popen returned no output pipes")
     readers = [
-        threading.Thread(target=_pump, args=(proc.stdout, result.stdout, None if quiet else sys.stdout), daemon=True),
-        threading.Thread(target=_pump, args=(proc.stderr, result.stderr, None if quiet else sys.stderr), daemon=True),
+        threading.Thread(
+            target=_pump, args=(proc.stdout, result.stdout, None if quiet else sys.stdout), daemon=True
+        ),
+        threading.Thread(
+            target=_pump, args=(proc.stderr, result.stderr, None if quiet else sys.stderr), daemon=True
+        ),
     ]
     for reader in readers:
         reader.start()
@@ -191,14 +197,20 @@ def execute_subprocess_async(
     command = " ".join(args)
     stderr = "\n".join(result.stderr)
     if timed_out:
-        raise RuntimeError(f"'{command}' did not finish within {timeout}s and was stopped.\n\nIts stderr:\n{stderr}")
+        raise RuntimeError(
+            f"'{command}' did not finish within {timeout}s and was stopped.\n\nIts stderr:\n{stderr}"
+        )
     if result.returncode != 0:
-        raise RuntimeError(f"'{command}' failed with return code {result.returncode}.\n\nIts stderr:\n{stderr}")
+        raise RuntimeError(
+            f"'{command}' failed with return code {result.returncode}.\n\nIts stderr:\n{stderr}"
+        )
     return result
 
 
 def run_command(
-    command: Sequence[str | os.PathLike[str]], return_stdout: bool = False, env: Mapping[str, str] | None = None
+    command: Sequence[str | os.PathLike[str]],
+    return_stdout: bool = False,
+    env: Mapping[str, str] | None = None,
 ) -> str | None:
     """Runs ``command`` (stdout and stderr merged) and returns its output if ``return_stdout``.
 
@@ -208,7 +220,9 @@ def run_command(
     """
     args = _resolve(command)
     try:
-        output = subprocess.check_output(args, stderr=subprocess.STDOUT, env=dict(env) if env is not None else None)
+        output = subprocess.check_output(
+            args, stderr=subprocess.STDOUT, env=dict(env) if env is not None else None
+        )
     except subprocess.CalledProcessError as exc:
         raise SubprocessCallException(
             f"Command `{' '.join(args)}` failed with exit code {exc.returncode}:\n"

@@ -86,8 +86,8 @@ class _TokenDataset(Dataset[dict[str, Any]]):
             ids = torch.randint(1, MOCK_VOCAB_SIZE, (n,), generator=gen)
             sample: dict[str, Any] = {"input_ids": ids}
             if not autoregressive:
-                # Learnable: the label says whether the first token is in the upper half of the vocabulary.
-                sample["labels"] = int(ids[0] >= MOCK_VOCAB_SIZE // 2)
+                # Learnable even by a bag of words: are most tokens in the upper half of the vocabulary?
+                sample["labels"] = int(2 * int((ids >= MOCK_VOCAB_SIZE // 2).sum()) > n)
             self.samples.append(sample)
 
     def __len__(self) -> int:
@@ -129,7 +129,9 @@ def _pad_multiple(accelerator: Accelerator) -> int | None:
     return {"fp8": 16, "fp16": 8, "bf16": 8}.get(precision)
 
 
-def _mocked(accelerator: Accelerator, batch_size: int, autoregressive: bool) -> tuple[DataLoader[Any], DataLoader[Any]]:
+def _mocked(
+    accelerator: Accelerator, batch_size: int, autoregressive: bool
+) -> tuple[DataLoader[Any], DataLoader[Any]]:
     if not hasattr(accelerator, "mixed_precision"):
         raise TypeError(f"expected an Accelerator as the first argument, got {type(accelerator).__name__}")
     if batch_size < 1:
@@ -142,7 +144,9 @@ def _mocked(accelerator: Accelerator, batch_size: int, autoregressive: bool) -> 
     return train_loader, eval_loader
 
 
-def mocked_dataloaders(accelerator: Accelerator, batch_size: int = 16) -> tuple[DataLoader[Any], DataLoader[Any]]:
+def mocked_dataloaders(
+    accelerator: Accelerator, batch_size: int = 16
+) -> tuple[DataLoader[Any], DataLoader[Any]]:
     """Train and eval loaders of synthetic sequence-classification batches (offline stand-in for GLUE/MRPC).
 
     Each batch is a dict of ``input_ids``, ``token_type_ids``, ``attention_mask`` (padded with

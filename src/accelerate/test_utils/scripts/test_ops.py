@@ -61,7 +61,9 @@ def test_pad_across_processes(state: PartialState) -> None:
     got = pad_across_processes(mine).cpu()
     expected = torch.zeros(state.num_processes)
     expected[: state.process_index + 1] = 1
-    _expect(torch.equal(got, expected), f"pad_across_processes: expected {expected.tolist()}, got {got.tolist()}")
+    _expect(
+        torch.equal(got, expected), f"pad_across_processes: expected {expected.tolist()}, got {got.tolist()}"
+    )
 
 
 def test_reduce_sum(state: PartialState) -> None:
@@ -95,7 +97,9 @@ def run_checks(state: PartialState, checks: list[Callable[[PartialState], None]]
         try:
             check(state)
         except Exception:  # noqa: BLE001 - reported below, with its traceback
-            failures.append(f"[process {state.process_index}] {check.__name__} FAILED\n{traceback.format_exc()}")
+            failures.append(
+                f"[process {state.process_index}] {check.__name__} FAILED\n{traceback.format_exc()}"
+            )
         else:
             state.print(f"{check.__name__}: ok")
     return failures

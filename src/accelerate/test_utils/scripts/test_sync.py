@@ -60,7 +60,9 @@ def test_no_sync(state: PartialState) -> None:
     with accelerator.no_sync(model):
         accelerator.backward(F.mse_loss(model(x), y))
     local = _grads(model)
-    _expect(torch.allclose(local, _local_grads(rank, [0])), "no_sync: gradient differs from this process's own")
+    _expect(
+        torch.allclose(local, _local_grads(rank, [0])), "no_sync: gradient differs from this process's own"
+    )
     if state.num_processes > 1:
         _expect(not are_the_same_tensors(local), "no_sync: gradients were synchronised across processes")
     x, y = _batch(rank, 1)
@@ -83,7 +85,9 @@ def test_accumulate(state: PartialState) -> None:
         grads = _grads(model)
         if step == 0:
             expected_local = _local_grads(rank, [0]) / 2  # the loss is divided by the accumulation steps
-            _expect(torch.allclose(grads, expected_local, atol=1e-6), "accumulate: first micro-step was not local")
+            _expect(
+                torch.allclose(grads, expected_local, atol=1e-6), "accumulate: first micro-step was not local"
+            )
     _expect(are_the_same_tensors(grads), "accumulate: gradients differ across processes after the sync step")
     expected = _all_ranks_mean(state, [0, 1], scale=0.5)
     _expect(torch.allclose(grads, expected, atol=1e-6), f"accumulate: expected {expected}, got {grads}")
