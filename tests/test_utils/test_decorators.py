@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import unittest
+from pathlib import Path
 
 import pytest
 import torch
 
+import accelerate
 from accelerate.test_utils import decorators as deco
 from accelerate.test_utils import probes
 
@@ -145,3 +150,71 @@ def test_tracker_decorators() -> None:
     if not probes.implements("accelerate.tracking.aim"):
         state, reason = _outcome(deco.require_aim)
         assert state == "skipped" and "aim tracker" in reason
+
+
+PYTEST_FILE = """
+import unittest
+
+from accelerate.test_utils import require_cuda, require_torch_min_version, skip, slow
+from accelerate.test_utils.testing import require_datasets, require_transformers
+
+
+@skip
+class TestPlainClass:
+    def test_a(self):
+        raise AssertionError("must not run")
+
+
+@skip
+class TestUnittestClass(unittest.TestCase):
+    def test_b(self):
+        raise AssertionError("must not run")
+
+
+@slow
+def test_slow():
+    pass
+
+
+@require_torch_min_version(version="2.0")
+def test_new_enough_torch():
+    pass
+
+
+@require_transformers
+def test_with_transformers():
+    pass
+
+
+@require_datasets
+def test_with_datasets():
+    pass
+
+
+@require_cuda
+def test_on_cuda():
+    pass
+"""
+
+
+def test_under_a_real_pytest_run(tmp_path: Path) -> None:
+    (tmp_path / "test_decorated.py").write_text(PYTEST_FILE)
+    env = {k: v for k, v in os.environ.items() if k != "RUN_SLOW"}
+    env["PYTHONPATH"] = str(Path(accelerate.__file__).resolve().parents[1])
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "test_decorated.py"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    skipped = 4  # the two classes' tests, slow, datasets (absent here)
+    ran = 2  # torch >= 2.0, transformers (in the test extra)
+    if torch.cuda.is_available():
+        ran += 1
+    else:
+        skipped += 1
+    if probes.has_package("datasets"):
+        ran, skipped = ran + 1, skipped - 1
+    if not probes.has_package("transformers"):
+        ran, skipped = ran - 1, skipped + 1
+    assert f"{ran} passed, {skipped} skipped" in proc.stdout, proc.stdout
+    assert "RUN_SLOW" in proc.stdout and "marked to be skipped" in proc.stdout

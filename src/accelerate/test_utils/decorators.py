@@ -58,8 +58,19 @@ def _mark(test_case: T, condition: bool, reason: str) -> T:
 
 
 def _skip_unless(condition: bool, reason: str) -> Callable[[T], T]:
-    # unittest's stub types the decorator for functions only; it also takes classes and returns its input type.
-    return cast("Callable[[T], T]", unittest.skipUnless(condition, reason))
+    def apply(test_case: T) -> T:
+        plain_class = isinstance(test_case, type) and not issubclass(test_case, unittest.TestCase)
+        if not condition and plain_class and probes.has_package("pytest"):
+            # unittest's skip marks a class for unittest's runner only; pytest reads its own mark on a
+            # plain test class.
+            import pytest
+
+            return cast(T, pytest.mark.skip(reason=reason)(test_case))
+        # unittest's stub types the decorator for functions only; it also takes classes.
+        skipper: Callable[[Any], Any] = unittest.skipUnless(condition, reason)
+        return cast(T, skipper(test_case))
+
+    return apply
 
 
 # --- general ----------------------------------------------------------------------------------------
