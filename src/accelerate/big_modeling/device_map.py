@@ -238,7 +238,9 @@ def infer_auto_device_map(
     execution = next((d for d in devices if d not in OFFLOAD_DEVICES), "cpu")
     storage_total = sum(budget for device, budget in budgets.items() if device != "disk")
     # Offloaded blocks are loaded onto the execution device during forward: keep room for the largest.
-    offloading = sizes[""] > storage_total or (execution != "cpu" and sizes[""] > budgets[execution])
+    can_offload = "disk" in budgets or (execution != "cpu" and "cpu" in budgets)
+    too_big = sizes[""] > storage_total or (execution != "cpu" and sizes[""] > budgets[execution])
+    offloading = can_offload and too_big
     reserve = get_max_layer_size(top, sizes, no_split)[0] if offloading else 0
     if offloading and not offload_buffers and execution not in OFFLOAD_DEVICES:
         # Buffers of offloaded blocks stay on the execution device unless they are offloaded too.

@@ -36,7 +36,9 @@ def init_on_device(device: torch.device | str, include_buffers: bool | None = No
 
     def register_parameter(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
         original(module, name, param)
-        if param is not None:
+        # A parameter already there (e.g. one being tied: ``head.weight = embed.weight``) is kept as
+        # the same object, so ties made while building survive.
+        if param is not None and param.device != device:
             kwargs: dict[str, Any] = dict(param.__dict__)
             kwargs["requires_grad"] = param.requires_grad
             moved = type(param)(param.to(device), **kwargs)

@@ -11,7 +11,7 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +59,20 @@ def _checkpoint_files(checkpoint: str | os.PathLike[str]) -> list[Path]:
 
     files, _ = resolve_checkpoint(checkpoint)
     return files
+
+
+def _with_tied_names(
+    weights: Iterator[tuple[str, torch.Tensor]], partners: Mapping[str, list[str]]
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """Each weight, then the same tensor under the names tied to it (checkpoints often store one name).
+
+    Tied names can sit on different devices in a device map (one on disk, one in RAM), so each must
+    be placed, not only the name the file happens to use.
+    """
+    for name, value in weights:
+        yield name, value
+        for partner in partners.get(name, ()):
+            yield partner, value
 
 
 def _keeps_fp32(name: str, keep_in_fp32_modules: Sequence[str] | None) -> bool:
@@ -128,7 +142,8 @@ def load_checkpoint_in_model(
     if offload_folder is not None:
         os.makedirs(offload_folder, exist_ok=True)
     tied = find_tied_parameters(model)
-    expected = dict(named_module_tensors(model, recurse=True))
+    expected: dict[str, torch.Tensor] = dict(model.named_parameters(remove_duplicate=False))
+    expected.update(model.named_buffers(remove_duplicate=False))
     buffers = {name for name, _ in model.named_buffers()}
     files = _checkpoint_files(checkpoint)
     disk_index: dict[str, Any] = {}
@@ -138,8 +153,9 @@ def load_checkpoint_in_model(
     loaded: set[str] = set()
     unexpected: list[str] = []
     try:
+        partners = {name: [p for p in group if p != name] for group in tied for name in group}
         for file in files:
-            for name, value in iter_weights(file):
+            for name, value in _with_tied_names(iter_weights(file), partners):
                 if name not in expected:
                     unexpected.append(name)
                     continue

@@ -47,6 +47,7 @@ _register(
     "find_tied_parameters", "get_balanced_memory", "get_max_layer_size", "get_max_memory", "has_offloaded_params",
     "id_tensor_storage", "load_checkpoint_in_model", "load_offloaded_weights", "load_state_dict",
     "named_module_tensors", "retie_parameters", "set_module_tensor_to_device", "CustomDtype", "clean_device_map",
+    "infer_auto_device_map",
 )  # fmt: skip
 _register(
     "accelerate.utils.offload",
