@@ -12,7 +12,11 @@ from accelerate.utils import (
     dtype_byte_size,
     get_max_layer_size,
 )
-from accelerate.utils.modeling import compute_module_total_buffer_size, get_module_leaves, get_module_size_with_ties
+from accelerate.utils.modeling import (
+    compute_module_total_buffer_size,
+    get_module_leaves,
+    get_module_size_with_ties,
+)
 from tests.big_modeling.tiny_models import TiedLM
 
 
