@@ -31,6 +31,17 @@ def device_of(name: str, device_map: Mapping[str, DeviceLike]) -> DeviceLike | N
     return None if best is None else device_map[best]
 
 
+def check_device_same(first_device: torch.device, second_device: torch.device) -> bool:
+    """Whether two devices are the same, ``cuda`` (current index) counting as ``cuda:0``."""
+    if first_device.type != second_device.type:
+        return False
+    if first_device.type == "cuda" and (first_device.index is None or second_device.index is None):
+        # An index-less CUDA device means the current one, which is 0 unless set otherwise.
+        first_device = torch.device("cuda", first_device.index or 0)
+        second_device = torch.device("cuda", second_device.index or 0)
+    return first_device == second_device
+
+
 def clean_device_map(device_map: dict[str, DeviceLike], module_name: str = "") -> dict[str, DeviceLike]:
     """Merges entries under one module that all name the same device into one entry (in place).
 
