@@ -58,3 +58,16 @@ def test_auto_map_respects_max_memory() -> None:
 def test_unknown_device_map_string_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="balanced_low_0"):
         load_checkpoint_and_dispatch(_model(), str(tmp_path), device_map="fastest")
+
+
+def test_include_buffers_none_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    with init_empty_weights():
+        model = _model()
+    assert model[1].running_mean.device.type == "cpu"
+    monkeypatch.setenv("ACCELERATE_INIT_INCLUDE_BUFFERS", "1")
+    with init_empty_weights():
+        model = _model()
+    assert model[1].running_mean.device.type == "meta"
+    with init_empty_weights(include_buffers=False):
+        model = _model()
+    assert model[1].running_mean.device.type == "cpu"

@@ -88,3 +88,18 @@ def test_disk_without_offload_folder_is_an_error(tmp_path: Path) -> None:
     _save(reference(), tmp_path)
     with pytest.raises(ValueError, match="offload_folder"):
         load_checkpoint_in_model(_empty(), tmp_path, device_map={"": "disk"})
+
+
+def test_state_dict_of_an_offloaded_model(tmp_path: Path) -> None:
+    from accelerate import cpu_offload
+    from accelerate.utils.modeling import get_state_dict_offloaded_model
+
+    model = reference()
+    expected = {k: v.clone() for k, v in model.state_dict().items()}
+    cpu_offload(model, execution_device="cpu", offload_buffers=True)
+    assert model.blocks[0].up.weight.device.type == "meta" and model.scale.device.type == "meta"
+    state = get_state_dict_offloaded_model(model)
+    assert set(state) == set(expected)
+    for name, value in state.items():
+        assert torch.equal(value, expected[name]), name
+    assert model.blocks[0].up.weight.device.type == "meta"  # released again

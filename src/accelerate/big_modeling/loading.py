@@ -254,8 +254,9 @@ def get_state_dict_from_offload(
     """Adds the weights of an offloaded ``module`` (named ``module_name``) to ``state_dict``, loaded from its hook."""
     from accelerate.big_modeling.tensors import align_module_device
 
-    hook = vars(module).get("_hf_hook")
-    whole = bool(getattr(hook, "place_submodules", False))
+    from accelerate.big_modeling.tensors import _offload_hook
+
+    whole = bool(getattr(_offload_hook(module), "place_submodules", False))
     with align_module_device(module, device_to_put_offload):
         for name, tensor in named_module_tensors(module, recurse=whole, remove_non_persistent=True):
             full = f"{module_name}.{name}" if module_name else name
@@ -265,7 +266,7 @@ def get_state_dict_from_offload(
 
 def get_state_dict_offloaded_model(model: nn.Module) -> dict[str, torch.Tensor]:
     """The full state dict of a model whose blocks may be offloaded (loaded one block at a time, on the CPU)."""
-    from accelerate.big_modeling.tensors import has_offloaded_params
+    from accelerate.big_modeling.tensors import _offload_hook, has_offloaded_params
 
     state: dict[str, torch.Tensor] = {}
     covered: set[str] = set()
@@ -274,8 +275,7 @@ def get_state_dict_offloaded_model(model: nn.Module) -> dict[str, torch.Tensor]:
             continue
         if has_offloaded_params(module):
             get_state_dict_from_offload(module, name, state)
-            hook = vars(module)["_hf_hook"]
-            if hook.place_submodules:
+            if _offload_hook(module).place_submodules:
                 covered.add(name)
             continue
         for key, tensor in module.state_dict(keep_vars=False).items():

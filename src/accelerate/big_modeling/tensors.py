@@ -223,12 +223,19 @@ def check_tied_parameters_on_same_device(
             )
 
 
+def _offload_hook(module: nn.Module) -> Any:
+    """The offloading ``AlignDevicesHook`` of ``module`` (also inside a ``SequentialHook``), or None."""
+    from accelerate.big_modeling.align import AlignDevicesHook
+    from accelerate.big_modeling.hooks import SequentialHook
+
+    hook = vars(module).get("_hf_hook")
+    hooks = hook.hooks if isinstance(hook, SequentialHook) else [hook]
+    return next((h for h in hooks if isinstance(h, AlignDevicesHook) and h.offload), None)
+
+
 def has_offloaded_params(module: nn.Module) -> bool:
     """Whether an offloading hook holds ``module``'s weights somewhere else until forward."""
-    from accelerate.big_modeling.align import AlignDevicesHook
-
-    hook = getattr(module, "_hf_hook", None)
-    return isinstance(hook, AlignDevicesHook) and hook.offload
+    return _offload_hook(module) is not None
 
 
 @contextlib.contextmanager
@@ -239,10 +246,8 @@ def align_module_device(module: nn.Module, execution_device: DeviceLike | None =
         >>> with align_module_device(offloaded_layer):
         ...     print(offloaded_layer.weight.sum())  # real data, not the meta placeholder
     """
-    from accelerate.big_modeling.align import AlignDevicesHook
-
-    if has_offloaded_params(module):
-        hook: AlignDevicesHook = vars(module)["_hf_hook"]
+    hook = _offload_hook(module)
+    if hook is not None:
         if execution_device is not None:
             saved = hook.execution_device
             hook.execution_device = execution_device
