@@ -252,9 +252,7 @@ def get_state_dict_from_offload(
     device_to_put_offload: DeviceLike = "cpu",
 ) -> dict[str, torch.Tensor]:
     """Adds the weights of an offloaded ``module`` (named ``module_name``) to ``state_dict``, loaded from its hook."""
-    from accelerate.big_modeling.tensors import align_module_device
-
-    from accelerate.big_modeling.tensors import _offload_hook
+    from accelerate.big_modeling.tensors import _offload_hook, align_module_device
 
     whole = bool(getattr(_offload_hook(module), "place_submodules", False))
     with align_module_device(module, device_to_put_offload):
