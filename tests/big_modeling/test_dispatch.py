@@ -167,3 +167,35 @@ def test_cpu_offload_with_hook_chains_models() -> None:
     hook2.offload()
     hook2.remove()
     assert not hasattr(second, "_hf_hook") and torch.equal(second(first(x)), expected)
+
+
+class _RootParam(nn.Module):
+    """Tensors of the root module itself (like a ViT's position embedding) next to offloaded blocks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList([nn.Linear(16, 16) for _ in range(4)])
+        self.register_buffer("shift", torch.ones(16))
+        self.pos = nn.Parameter(torch.randn(16))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.pos + self.shift
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+def test_root_tensors_stay_on_the_execution_device(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    ref = _RootParam()
+    save_file({k: v.contiguous() for k, v in ref.state_dict().items()}, str(tmp_path / "model.safetensors"))
+    x = torch.randn(3, 16)
+    with init_empty_weights():
+        model = _RootParam()
+    budget = compute_module_sizes(model)["blocks.0"] * 3
+    model = load_checkpoint_and_dispatch(
+        model, tmp_path, device_map="auto", max_memory={"cpu": budget, "disk": "1GB"}, offload_folder=tmp_path / "off"
+    )
+    assert model.hf_device_map["pos"] == "cpu" and "disk" in model.hf_device_map.values()
+    with torch.no_grad():
+        assert torch.equal(model(x), ref(x))

@@ -75,6 +75,7 @@ class AlignDevicesHook(ModelHook):
         self.buffer_original_devices: dict[str, torch.device] = {}
         self.tied_params_map = tied_params_map
         self.tied_pointers_to_remove: set[tuple[int, DeviceLike]] = set()
+        self._offload_names: list[str] | None = None
 
     def __repr__(self) -> str:
         return (
@@ -84,6 +85,13 @@ class AlignDevicesHook(ModelHook):
         )
 
     def _offloaded(self, module: nn.Module) -> list[str]:
+        # Computed once: the set of tensors a module holds does not change while it is hooked,
+        # and this runs twice per forward of every offloaded module.
+        if self._offload_names is None:
+            self._offload_names = self._list_offloaded(module)
+        return self._offload_names
+
+    def _list_offloaded(self, module: nn.Module) -> list[str]:
         return [
             name
             for name, _ in named_module_tensors(
@@ -95,6 +103,7 @@ class AlignDevicesHook(ModelHook):
         ]
 
     def init_hook(self, module: nn.Module) -> nn.Module:
+        self._offload_names = None  # listed afresh for the module this hook is attached to
         if self.execution_device is not None and torch.device(_as_device(self.execution_device)).type == "meta":
             # Nothing runs on meta; the module stays as it is (hooks on skeleton models).
             return module

@@ -239,10 +239,12 @@ def infer_auto_device_map(
     devices = list(budgets)
     sizes = compute_module_sizes(model, dtype=dtype, special_dtypes=special_dtypes)
     ties = find_tied_parameters(model)
+    # The root's own tensors go first, so they land on the execution device: the root's hook moves
+    # inputs and outputs but does not offload, so they must not be sent to the disk.
     top: list[tuple[str, Any]] = [
         *model.named_parameters(recurse=False),
-        *model.named_children(),
         *model.named_buffers(recurse=False),
+        *model.named_children(),
     ]
     if not top:
         return {"": devices[0]}
