@@ -292,18 +292,35 @@ def infer_auto_device_map(
                 todo = rest
                 continue
         if slot == len(devices) - 1:
-            allowed = ", ".join(f"{d}: {int(budgets[d])}" for d in devices if budgets[d] != float("inf"))
             raise ValueError(
-                f"infer_auto_device_map: block {name!r} ({type(module).__name__}, {int(need)} bytes"
-                f"{' with its tied parameters' if partner_names else ''}) does not fit on any device "
-                f"(max_memory {{{allowed}}}{', of which ' + str(int(reserve)) + ' kept free on ' + str(execution) + ' for loading offloaded blocks' if reserve else ''}). "
-                "Raise max_memory, add 'disk' to max_memory (with an offload folder), or remove its class from "
-                "no_split_module_classes."
+                _no_room_message(name, module, need, bool(partner_names), budgets, reserve, execution, no_split)
             )
         todo.insert(0, (name, module))
         slot += 1
         used = 0.0
     return clean_device_map(device_map) if clean_result else device_map
+
+
+def _no_room_message(
+    name: str,
+    module: Any,
+    need: float,
+    tied: bool,
+    budgets: Mapping[Any, float],
+    reserve: int,
+    execution: Any,
+    no_split: Sequence[str],
+) -> str:
+    allowed = ", ".join(f"{device!r}: {int(size)}" for device, size in budgets.items() if size != float("inf"))
+    kept = f"; {reserve} bytes of {execution!r} are kept free to load offloaded blocks into" if reserve else ""
+    fixes = "raise max_memory or add 'disk' to it (with an offload folder)"
+    if type(module).__name__ in no_split:
+        fixes += f", or remove {type(module).__name__!r} from no_split_module_classes"
+    return (
+        f"infer_auto_device_map: block {name!r} ({type(module).__name__}, {int(need)} bytes"
+        f"{' with the modules its parameters are tied to' if tied else ''}) does not fit on any device "
+        f"(max_memory {{{allowed}}}{kept}). To fix it, {fixes}."
+    )
 
 
 def _size_with_partners(name: str, partners: list[str], outside: list[str], sizes: Mapping[str, int]) -> int:
