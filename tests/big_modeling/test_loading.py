@@ -103,3 +103,17 @@ def test_state_dict_of_an_offloaded_model(tmp_path: Path) -> None:
     for name, value in state.items():
         assert torch.equal(value, expected[name]), name
     assert model.blocks[0].up.weight.device.type == "meta"  # released again
+
+
+@pytest.mark.parametrize("safe", [True, False])
+def test_sharded_checkpoint_from_save_model_files(tmp_path: Path, safe: bool) -> None:
+    from accelerate.checkpointing.model_files import save_model_files
+
+    ref = reference()
+    files = save_model_files(ref.state_dict(), tmp_path, max_shard_size="20KB", safe_serialization=safe)
+    assert len(files) > 2  # several shards and an index
+    model = _empty()
+    device_map = {"embed": "cpu", "head": "cpu", "scale": "cpu", "blocks": "disk"}
+    load_checkpoint_in_model(model, tmp_path, device_map=device_map, offload_folder=tmp_path / "off", strict=True)
+    assert torch.equal(model.embed.weight, ref.embed.weight) and model.head.weight is model.embed.weight
+    assert torch.equal(OffloadedWeightsLoader(save_folder=tmp_path / "off")["blocks.5.down.bias"], ref.blocks[5].down.bias)
