@@ -51,6 +51,7 @@ def hardware_only(feature: str, needs: str) -> Callable[[T], T]:
         def refuse(*args: Any, **kwargs: Any) -> Any:
             raise requires_hardware(f"{feature} (`{name}`)", needs)
 
+        refuse.hardware_requirement = (feature, needs)  # type: ignore[attr-defined]  # for tests and tools
         return refuse
 
     def decorate(obj: T) -> T:
@@ -59,6 +60,7 @@ def hardware_only(feature: str, needs: str) -> Callable[[T], T]:
         for attr, value in list(vars(obj).items()):
             if isinstance(value, FunctionType) and (attr == "__init__" or not attr.startswith("_")):
                 setattr(obj, attr, wrap_function(value, f"{obj.__qualname__}.{attr}"))
+        obj.hardware_requirement = (feature, needs)  # type: ignore[attr-defined]
         return obj
 
     return decorate

@@ -5,7 +5,9 @@ With several processes on a node each would otherwise print its own bar over the
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: `accelerate.utils` imports this module eagerly, keep it bare
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def tqdm(*args: Any, main_process_only: bool = True, **kwargs: Any) -> Any:
