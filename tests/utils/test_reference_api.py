@@ -16,6 +16,7 @@ import importlib
 import inspect
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -66,23 +67,26 @@ _HEADER = re.compile(r"## (accelerate[\w.]*)\s*$")
 _ITEM = re.compile(r"- (?:(class|def|module) )?([A-Za-z_]\w*)(.*)$")
 
 
-def _split_call(rest: str) -> tuple[str | None, str]:
-    """``(params, tail)`` for text starting with ``(...)``; brackets and quotes nest."""
-    if not rest.startswith("("):
-        return None, rest
+def _walk(text: str) -> Iterator[tuple[int, str, int]]:
+    """``(index, char, depth)`` for each character outside quotes; brackets of any kind nest."""
     depth, quote = 0, ""
-    for i, ch in enumerate(rest):
+    for i, ch in enumerate(text):
         if quote:
             quote = "" if ch == quote else quote
-        elif ch in "'\"":
+            continue
+        if ch in "'\"":
             quote = ch
-        elif ch in "([{<":
-            depth += 1
-        elif ch in ")]}>":
-            depth -= 1
-            if depth == 0:
-                return rest[1:i], rest[i + 1 :]
-    return rest[1:], ""
+            continue
+        depth += (ch in "([{<") - (ch in ")]}>")
+        yield i, ch, depth
+
+
+def _split_call(rest: str) -> tuple[str | None, str]:
+    """``(params, tail)`` for text starting with ``(...)``."""
+    if not rest.startswith("("):
+        return None, rest
+    end = next((i for i, ch, depth in _walk(rest) if ch == ")" and depth == 0), len(rest))
+    return rest[1:end], rest[end + 1 :]
 
 
 def _is_ours(module: str, name: str, tail: str) -> bool:
@@ -151,24 +155,9 @@ pytestmark = pytest.mark.skipif(not REFERENCE.exists(), reason=f"reference list 
 
 
 def _split_params(text: str) -> list[str]:
-    parts, depth, quote, current = [], 0, "", ""
-    for ch in text:
-        if quote:
-            quote = "" if ch == quote else quote
-        elif ch in "'\"":
-            quote = ch
-        elif ch in "([{<":
-            depth += 1
-        elif ch in ")]}>":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append(current.strip())
-            current = ""
-            continue
-        current += ch
-    if current.strip():
-        parts.append(current.strip())
-    return parts
+    cuts = [i for i, ch, depth in _walk(text) if ch == "," and depth == 0]
+    bounds = zip([-1, *cuts], [*cuts, len(text)])
+    return [part for start, end in bounds if (part := text[start + 1 : end].strip())]
 
 
 _MISSING = object()

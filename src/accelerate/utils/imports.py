@@ -47,49 +47,54 @@ def _version_at_least(package: str, minimum: str | None, distribution: str | Non
         return False
 
 
-def _package_probe(*modules: str) -> Callable[[], bool]:
-    """A zero-argument probe: True when any of ``modules`` is importable."""
+def _named(func: F, name: str, doc: str) -> F:
+    func.__name__ = func.__qualname__ = name
+    func.__doc__ = doc
+    return func
+
+
+def _package_probe(name: str, *modules: str) -> Callable[[], bool]:
+    """The zero-argument probe ``name``: True when any of ``modules`` is importable."""
 
     def probe() -> bool:
         return any(is_package_available(m) for m in modules)
 
-    probe.__doc__ = (
-        f"Whether {' or '.join(f'`{m}`' for m in modules)} is installed (checked without importing)."
+    return _named(
+        probe, name, f"Whether {' or '.join(f'`{m}`' for m in modules)} is installed (not imported)."
     )
-    return probe
 
 
 # Plain package probes: one row each (the function name says what it probes).
-is_aim_available = _package_probe("aim")
-is_amdsmi_available = _package_probe("amdsmi")
-is_boto3_available = _package_probe("boto3")
-is_clearml_available = _package_probe("clearml")
-is_comet_ml_available = _package_probe("comet_ml")
-is_datasets_available = _package_probe("datasets")
-is_deepspeed_available = _package_probe("deepspeed")
-is_dvclive_available = _package_probe("dvclive")
-is_import_timer_available = _package_probe("import_timer")
-is_lomo_available = _package_probe("lomo_optim")
-is_matplotlib_available = _package_probe("matplotlib")
-is_mlflow_available = _package_probe("mlflow")
-is_msamp_available = _package_probe("msamp")
-is_pandas_available = _package_probe("pandas")
-is_peft_available = _package_probe("peft")
-is_pynvml_available = _package_probe("pynvml")
-is_pytest_available = _package_probe("pytest")
-is_sagemaker_available = _package_probe("sagemaker")
-is_schedulefree_available = _package_probe("schedulefree")
-is_swanlab_available = _package_probe("swanlab")
-is_tensorboard_available = _package_probe("tensorboard", "tensorboardX")
-is_timm_available = _package_probe("timm")
-is_torchdata_available = _package_probe("torchdata")
-is_torchvision_available = _package_probe("torchvision")
-is_tqdm_available = _package_probe("tqdm")
-is_trackio_available = _package_probe("trackio")
-is_transformer_engine_available = _package_probe("transformer_engine")
-is_transformers_available = _package_probe("transformers")
-is_triton_available = _package_probe("triton")
-is_wandb_available = _package_probe("wandb")
+is_aim_available = _package_probe("is_aim_available", "aim")
+is_amdsmi_available = _package_probe("is_amdsmi_available", "amdsmi")
+is_boto3_available = _package_probe("is_boto3_available", "boto3")
+is_clearml_available = _package_probe("is_clearml_available", "clearml")
+is_comet_ml_available = _package_probe("is_comet_ml_available", "comet_ml")
+is_datasets_available = _package_probe("is_datasets_available", "datasets")
+is_deepspeed_available = _package_probe("is_deepspeed_available", "deepspeed")
+is_dvclive_available = _package_probe("is_dvclive_available", "dvclive")
+is_import_timer_available = _package_probe("is_import_timer_available", "import_timer")
+is_lomo_available = _package_probe("is_lomo_available", "lomo_optim")
+is_matplotlib_available = _package_probe("is_matplotlib_available", "matplotlib")
+is_mlflow_available = _package_probe("is_mlflow_available", "mlflow")
+is_msamp_available = _package_probe("is_msamp_available", "msamp")
+is_pandas_available = _package_probe("is_pandas_available", "pandas")
+is_peft_available = _package_probe("is_peft_available", "peft")
+is_pynvml_available = _package_probe("is_pynvml_available", "pynvml")
+is_pytest_available = _package_probe("is_pytest_available", "pytest")
+is_sagemaker_available = _package_probe("is_sagemaker_available", "sagemaker")
+is_schedulefree_available = _package_probe("is_schedulefree_available", "schedulefree")
+is_swanlab_available = _package_probe("is_swanlab_available", "swanlab")
+is_tensorboard_available = _package_probe("is_tensorboard_available", "tensorboard", "tensorboardX")
+is_timm_available = _package_probe("is_timm_available", "timm")
+is_torchdata_available = _package_probe("is_torchdata_available", "torchdata")
+is_torchvision_available = _package_probe("is_torchvision_available", "torchvision")
+is_tqdm_available = _package_probe("is_tqdm_available", "tqdm")
+is_trackio_available = _package_probe("is_trackio_available", "trackio")
+is_transformer_engine_available = _package_probe("is_transformer_engine_available", "transformer_engine")
+is_transformers_available = _package_probe("is_transformers_available", "transformers")
+is_triton_available = _package_probe("is_triton_available", "triton")
+is_wandb_available = _package_probe("is_wandb_available", "wandb")
 
 
 def is_rich_available() -> bool:
@@ -238,34 +243,23 @@ def _vendor_device(extension: str, attribute: str, check_device: bool) -> bool:
     return not check_device or backend.device_count() > 0
 
 
-@functools.cache
-def is_npu_available(check_device: bool = False) -> bool:
-    """Huawei Ascend NPUs (``torch_npu``)."""
-    return _vendor_device("torch_npu", "npu", check_device)
+def _vendor_probe(name: str, extension: str, attribute: str, what: str) -> Callable[..., bool]:
+    """The probe ``name(check_device=False)`` for a vendor accelerator exposed as ``torch.<attribute>``."""
+
+    def probe(check_device: bool = False) -> bool:
+        return _vendor_device(extension, attribute, check_device)
+
+    doc = f"Whether {what} are usable (``{extension}``); ``check_device`` also asks for at least one device."
+    return functools.cache(_named(probe, name, doc))
 
 
-@functools.cache
-def is_mlu_available(check_device: bool = False) -> bool:
-    """Cambricon MLUs (``torch_mlu``)."""
-    return _vendor_device("torch_mlu", "mlu", check_device)
-
-
-@functools.cache
-def is_sdaa_available(check_device: bool = False) -> bool:
-    """Tecorigin SDAA devices (``torch_sdaa``)."""
-    return _vendor_device("torch_sdaa", "sdaa", check_device)
-
-
-@functools.cache
-def is_musa_available(check_device: bool = False) -> bool:
-    """Moore Threads GPUs (``torch_musa``)."""
-    return _vendor_device("torch_musa", "musa", check_device)
-
-
-@functools.cache
-def is_neuron_available(check_device: bool = False) -> bool:
-    """AWS Trainium / Inferentia (``torch_neuronx``)."""
-    return _vendor_device("torch_neuronx", "neuron", check_device)
+is_npu_available = _vendor_probe("is_npu_available", "torch_npu", "npu", "Huawei Ascend NPUs")
+is_mlu_available = _vendor_probe("is_mlu_available", "torch_mlu", "mlu", "Cambricon MLUs")
+is_sdaa_available = _vendor_probe("is_sdaa_available", "torch_sdaa", "sdaa", "Tecorigin SDAA devices")
+is_musa_available = _vendor_probe("is_musa_available", "torch_musa", "musa", "Moore Threads GPUs")
+is_neuron_available = _vendor_probe(
+    "is_neuron_available", "torch_neuronx", "neuron", "AWS Trainium/Inferentia chips"
+)
 
 
 @functools.cache
