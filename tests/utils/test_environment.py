@@ -122,7 +122,7 @@ def test_purge_accelerate_environment_on_a_plain_class() -> None:
 
 def test_convert_dict_to_env_variables_skips_unsafe_entries(caplog: pytest.LogCaptureFixture) -> None:
     lines = env.convert_dict_to_env_variables({"A": "1", "B": "two words", "C": "x;rm -rf", "D": 3, "E": ""})
-    assert lines == ["A=1\n", "D=3\n"]
+    assert lines == ["A=1\n", "D=3\n", "E=\n"]
     assert "'B'" in caplog.text and "'C'" in caplog.text
 
 

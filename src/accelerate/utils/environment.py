@@ -181,15 +181,17 @@ def convert_dict_to_env_variables(current_env: Mapping[str, Any]) -> list[str]:
     """``KEY=VALUE\\n`` lines for an environment file (as written for DeepSpeed's multi-node launch).
 
     Entries whose key or value holds a character that would break or inject into such a file
-    (``;``, newline, ``<``, ``>``, space) or is empty are skipped with a warning.
+    (``;``, newline, ``<``, ``>``, space), or whose key is empty, are skipped with a warning.
     """
     lines = []
     for key, value in current_env.items():
         text = str(value)
-        if key and text and not any(c in key or c in text for c in _UNSAFE_ENV_CHARS):
+        if key and not any(c in key or c in text for c in _UNSAFE_ENV_CHARS):
             lines.append(f"{key}={text}\n")
         else:
-            logger.warning("Skipping environment variable %r=%r: unsafe or empty for an env file.", key, text)
+            logger.warning(
+                "Skipping environment variable %r=%r: not safe to write to an env file.", key, text
+            )
     return lines
 
 

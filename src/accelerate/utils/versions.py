@@ -13,11 +13,18 @@ from packaging.version import Version, parse
 from accelerate.utils.constants import STR_OPERATION_TO_FUNC
 
 
+class _MissingPackage(importlib.metadata.PackageNotFoundError):
+    """PackageNotFoundError (what callers catch) with our whole message instead of its fixed prefix."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
 def _installed_version(package: str) -> Version:
     try:
         return parse(importlib.metadata.version(package))
     except importlib.metadata.PackageNotFoundError:
-        raise importlib.metadata.PackageNotFoundError(
+        raise _MissingPackage(
             f"compare_versions: {package!r} is neither a version nor an installed package. "
             f"Pass a version string like '2.4.0', or install it with: pip install {package}"
         ) from None
