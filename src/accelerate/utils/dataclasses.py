@@ -272,10 +272,6 @@ class FullyShardedDataParallelPlugin(_UnavailablePlugin):
     backend, flag = "FSDP", "--use_fsdp"
 
 
-class MegatronLMPlugin(_UnavailablePlugin):
-    backend, flag = "Megatron-LM", "--use_megatron_lm"
-
-
 _HANDLER_TYPES: tuple[type, ...] = (
     DistributedDataParallelKwargs,
     GradScalerKwargs,
@@ -289,6 +285,9 @@ def collect_kwargs_handlers(handlers: Any) -> dict[type, Any]:
     found: dict[type, Any] = {}
     for handler in handlers or ():
         kind = type(handler)
+        refuse = getattr(handler, "refuse_use", None)  # hardware-only configs (fp8 recipes, ...)
+        if refuse is not None:
+            raise refuse("Accelerator(kwargs_handlers=...)")
         if kind not in _HANDLER_TYPES:
             known = ", ".join(t.__name__ for t in _HANDLER_TYPES)
             raise TypeError(
@@ -302,3 +301,26 @@ def collect_kwargs_handlers(handlers: Any) -> dict[type, Any]:
             )
         found[kind] = handler
     return found
+
+
+# Hardware-only configuration objects live in their own module; this is their public home.
+from accelerate.utils.hardware_dataclasses import (  # noqa: E402, F401  (re-exports)
+    MODEL_CONFIGS_TO_MEGATRON_PARSERS,
+    AmaxComputeAlgorithm,
+    AORecipeKwargs,
+    Backend,
+    BnbQuantizationConfig,
+    FP8BackendType,
+    FP8Format,
+    FP8RecipeKwargs,
+    MegatronLMPlugin,
+    MSAMPRecipeKwargs,
+    OptLevel,
+    TERecipeKwargs,
+    add_model_config_to_megatron_parser,
+    parse_bert_config,
+    parse_glm4_moe_config,
+    parse_gpt2_config,
+    parse_llama_config,
+    parse_t5_config,
+)
