@@ -16,8 +16,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from accelerate.config.env import write_launch_env
+from accelerate.launch.failures import report_failures
 from accelerate.launch.plan import find_free_port, port_is_free
-from accelerate.launch.runner import patched_environ, preserved_signals, report_failures
+from accelerate.launch.runner import patched_environ, preserved_signals
 
 _MIXED_PRECISIONS = ("no", "fp16", "bf16")  # fp8: not available yet
 

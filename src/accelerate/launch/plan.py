@@ -207,8 +207,14 @@ def find_free_port() -> int:
     rng = random.Random()
     for _ in range(100):
         port = rng.randrange(20000, 32000)
-        if port_is_free(port):
-            return port
+        # A plain bind, unlike port_is_free: a port another process holds bound (a test's reservation,
+        # a socket in TIME_WAIT) is skipped rather than shared.
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("", port))
+            except OSError:
+                continue
+        return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("", 0))
         return int(sock.getsockname()[1])
