@@ -260,3 +260,48 @@ def test_sigterm_to_a_two_process_launch_reaches_both_workers(tmp_path: Path) ->
                 launcher.kill()
     assert launcher.returncode == 128 + signal.SIGTERM, stderr
     assert "stopped by" in stderr and "the processes were stopped" in stderr
+
+
+_GPU_CONFIG = (
+    "compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_GPU\nnum_processes: 2\ngpu_ids: all\n"
+)
+
+
+def test_a_multi_gpu_config_on_a_machine_without_gpus_warns_once_and_runs_on_cpu(tmp_path: Path) -> None:
+    config = tmp_path / "gpu_config.yaml"
+    config.write_text(_GPU_CONFIG)
+    script = tmp_path / "where.py"
+    script.write_text(
+        # wait_for_everyone: a rank that exits while its peer still connects would fail the peer.
+        "from accelerate import PartialState\ns = PartialState()\ns.wait_for_everyone()\n"
+        "import sys\nsys.stdout.write(f'RAN {s.process_index} {s.num_processes} {s.device.type} {s.backend}\\n')\n"
+    )
+    with reserved_port() as port:
+        result = run_cli("launch", "--config_file", str(config), "--main_process_port", str(port), str(script),
+                         home=tmp_path, CUDA_VISIBLE_DEVICES="")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert sorted(line for line in result.stdout.splitlines() if line.startswith("RAN")) == [
+        "RAN 0 2 cpu gloo",
+        "RAN 1 2 cpu gloo",
+    ]
+    warnings = [line for line in result.stderr.splitlines() if "warning" in line.lower()]
+    assert warnings == [
+        f"accelerate launch: warning: distributed_type: MULTI_GPU (from config file {config}) asks for GPUs, "
+        "but no GPU is visible on this machine; running 2 CPU processes instead."
+    ]
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [(["--multi_gpu", "--num_processes", "2"], "--multi_gpu"), (["--gpu_ids", "0,1"], "--gpu_ids 0,1")],
+)
+def test_dry_run_gives_the_same_warning_for_gpu_flags_without_gpus(
+    tmp_path: Path, args: list[str], named: str
+) -> None:
+    result = run_cli("launch", "--dry_run", *args, "train.py", home=tmp_path, CUDA_VISIBLE_DEVICES="")
+    assert result.returncode == 0, result.stderr
+    assert (
+        f"Warning: {named} asks for GPUs, but no GPU is visible on this machine; running 2 CPU processes "
+        "instead." in result.stdout.splitlines()
+    )
+    assert "ACCELERATE_USE_CPU=true" in result.stdout and "CUDA_VISIBLE_DEVICES" not in result.stdout

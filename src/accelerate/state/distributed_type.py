@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import enum
 
+from accelerate.utils.dataclasses import PrecisionType  # defined with the rest of the vocabulary
+
+__all__ = ["ComputeEnvironment", "DistributedType", "PrecisionType"]
+
 
 class DistributedType(str, enum.Enum):
     """How the current run is distributed (upstream-compatible names)."""
@@ -18,16 +22,6 @@ class DistributedType(str, enum.Enum):
     XLA = "XLA"
     # The quick tour still writes DistributedType.TPU; an alias keeps that working.
     TPU = "XLA"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-class PrecisionType(str, enum.Enum):
-    NO = "no"
-    FP16 = "fp16"
-    BF16 = "bf16"
-    FP8 = "fp8"
 
     def __str__(self) -> str:
         return self.value
