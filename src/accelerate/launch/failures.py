@@ -62,6 +62,10 @@ class ExitClock:
             yield self
             return
         previous = signal.signal(signal.SIGCHLD, self._on_child_exit)
+        # Restart system calls it interrupts (SA_RESTART): a worker's exit must not make a blocking
+        # call in another thread (torch's store, log tailing) fail with EINTR. The agent's sleep
+        # between polls still wakes at once, so the handler runs promptly.
+        signal.siginterrupt(signal.SIGCHLD, False)
         try:
             yield self
         finally:

@@ -5,7 +5,8 @@ value. ``accelerate launch --dry_run`` prints it; :mod:`accelerate.launch.runner
 check that can refuse a launch runs here (from :mod:`accelerate.launch.checks`), before anything starts.
 
 Nothing here imports torch at module level; the only torch use is counting visible GPUs when no
-process count was given (and none at all under ``--cpu``).
+process count was given or GPUs were asked for (and none at all under ``--cpu``, or when no GPU
+driver is present).
 """
 
 from __future__ import annotations
