@@ -16,7 +16,7 @@ from accelerate.utils.errors import NotAvailableYetError
 
 def resolve_mixed_precision(requested: str | None, launched: str | None, device: torch.device) -> str:
     """The mixed-precision mode: the Accelerator argument wins over the launcher's setting."""
-    if requested is not None:
+    if requested:  # None or "" leaves it to the launcher
         mode = check_mixed_precision(requested, origin=f"Accelerator(mixed_precision={str(requested)!r})")
     else:
         mode = check_mixed_precision(launched, origin="mixed_precision (from ACCELERATE_MIXED_PRECISION)")

@@ -318,10 +318,8 @@ def _resolve_num_processes(
         )
     else:
         count = gpu_count()
-        if count > 1:
-            settings["num_processes"] = Setting("num_processes", count, f"default ({count} visible GPUs)")
-        else:
-            settings["num_processes"] = Setting("num_processes", 1, "default")
+        seen = "no GPU visible" if count == 0 else f"{count} visible GPU{'s' if count > 1 else ''}"
+        settings["num_processes"] = Setting("num_processes", max(count, 1), f"default ({seen})")
 
 
 def _resolve_endpoint(

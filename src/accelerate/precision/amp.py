@@ -58,9 +58,9 @@ class Precision:
         self.mode = check_mixed_precision(mode, origin=f"Precision(mode={str(mode)!r})")
         self.device = device
         self.autocast_kwargs = autocast_kwargs or AutocastKwargs()
-        self.dtype: torch.dtype | None = _DTYPES.get(mode)
+        self.dtype: torch.dtype | None = _DTYPES.get(self.mode)
         self.scaler: torch.amp.GradScaler | None = None
-        if mode == "fp16":
+        if self.mode == PrecisionType.FP16.value:
             kwargs = (scaler_kwargs or GradScalerKwargs()).to_kwargs()
             self.scaler = torch.amp.GradScaler(device.type, **kwargs)
         self._unscaled: set[int] = set()  # optimizers unscaled since the last scale update
