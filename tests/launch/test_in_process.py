@@ -10,7 +10,7 @@ import pytest
 
 from accelerate.launch.checks import LaunchError
 from accelerate.launch.in_process import LaunchedProcessError, debug_launcher, notebook_launcher
-from tests.helpers.pool import free_port
+from tests.commands.helpers import reserved_port
 
 
 def train(out: str) -> None:
@@ -56,9 +56,10 @@ def test_notebook_launcher_trains_on_two_processes(tmp_path: Path) -> None:
     import signal
 
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    notebook_launcher(
-        train, (str(tmp_path),), num_processes=2, mixed_precision="bf16", use_port=str(free_port())
-    )
+    with reserved_port() as port:
+        notebook_launcher(
+            train, (str(tmp_path),), num_processes=2, mixed_precision="bf16", use_port=str(port)
+        )
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert [r["world"] for r in ranks] == [2, 2]
     assert ranks[0]["params"] == ranks[1]["params"]  # DDP kept the replicas identical
