@@ -1,4 +1,5 @@
-"""Configuration dataclasses users pass to the Accelerator: kwargs handlers and plugins.
+"""Configuration dataclasses users pass to the Accelerator: kwargs handlers and plugins, and the
+mixed-precision vocabulary (:class:`PrecisionType`, :func:`check_mixed_precision`).
 
 Pure data: nothing here reads ``os.environ`` or imports torch at module import.
 """
@@ -8,7 +9,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field, fields
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Any
+
+from accelerate.utils.errors import NotAvailableYetError
 
 
 class KwargsHandler:
@@ -242,7 +245,54 @@ class DynamoPlugin:
         return kwargs
 
 
-MixedPrecision = Literal["no", "fp16", "bf16"]
+# --- the mixed-precision vocabulary, defined once ------------------------------------------------
+# Every other place (the config-file schema, the CLI's choices, the launcher's checks,
+# notebook_launcher, the Accelerator, Precision) derives its list from PrecisionType and validates
+# through check_mixed_precision. Torch-free, so the CLI can use it at start-up.
+class PrecisionType(str, enum.Enum):
+    """The mixed-precision modes a config file, a flag or ``Accelerator(mixed_precision=...)`` may name."""
+
+    NO = "no"
+    FP16 = "fp16"
+    BF16 = "bf16"
+    FP8 = "fp8"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# Every spelling the config-file schema and `accelerate launch --mixed_precision` accept. fp8 is in it
+# so a config written for upstream loads and then gets the "not available yet" error, not "unknown".
+MIXED_PRECISION_MODES: tuple[str, ...] = tuple(mode.value for mode in PrecisionType)
+# The modes this release can run (what `accelerate config` offers).
+AVAILABLE_MIXED_PRECISION_MODES: tuple[str, ...] = tuple(
+    mode.value for mode in PrecisionType if mode is not PrecisionType.FP8
+)
+
+
+def check_mixed_precision(value: object, *, origin: str = "mixed_precision") -> str:
+    """Returns ``value`` as one of :data:`AVAILABLE_MIXED_PRECISION_MODES` (lower-cased), or raises.
+
+    Args:
+        value: a mode name or :class:`PrecisionType` member; ``None`` means ``"no"``.
+        origin: how the messages name where the value came from, e.g.
+            ``"mixed_precision=fp8 (from flag --mixed_precision)"`` or ``"Accelerator(mixed_precision=...)"``.
+
+    Raises:
+        NotAvailableYetError: fp8, which this release does not run yet.
+        ValueError: any other name.
+    """
+    mode = "no" if value is None else str(value.value if isinstance(value, PrecisionType) else value).lower()
+    if mode == PrecisionType.FP8.value:
+        raise NotAvailableYetError(
+            f"{origin}: fp8 mixed precision is not available in this version of accelerate yet; use bf16 or fp16."
+        )
+    if mode not in AVAILABLE_MIXED_PRECISION_MODES:
+        raise ValueError(
+            f"{origin}: {value!r} is not a mixed-precision mode; use one of "
+            f"{', '.join(repr(m) for m in AVAILABLE_MIXED_PRECISION_MODES)}."
+        )
+    return mode
 
 
 class _UnavailablePlugin:
