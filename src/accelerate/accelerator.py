@@ -28,12 +28,13 @@ from accelerate.utils.dataclasses import (
     AutocastKwargs,
     DataLoaderConfiguration,
     DistributedDataParallelKwargs,
-    DynamoPlugin,
     GradientAccumulationPlugin,
     GradScalerKwargs,
     InitProcessGroupKwargs,
     KwargsHandler,
+    ProfileKwargs,
     ProjectConfiguration,
+    TorchDynamoPlugin,
     collect_kwargs_handlers,
 )
 from accelerate.utils.memory import release_memory
@@ -72,7 +73,7 @@ class Accelerator(AcceleratorFacts):
         step_scheduler_with_optimizer: bool = True,
         kwargs_handlers: Sequence[KwargsHandler] | None = None,
         dynamo_backend: str | None = None,
-        dynamo_plugin: DynamoPlugin | None = None,
+        dynamo_plugin: TorchDynamoPlugin | None = None,
         deepspeed_plugins: Any = None,
         parallelism_config: Any = None,
         even_batches: bool | None = None,
@@ -134,13 +135,10 @@ class Accelerator(AcceleratorFacts):
         self.device_placement = device_placement
         self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
         self.rng_types = list(rng_types) if rng_types is not None else ["generator"]
-        self.dynamo_plugin = dynamo_plugin or DynamoPlugin(
-            backend=dynamo_backend or launch.dynamo_backend or "no",
-            mode=launch.dynamo_mode,
-            fullgraph=bool(launch.dynamo_use_fullgraph),
-            dynamic=launch.dynamo_use_dynamic,
-        )
-        self.state.dynamo_backend = self.dynamo_plugin.backend
+        self.dynamo_plugin = _dynamo_plugin(dynamo_plugin, dynamo_backend, launch)
+        self.state.dynamo_plugin = self.dynamo_plugin
+        self.state.dynamo_backend = str(self.dynamo_plugin.backend)
+        self.profile_handler: ProfileKwargs | None = handlers.get(ProfileKwargs)
 
         if project_config is not None and project_dir is not None:
             raise ValueError(
@@ -189,7 +187,7 @@ class Accelerator(AcceleratorFacts):
             model = model.to(self.device) if place else model
         else:
             model = self.strategy.setup_module(model, device_placement=place)
-        if self.dynamo_plugin.backend.lower() != "no":
+        if self.dynamo_plugin.enabled:
             model = torch.compile(model, **self.dynamo_plugin.to_kwargs())  # type: ignore[assignment]
         self._models.append(model)
         return model
@@ -489,6 +487,31 @@ def _accumulation_plugin(
     if not isinstance(steps, int) or steps < 1:
         raise ValueError(f"gradient_accumulation_steps must be an integer >= 1, got {steps!r}")
     return GradientAccumulationPlugin(num_steps=steps)
+
+
+def _dynamo_plugin(plugin: TorchDynamoPlugin | None, backend: str | None, launch: Any) -> TorchDynamoPlugin:
+    """The ``torch.compile`` settings: what the caller set, the launcher's settings for the rest."""
+    if plugin is not None and backend is not None and str(plugin.backend or backend).lower() != backend.lower():
+        raise ValueError(
+            f"Accelerator got dynamo_backend={backend!r} and dynamo_plugin with backend={plugin.backend!r}; "
+            "set the backend in one place (the plugin is preferred)."
+        )
+    plugin = dataclasses.replace(plugin) if plugin is not None else TorchDynamoPlugin()
+    if plugin.use_regional_compilation:
+        from accelerate.utils.errors import NotAvailableYetError
+
+        raise NotAvailableYetError(
+            "TorchDynamoPlugin(use_regional_compilation=True) is not available in this accelerate yet; "
+            "drop it to compile the whole model."
+        )
+    plugin.backend = plugin.backend or backend or launch.dynamo_backend or "no"
+    if plugin.mode is None:
+        plugin.mode = launch.dynamo_mode
+    if plugin.fullgraph is None:
+        plugin.fullgraph = bool(launch.dynamo_use_fullgraph)
+    if plugin.dynamic is None:
+        plugin.dynamic = launch.dynamo_use_dynamic
+    return plugin
 
 
 def _dataloader_config(

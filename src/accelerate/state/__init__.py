@@ -11,6 +11,7 @@ from accelerate.state.distributed_type import ComputeEnvironment, DistributedTyp
 from accelerate.state.environment import ClusterEnvironment, detect_environment
 from accelerate.state.gradient import GradientState, reset_gradient_state
 from accelerate.state.process import PartialState, reset_process_state, split_for_process
+from accelerate.state.shared import ThreadLocalSharedDict, do_nothing, is_initialized
 
 
 def state_is_initialized() -> bool:
@@ -39,6 +40,9 @@ __all__ = [
     "GradientState",
     "PartialState",
     "PrecisionType",
+    "ThreadLocalSharedDict",
+    "do_nothing",
+    "is_initialized",
     "detect_environment",
     "reset_state",
     "split_for_process",

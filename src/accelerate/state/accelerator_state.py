@@ -11,6 +11,7 @@ from typing import Any
 
 from accelerate.state.distributed_type import DistributedType
 from accelerate.state.process import PartialState
+from accelerate.state.shared import SharedStateView
 
 _ACCEL_STATE: AcceleratorState | None = None
 
@@ -22,6 +23,7 @@ _FORWARDED = frozenset(
         "main_process_first", "local_main_process_first", "on_main_process", "on_local_main_process",
         "on_process", "on_local_process", "on_last_process", "print", "split_between_processes",
         "backend", "debug", "environment", "num_processes_per_node", "default_device", "use_cpu",
+        "destroy_process_group", "fork_launched", "set_device",
     }
 )  # fmt: skip
 
@@ -32,6 +34,21 @@ class AcceleratorState:
     _initialized: bool = False
     mixed_precision: str
     distributed_type: DistributedType
+    # Upstream's names for "the shared attributes" and "forget them" (transformers reads both).
+    _shared_state = SharedStateView(lambda: _ACCEL_STATE)
+    # Backends this release does not run: always None here, so `state.fsdp_plugin is None` reads true.
+    deepspeed_plugin: Any = None
+    fsdp_plugin: Any = None
+    torch_tp_plugin: Any = None
+    megatron_lm_plugin: Any = None
+    is_fsdp2: bool = False
+
+    @classmethod
+    def _reset_state(cls, reset_partial_state: bool = False) -> None:
+        """Forgets this state (and the PartialState with ``reset_partial_state``); the group survives."""
+        reset_accelerator_state()
+        if reset_partial_state:
+            PartialState._reset_state()
 
     def __new__(cls, *args: Any, **kwargs: Any) -> AcceleratorState:
         global _ACCEL_STATE
@@ -43,10 +60,26 @@ class AcceleratorState:
         self,
         mixed_precision: str | None = None,
         cpu: bool = False,
+        dynamo_plugin: Any = None,
+        deepspeed_plugin: Any = None,
+        fsdp_plugin: Any = None,
+        torch_tp_plugin: Any = None,
+        megatron_lm_plugin: Any = None,
+        parallelism_config: Any = None,
+        _from_accelerator: bool = False,
         *,
         distributed_type: DistributedType | None = None,
         **partial_kwargs: Any,
     ) -> None:
+        from accelerate.backends.resolve import check_unavailable
+
+        check_unavailable(
+            deepspeed_plugin=deepspeed_plugin,
+            fsdp_plugin=fsdp_plugin,
+            megatron_lm_plugin=megatron_lm_plugin,
+            torch_tp_plugin=torch_tp_plugin,
+            parallelism_config=parallelism_config,
+        )
         if self._initialized:
             if mixed_precision is not None and mixed_precision != self.mixed_precision:
                 raise ValueError(
@@ -59,12 +92,29 @@ class AcceleratorState:
         self.partial_state = PartialState(cpu, **partial_kwargs)
         self.mixed_precision = mixed_precision or "no"
         self.distributed_type = distributed_type or self.partial_state.distributed_type
-        self.dynamo_backend = "no"
+        self.dynamo_plugin = dynamo_plugin
+        self.dynamo_backend = "no" if dynamo_plugin is None else dynamo_plugin.backend
+        self.parallelism_config = parallelism_config
+        self.device_mesh: Any = None
         self._initialized = True
 
     @property
     def initialized(self) -> bool:
         return self._initialized
+
+    @property
+    def deepspeed_plugins(self) -> dict[str, Any] | None:
+        return None
+
+    def get_deepspeed_plugin(self, name: str) -> Any:
+        from accelerate.utils.deepspeed import deepspeed_unavailable
+
+        raise deepspeed_unavailable(f"AcceleratorState.get_deepspeed_plugin({name!r})")
+
+    def select_deepspeed_plugin(self, name: str | None = None) -> None:
+        from accelerate.utils.deepspeed import deepspeed_unavailable
+
+        raise deepspeed_unavailable(f"AcceleratorState.select_deepspeed_plugin({name!r})")
 
     def __getattr__(self, name: str) -> Any:
         if name in _FORWARDED and "partial_state" in self.__dict__:

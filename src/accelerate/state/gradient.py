@@ -23,6 +23,11 @@ class GradientState:
 
     _initialized: bool = False
 
+    @classmethod
+    def _reset_state(cls) -> None:
+        """Upstream's name for "forget the shared object" (tests and notebooks)."""
+        reset_gradient_state()
+
     def __new__(cls, *args: Any, **kwargs: Any) -> GradientState:
         global _GRADIENT_STATE
         if _GRADIENT_STATE is None:

@@ -20,6 +20,7 @@ import torch.distributed as dist
 from accelerate.config.env import read_launch_env
 from accelerate.state.distributed_type import DistributedType
 from accelerate.state.environment import ClusterEnvironment, detect_environment
+from accelerate.state.shared import SharedStateView, fork_launched, set_device
 from accelerate.utils.collectives import check_arrival
 from accelerate.utils.comm import bind_communicator, make_communicator
 
@@ -67,6 +68,12 @@ class PartialState:
     """
 
     _initialized: bool = False
+    # Upstream's names for "the shared attributes" and "forget them" (transformers reads both).
+    _shared_state = SharedStateView(lambda: _STATE)
+
+    @classmethod
+    def _reset_state(cls) -> None:
+        reset_process_state()
 
     def __new__(cls, *args: Any, **kwargs: Any) -> PartialState:
         global _STATE
@@ -192,6 +199,15 @@ class PartialState:
     def default_device(self) -> torch.device:
         return self.device
 
+    @property
+    def fork_launched(self) -> bool:
+        """True when a launcher started this process by ``fork`` (notebook_launcher/debug_launcher)."""
+        return fork_launched()
+
+    def set_device(self) -> None:
+        """Makes this process's device the current one of its backend (done at creation already)."""
+        set_device(self.device)
+
     def __repr__(self) -> str:
         return (
             f"Distributed environment: {self.distributed_type}{'  Backend: ' + self.backend if self.backend else ''}\n"
@@ -283,8 +299,11 @@ class PartialState:
         """
         yield split_for_process(inputs, self.num_processes, self.process_index, apply_padding)
 
-    def destroy_process_group(self) -> None:
+    def destroy_process_group(self, group: Any = None) -> None:
         """Tears the process group down (safe to call more than once)."""
+        if group is not None:  # a subgroup the caller made: only that one goes
+            dist.destroy_process_group(group)
+            return
         if dist.is_available() and dist.is_initialized():
             dist.destroy_process_group()
 

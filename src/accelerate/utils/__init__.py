@@ -122,6 +122,29 @@ _register(
 _register("accelerate.utils.ao", "convert_model_to_fp8_ao", "filter_first_and_last_linear_layers", "has_ao_layers")
 _register("accelerate.utils.torch_xla", "install_xla")
 
+# Transformers' Trainer path (issue 10): dataclasses, FSDP/DeepSpeed faces, launch helpers, modeling helpers.
+_register(
+    "accelerate.utils.dataclasses",
+    "BaseEnum", "DeepSpeedSequenceParallelConfig", "DynamoBackend", "EnumWithContains", "LoggerType",
+    "ProfileKwargs", "ProfilerActivity", "RNGType",
+    "SageMakerDistributedType", "TorchContextParallelConfig", "TorchDynamoPlugin", "TorchTensorParallelConfig",
+    "TorchTensorParallelPlugin", "get_module_class_from_name",
+)  # fmt: skip
+_register("accelerate.state.parallelism", "ParallelismConfig")
+_register(
+    "accelerate.utils.fsdp_utils",
+    "disable_fsdp_ram_efficient_loading", "enable_fsdp_ram_efficient_loading", "ensure_weights_retied",
+    "fsdp2_apply_ac", "fsdp2_canonicalize_names", "fsdp2_load_full_state_dict", "fsdp2_prepare_auto_wrap_policy",
+    "fsdp2_prepare_model", "fsdp2_switch_optimizer_parameters", "get_fsdp2_grad_scaler",
+    "get_parameters_from_modules", "load_fsdp_model", "load_fsdp_optimizer", "merge_fsdp_weights",
+    "save_fsdp_model", "save_fsdp_optimizer",
+)  # fmt: skip
+_register(
+    "accelerate.utils.deepspeed",
+    "DeepSpeedEngineWrapper", "DeepSpeedOptimizerWrapper", "DeepSpeedSchedulerWrapper", "DummyOptim",
+    "DummyScheduler", "HfDeepSpeedConfig", "get_active_deepspeed_plugin", "map_pytorch_optim_to_deepspeed",
+)  # fmt: skip
+
 __all__ = sorted(_LAZY)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field, fields
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 from accelerate.utils.errors import NotAvailableYetError
 
@@ -227,22 +227,248 @@ class ProjectConfiguration:
             raise ValueError(f"ProjectConfiguration(total_limit={self.total_limit}) must be >= 1 or None")
 
 
-@dataclass
-class DynamoPlugin:
-    """``torch.compile`` settings (backend ``"no"`` disables compilation)."""
+class EnumWithContains(enum.EnumMeta):
+    """Enum metaclass whose ``in`` also accepts a member's value: ``"fp16" in PrecisionType``."""
 
-    backend: str = "no"
+    def __contains__(cls, item: object) -> bool:
+        if isinstance(item, enum.Enum):
+            return type(item) is cls
+        return any(item == member.value for member in cls)  # type: ignore[var-annotated]
+
+
+class BaseEnum(enum.Enum, metaclass=EnumWithContains):
+    """An enum whose ``str()`` is its value and whose ``list()`` names every value."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    @classmethod
+    def list(cls) -> list[Any]:
+        return [member.value for member in cls]
+
+
+class DynamoBackend(str, BaseEnum):
+    """The ``torch.compile`` backends a config file or ``--dynamo_backend`` may name (upper-case values)."""
+
+    NO = "NO"
+    EAGER = "EAGER"
+    AOT_EAGER = "AOT_EAGER"
+    INDUCTOR = "INDUCTOR"
+    AOT_TS_NVFUSER = "AOT_TS_NVFUSER"
+    NVPRIMS_NVFUSER = "NVPRIMS_NVFUSER"
+    CUDAGRAPHS = "CUDAGRAPHS"
+    OFI = "OFI"
+    FX2TRT = "FX2TRT"
+    ONNXRT = "ONNXRT"
+    TENSORRT = "TENSORRT"
+    AOT_TORCHXLA_TRACE_ONCE = "AOT_TORCHXLA_TRACE_ONCE"
+    TORCHXLA_TRACE_ONCE = "TORCHXLA_TRACE_ONCE"
+    IPEX = "IPEX"
+    TVM = "TVM"
+    HPU_BACKEND = "HPU_BACKEND"
+
+
+class LoggerType(str, BaseEnum):
+    """The experiment trackers ``Accelerator(log_with=...)`` can name."""
+
+    ALL = "all"
+    AIM = "aim"
+    TENSORBOARD = "tensorboard"
+    WANDB = "wandb"
+    COMETML = "comet_ml"
+    MLFLOW = "mlflow"
+    CLEARML = "clearml"
+    DVCLIVE = "dvclive"
+    SWANLAB = "swanlab"
+    TRACKIO = "trackio"
+
+
+class RNGType(str, BaseEnum):
+    """The random-number generators a prepared dataloader can synchronise (``rng_types=[...]``)."""
+
+    TORCH = "torch"
+    CUDA = "cuda"
+    MLU = "mlu"
+    SDAA = "sdaa"
+    MUSA = "musa"
+    NPU = "npu"
+    XLA = "xla"
+    XPU = "xpu"
+    HPU = "hpu"
+    GENERATOR = "generator"
+
+
+class SageMakerDistributedType(str, enum.Enum):
+    """SageMaker's distribution modes (config-file vocabulary; SageMaker launching is not available)."""
+
+    NO = "NO"
+    DATA_PARALLEL = "DATA_PARALLEL"
+    MODEL_PARALLEL = "MODEL_PARALLEL"
+
+
+@dataclass
+class TorchDynamoPlugin(KwargsHandler):
+    """``torch.compile`` settings for the models ``prepare`` returns.
+
+    ``backend=None`` (and ``mode``/``fullgraph``/``dynamic`` left at None) defer to the launcher's
+    settings (``accelerate launch --dynamo_backend ...``); with none given the model is not compiled.
+    ``"no"`` disables compilation. ``options`` and ``disable`` go to ``torch.compile`` as they are.
+
+    Example:
+        >>> Accelerator(dynamo_plugin=TorchDynamoPlugin(backend="inductor", mode="reduce-overhead"))
+    """
+
+    backend: DynamoBackend | str | None = None
     mode: str | None = None
-    fullgraph: bool = False
+    fullgraph: bool | None = None
     dynamic: bool | None = None
+    options: Any = None
+    disable: bool = False
+    use_regional_compilation: bool | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.backend is not None and str(self.backend).lower() != "no"
 
     def to_kwargs(self) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {"backend": self.backend.lower(), "fullgraph": self.fullgraph}
-        if self.mode is not None:
-            kwargs["mode"] = self.mode
-        if self.dynamic is not None:
-            kwargs["dynamic"] = self.dynamic
+        """The ``torch.compile`` keyword arguments (only those set)."""
+        kwargs: dict[str, Any] = {"backend": str(self.backend or "no").lower()}
+        for name in ("mode", "fullgraph", "dynamic", "options"):
+            value = getattr(self, name)
+            if value is not None:
+                kwargs[name] = value
+        if self.disable:
+            kwargs["disable"] = True
         return kwargs
+
+
+# The name this package used before upstream's; kept so existing code runs.
+DynamoPlugin = TorchDynamoPlugin
+
+
+ProfilerActivity = Literal["cpu", "xpu", "mtia", "cuda", "hpu"]
+
+
+@dataclass
+class ProfileKwargs(KwargsHandler):
+    """Settings of ``torch.profiler.profile`` for :meth:`Accelerator.profile`.
+
+    Args:
+        activities: what to record: any of ``"cpu"``, ``"cuda"``, ``"xpu"``, ``"mtia"``, ``"hpu"``
+            (default: what torch records by default).
+        schedule_option: a ``torch.profiler.schedule``'s arguments (``wait``, ``warmup``, ``active``,
+            ``repeat``, ``skip_first``); call ``prof.step()`` once per step to advance it.
+        on_trace_ready: called with the profiler when a scheduled cycle (or the block) ends.
+        record_shapes, profile_memory, with_stack, with_flops, with_modules: passed through.
+        output_trace_dir: where each process writes its Chrome trace, ``profile_{rank}.json``.
+
+    Example:
+        >>> with accelerator.profile(ProfileKwargs(activities=["cpu"], record_shapes=True)) as prof:
+        ...     model(x)
+        >>> print(prof.key_averages().table())
+    """
+
+    activities: list[ProfilerActivity] | None = None
+    schedule_option: dict[str, int] | None = None
+    on_trace_ready: Any = None
+    record_shapes: bool = False
+    profile_memory: bool = False
+    with_stack: bool = False
+    with_flops: bool = False
+    with_modules: bool = False
+    output_trace_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        allowed = ("cpu", "xpu", "mtia", "cuda", "hpu")
+        for activity in self.activities or ():
+            if activity not in allowed:
+                raise ValueError(
+                    f"ProfileKwargs(activities=[..., {activity!r}, ...]): each activity must be one of "
+                    f"{', '.join(map(repr, allowed))}."
+                )
+        schedule_keys = {"wait", "warmup", "active", "repeat", "skip_first"}
+        unknown = set(self.schedule_option or {}) - schedule_keys
+        if unknown:
+            raise ValueError(
+                f"ProfileKwargs(schedule_option=...) has unknown keys {sorted(unknown)}; use "
+                f"{sorted(schedule_keys)} (torch.profiler.schedule's arguments)."
+            )
+
+    def build(self) -> Any:
+        """A ``torch.profiler.profile`` object with these settings (enter it to record)."""
+        import torch.profiler as profiler
+
+        kwargs: dict[str, Any] = {
+            "record_shapes": self.record_shapes,
+            "profile_memory": self.profile_memory,
+            "with_stack": self.with_stack,
+            "with_flops": self.with_flops,
+            "with_modules": self.with_modules,
+        }
+        if self.activities is not None:
+            kwargs["activities"] = [getattr(profiler.ProfilerActivity, name.upper()) for name in self.activities]
+        if self.schedule_option is not None:
+            kwargs["schedule"] = profiler.schedule(**self.schedule_option)
+        if self.on_trace_ready is not None:
+            kwargs["on_trace_ready"] = self.on_trace_ready
+        return profiler.profile(**kwargs)
+
+
+@dataclass
+class TorchTensorParallelConfig:
+    """Tensor-parallel options (``ParallelismConfig(tp_handler=...)``); TP is not available yet."""
+
+    enable_async_tp: bool = False
+
+
+@dataclass
+class TorchContextParallelConfig:
+    """Context-parallel options (``ParallelismConfig(cp_handler=...)``); CP is not available yet."""
+
+    cp_comm_strategy: Literal["allgather", "alltoall"] | None = None
+
+    def __post_init__(self) -> None:
+        if self.cp_comm_strategy is None:
+            self.cp_comm_strategy = "allgather"
+        if self.cp_comm_strategy not in ("allgather", "alltoall"):
+            raise ValueError(
+                f"TorchContextParallelConfig(cp_comm_strategy={self.cp_comm_strategy!r}) must be "
+                "'allgather' or 'alltoall'."
+            )
+
+
+@dataclass
+class DeepSpeedSequenceParallelConfig:
+    """DeepSpeed-Ulysses sequence-parallel options (``ParallelismConfig(sp_handler=...)``)."""
+
+    sp_seq_length: int | None = None
+    sp_seq_length_is_variable: bool | None = None
+    sp_attn_implementation: str | None = None
+
+
+@dataclass
+class TorchTensorParallelPlugin:
+    """The older tensor-parallel plugin (``Accelerator(torch_tp_plugin=...)``); TP is not available yet,
+    so the Accelerator refuses it with that error. Constructing one works (a script still imports)."""
+
+    tp_size: int = 1
+    torch_device_mesh: Any = None
+
+
+def get_module_class_from_name(module: Any, name: str) -> type | None:
+    """The class named ``name`` among ``module`` and its submodules (first found, depth first), or None.
+
+    Example:
+        >>> get_module_class_from_name(bert, "BertLayer")
+        <class 'transformers.models.bert.modeling_bert.BertLayer'>
+    """
+    if type(module).__name__ == name:
+        return type(module)
+    for child in module.children():
+        found = get_module_class_from_name(child, name)
+        if found is not None:
+            return found
+    return None
 
 
 # --- the mixed-precision vocabulary, defined once ------------------------------------------------
@@ -323,6 +549,7 @@ class FullyShardedDataParallelPlugin(_UnavailablePlugin):
 
 
 _HANDLER_TYPES: tuple[type, ...] = (
+    ProfileKwargs,
     DistributedDataParallelKwargs,
     GradScalerKwargs,
     AutocastKwargs,
@@ -374,3 +601,20 @@ from accelerate.utils.hardware_dataclasses import (  # noqa: E402, F401  (re-exp
     parse_llama_config,
     parse_t5_config,
 )
+
+# Defined with the process state or the big-model sizes (which import torch); loaded on first use so
+# this module stays torch-free.
+_ELSEWHERE = {
+    "DistributedType": "accelerate.state.distributed_type",
+    "ComputeEnvironment": "accelerate.state.distributed_type",
+    "CustomDtype": "accelerate.big_modeling.sizes",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _ELSEWHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

@@ -1,0 +1,70 @@
+"""transformers' Trainer as a real client, unchanged: it trains, evaluates, saves, and resumes.
+
+A tiny BERT built from a config on synthetic data (no Hub), in bf16 with gradient accumulation, in
+one process and in two (``accelerate launch --cpu --num_processes 2``). In each, a fresh Trainer
+resumed from the uninterrupted run's ``checkpoint-2`` must end exactly where that run ended.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.commands.helpers import REPO, accelerate_cmd, cli_env, reserved_port
+
+pytest.importorskip("transformers")
+
+SCRIPT = "tests/clients/trainer_run.py"
+ARGS = ("4", "--bf16", "--accumulation", "2")
+
+
+def _report(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    # This checkout's sources and the repository root (for tests.*); no Hub access.
+    return cli_env(
+        tmp_path / "hf_home", PYTHONPATH=f"{REPO / 'src'}:{REPO}", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1"
+    )
+
+
+def _check(report: dict[str, Any], world_size: int) -> None:
+    full, resumed = report["full"], report["resumed"]
+    assert full["world_size"] == world_size
+    assert full["mixed_precision"] == "bf16"
+    assert full["distributed_type"] == ("NO" if world_size == 1 else "MULTI_CPU")
+    assert full["global_step"] == resumed["global_step"] == 4
+    assert full["checkpoints"] == ["checkpoint-2", "checkpoint-4"]
+    assert "model.safetensors" in full["final_files"] and "config.json" in full["final_files"]
+    # The loss fell and was logged once per optimizer step.
+    assert len(full["losses"]) == 4 and full["losses"][-1] < full["losses"][0]
+    # Resumed from checkpoint-2: the same later losses, parameters and evaluation, bit for bit.
+    assert resumed["losses"] == full["losses"]
+    assert resumed["params"] == full["params"]
+    assert resumed["eval_loss"] == full["eval_loss"]
+    assert resumed["checkpoints"] == ["checkpoint-4"]
+
+
+def test_trainer_one_process(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, SCRIPT, str(tmp_path), *ARGS],
+        cwd=REPO, env=_env(tmp_path), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    _check(_report(proc), world_size=1)
+
+
+def test_trainer_two_processes_through_accelerate_launch(tmp_path: Path) -> None:
+    with reserved_port() as port:
+        proc = subprocess.run(
+            accelerate_cmd("launch", "--cpu", "--num_processes", "2", "--main_process_port", str(port), SCRIPT,
+                           str(tmp_path), *ARGS),
+            cwd=REPO, env=_env(tmp_path), capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+    _check(_report(proc), world_size=2)
