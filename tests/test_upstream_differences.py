@@ -86,7 +86,8 @@ def test_distributed_type_str_and_members_match_upstream() -> None:
         assert DistributedType[name].value == name
 
 
-@pytest.mark.parametrize("argument", ["torch_tp_plugin", "deepspeed_plugins", "parallelism_config"])
+# parallelism_config runs plain data parallelism now: tests/state/test_parallelism.py.
+@pytest.mark.parametrize("argument", ["torch_tp_plugin", "deepspeed_plugins"])
 def test_newer_accelerator_arguments_are_accepted_and_refused_clearly_when_set(argument: str) -> None:
     assert argument in inspect.signature(Accelerator).parameters
     Accelerator(**{argument: None})

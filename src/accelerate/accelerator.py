@@ -23,6 +23,8 @@ from accelerate.optimizer import AcceleratedOptimizer
 from accelerate.precision.amp import Precision
 from accelerate.scheduler import AcceleratedScheduler
 from accelerate.state import AcceleratorState, GradientState, PartialState
+from accelerate.state.parallelism import ParallelismConfig, device_mesh_for
+from accelerate.state.trigger import ProcessTrigger
 from accelerate.utils import collectives
 from accelerate.utils.dataclasses import (
     AutocastKwargs,
@@ -75,7 +77,7 @@ class Accelerator(AcceleratorFacts):
         dynamo_backend: str | None = None,
         dynamo_plugin: TorchDynamoPlugin | None = None,
         deepspeed_plugins: Any = None,
-        parallelism_config: Any = None,
+        parallelism_config: ParallelismConfig | None = None,
         even_batches: bool | None = None,
         use_seedable_sampler: bool | None = None,
         dispatch_batches: bool | None = None,
@@ -146,6 +148,11 @@ class Accelerator(AcceleratorFacts):
                 "ProjectConfiguration(project_dir=...) and pass only project_config."
             )
         self.project_configuration = project_config or ProjectConfiguration(project_dir=project_dir)
+        # Plain data parallelism only (checked above); the mesh is a 1-D one over the process group.
+        self.parallelism_config = parallelism_config
+        self.state.parallelism_config = parallelism_config
+        self.state.device_mesh = device_mesh_for(parallelism_config, partial.num_processes, partial.device.type)
+        self._trigger = ProcessTrigger(partial.device)
 
         self.step = 0  # micro-step counter for gradient accumulation
         self._models: list[torch.nn.Module] = []
@@ -315,11 +322,44 @@ class Accelerator(AcceleratorFacts):
         self._unscale_for_clipping()
         self.strategy.clip_grad_value_(_as_list(parameters), clip_value)
 
+    def unscale_gradients(self, optimizer: Any = None) -> None:
+        """Unscales fp16 gradients now (of ``optimizer``, a list of them, or every prepared one), once per step."""
+        if optimizer is None:
+            optimizers: list[Any] = list(self._optimizers)
+        else:
+            optimizers = list(optimizer) if isinstance(optimizer, list | tuple) else [optimizer]
+        for opt in optimizers:
+            self.precision.unscale(opt.optimizer if isinstance(opt, AcceleratedOptimizer) else opt)
+
     def autocast(
         self, autocast_handler: AutocastKwargs | None = None
     ) -> contextlib.AbstractContextManager[Any]:
         """Mixed-precision autocast for code outside the prepared model (a null context without it)."""
         return self.precision.autocast(autocast_handler)
+
+    def profile(self, profile_handler: ProfileKwargs | None = None) -> contextlib.AbstractContextManager[Any]:
+        """``torch.profiler`` around the block (settings: the argument, else the Accelerator's ProfileKwargs)."""
+        from accelerate.profiling import profile
+
+        return profile(profile_handler or self.profile_handler, self.process_index)
+
+    def join_uneven_inputs(
+        self, joinables: Sequence[Any], even_batches: bool | None = None
+    ) -> contextlib.AbstractContextManager[None]:
+        """Lets processes with fewer batches finish early without hanging the others' DDP all-reduce."""
+        from accelerate.backends.join import join_uneven_inputs
+
+        return join_uneven_inputs(
+            joinables, dataloaders=self._dataloaders, distributed=self.use_distributed, even_batches=even_batches
+        )
+
+    def set_trigger(self) -> None:
+        """Raises a flag on this process that :meth:`check_trigger` reports on every process."""
+        self._trigger.set()
+
+    def check_trigger(self) -> bool:
+        """True on every process if any process called :meth:`set_trigger` since the last check (a collective)."""
+        return self._trigger.check()
 
     # ------------------------------------------------------------------ collectives
     def gather(self, tensor: Any) -> Any:

@@ -12,11 +12,21 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from accelerate.state.distributed_type import DistributedType
+from accelerate.utils.errors import requires_hardware
+from accelerate.utils.hardware_dataclasses import FP8BackendType
+
+_MULTI_DEVICE = frozenset(
+    {
+        DistributedType.MULTI_GPU, DistributedType.MULTI_XPU, DistributedType.MULTI_NPU, DistributedType.MULTI_MLU, DistributedType.MULTI_SDAA, DistributedType.MULTI_MUSA,
+        DistributedType.MULTI_HPU, DistributedType.MULTI_NEURON,
+    }
+)  # fmt: skip
 
 if TYPE_CHECKING:
     from accelerate.optimizer import AcceleratedOptimizer
     from accelerate.precision.amp import Precision
     from accelerate.state import AcceleratorState, GradientState, PartialState
+    from accelerate.state.trigger import ProcessTrigger
     from accelerate.utils.dataclasses import DataLoaderConfiguration, ProjectConfiguration
 
 
@@ -30,6 +40,7 @@ class AcceleratorFacts:
     dataloader_config: DataLoaderConfiguration
     project_configuration: ProjectConfiguration
     _optimizers: list[AcceleratedOptimizer]
+    _trigger: ProcessTrigger
 
     # ------------------------------------------------------------------ facts about the run
     @property
@@ -136,6 +147,103 @@ class AcceleratorFacts:
     def optimizer_step_was_skipped(self) -> bool:
         """True when the last optimizer step was skipped (fp16 overflow)."""
         return any(opt.step_was_skipped for opt in self._optimizers)
+
+    @property
+    def use_stateful_dataloader(self) -> bool:
+        return self.dataloader_config.use_stateful_dataloader
+
+    @property
+    def multi_device(self) -> bool:
+        """True when several processes train on accelerator devices (GPUs, XPUs, ...); False for CPU processes."""
+        return self.distributed_type in _MULTI_DEVICE
+
+    @property
+    def should_save_model(self) -> bool:
+        """Whether this process writes model files: always here (every backend this release runs can)."""
+        return True
+
+    # ------------------------------------------------------------------ parallelism (data parallel only)
+    @property
+    def torch_device_mesh(self) -> Any:
+        """The device mesh built from ``parallelism_config`` (None without one, or in one process)."""
+        return self.state.device_mesh
+
+    @property
+    def data_parallel_rank(self) -> int:
+        """This process's index among the data-parallel replicas: every process is one here."""
+        return self.partial_state.process_index
+
+    @property
+    def data_parallel_shard_rank(self) -> int:
+        return 0  # no sharded data parallelism (FSDP) in this release
+
+    @property
+    def context_parallel_rank(self) -> int:
+        return 0
+
+    @property
+    def tensor_parallel_rank(self) -> int:
+        return 0
+
+    @property
+    def pipeline_parallel_rank(self) -> int:
+        return 0
+
+    @property
+    def is_composable_parallelism_enabled(self) -> bool:
+        return False  # composing FSDP with TP/CP needs backends this release does not have yet
+
+    @property
+    def is_fsdp2(self) -> bool:
+        return False
+
+    @property
+    def deepspeed_plugin(self) -> Any:
+        return None
+
+    @property
+    def flag_tensor(self) -> torch.Tensor | None:
+        """The :meth:`set_trigger` flag of this process (None when not set)."""
+        return self._trigger.flag_tensor
+
+    # ------------------------------------------------------------------ fp8 and LOMO (not available here)
+    fp8_enabled = False
+    has_fp8_handler = False
+    delayed_fp8_autocast = False
+    has_lomo_optimizer = False
+    fp8_recipe_handler: Any = None
+    te_recipe_handler: Any = None
+    msamp_recipe_handler: Any = None
+    ao_recipe_handler: Any = None
+
+    @property
+    def fp8_backend(self) -> FP8BackendType:
+        return FP8BackendType.NO
+
+    def lomo_backward(self, loss: torch.Tensor, learning_rate: float) -> None:
+        raise requires_hardware(
+            "LOMO optimizers (`Accelerator.lomo_backward`)",
+            "the lomo-optim integration, which this release does not have yet; use accelerator.backward(loss)",
+        )
+
+    # ------------------------------------------------------------------ context / sequence parallel helpers
+    def maybe_context_parallel(
+        self, buffers: Any = None, buffer_seq_dims: Any = None, no_restore_buffers: Any = None
+    ) -> contextlib.AbstractContextManager[None]:
+        """Context parallelism's buffer sharding; without it enabled (always, here) the block runs as it is."""
+        return contextlib.nullcontext()
+
+    def deepspeed_ulysses_dl_adapter(self, dl: Any, model: Any) -> Any:
+        """Sequence parallelism's dataloader adapter; without it enabled (always, here) ``dl`` comes back."""
+        return dl
+
+    def verify_device_map(self, model: torch.nn.Module) -> bool:
+        """True when ``model`` (or a submodule) was dispatched over several devices by a device map."""
+        for module in model.modules():
+            device_map = getattr(module, "hf_device_map", None)
+            if isinstance(device_map, dict) and len(set(device_map.values())) > 1:
+                return True
+        return False
 
     # ------------------------------------------------------------------ process helpers
     def wait_for_everyone(self) -> None:

@@ -45,13 +45,19 @@ def check_unavailable(
         ("fsdp_plugin", fsdp_plugin, "--use_fsdp"),
         ("megatron_lm_plugin", megatron_lm_plugin, "--use_megatron_lm"),
         ("torch_tp_plugin", torch_tp_plugin, "--parallelism_config_tp_size"),
-        ("parallelism_config", parallelism_config, "--parallelism_config_*"),
     ):
         if value is not None:
             raise NotAvailableYetError(
                 f"Accelerator({name}=...) is not available yet in this accelerate ({flag} likewise). "
                 "Remove it to train with DistributedDataParallel, which needs no plugin."
             )
+    check_available = getattr(parallelism_config, "check_available", None)
+    if parallelism_config is not None and check_available is None:
+        raise TypeError(
+            f"Accelerator(parallelism_config=...) needs a ParallelismConfig, got {type(parallelism_config).__name__}."
+        )
+    if check_available is not None:
+        check_available()  # plain data parallelism runs; sharding/TP/CP/SP raise NotAvailableYetError
 
 
 def resolve_strategy(

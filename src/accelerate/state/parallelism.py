@@ -133,14 +133,8 @@ class ParallelismConfig:
         """The dimensions FSDP shards (or replicates, for HSDP) parameters over."""
         return self._enabled("dp_replicate", "dp_shard", "cp")
 
-    # --- the mesh --------------------------------------------------------------------------------
-    def build_device_mesh(self, device_type: str) -> Any:
-        """A ``torch.distributed.DeviceMesh`` over the current process group for this configuration.
-
-        Pure data parallelism gives a 1-D mesh named ``dp_replicate`` (or a trivial one-process mesh).
-        Raises NotAvailableYetError for sharding, context, sequence or tensor parallelism, and
-        ValueError when the degrees do not multiply to the world size.
-        """
+    def check_available(self) -> None:
+        """Raises NotAvailableYetError unless this is plain data parallelism (what this release runs)."""
         unavailable = self._enabled("dp_shard", "cp", "sp", "tp")
         if unavailable:
             sizes = ", ".join(f"{dim}_size={self._size(dim)}" for dim in unavailable)
@@ -149,6 +143,16 @@ class ParallelismConfig:
                 "parallelism are not available in this version of accelerate yet. Set only "
                 "dp_replicate_size (plain data parallelism) or leave the config out."
             )
+
+    # --- the mesh --------------------------------------------------------------------------------
+    def build_device_mesh(self, device_type: str) -> Any:
+        """A ``torch.distributed.DeviceMesh`` over the current process group for this configuration.
+
+        Pure data parallelism gives a 1-D mesh named ``dp_replicate`` (or a trivial one-process mesh).
+        Raises NotAvailableYetError for sharding, context, sequence or tensor parallelism, and
+        ValueError when the degrees do not multiply to the world size.
+        """
+        self.check_available()
         import torch.distributed as dist
         from torch.distributed.device_mesh import init_device_mesh
 
@@ -185,3 +189,22 @@ class ParallelismConfig:
         }
         return json.dumps(data, sort_keys=True, default=repr)
 
+
+
+def device_mesh_for(config: ParallelismConfig | None, num_processes: int, device_type: str) -> Any:
+    """The Accelerator's mesh: None without a config or in one process, else the config's mesh.
+
+    A config whose degrees do not multiply to ``num_processes`` is an error naming both.
+    """
+    if config is None:
+        return None
+    config.check_available()
+    if config.total_size != num_processes:
+        raise ValueError(
+            f"ParallelismConfig spans {config.total_size} processes (dp_replicate_size={config.dp_replicate_size}) "
+            f"but this run has {num_processes}. Set dp_replicate_size={num_processes}, or launch "
+            f"{config.total_size} processes."
+        )
+    if num_processes == 1:
+        return None  # one process: no group to build a mesh over, and nothing to split
+    return config.get_device_mesh(device_type)
