@@ -47,6 +47,9 @@ _LAZY: dict[str, str] = {
     "is_rich_available": "accelerate.utils.imports",
     "rich": "accelerate.rich",
     "prepare_pippy": "accelerate.inference",
+    "ParallelismConfig": "accelerate.state.parallelism",
+    "ProfileKwargs": "accelerate.utils.dataclasses",
+    "DDPCommunicationHookType": "accelerate.utils.dataclasses",
 }
 
 __all__ = sorted(_LAZY)

@@ -254,3 +254,24 @@ def run_update(args: argparse.Namespace) -> int:
     else:
         print(f"{location.path} was already in the current schema; rewrote it in the canonical layout.")
     return 0
+
+
+# --- upstream's module-level names (transformers' `transformers env` reads them) -------------------
+def load_config_from_file(config_file: str | None) -> Any:
+    """The launch config in ``config_file`` (None: the default file) as a ``LaunchConfig`` (``.to_dict()``).
+
+    Raises FileNotFoundError when the file (or, with None, the default file) does not exist.
+    """
+    from accelerate.config.config_file import load_config_file
+
+    path = Path(config_file).expanduser() if config_file else _target(None, os.environ)
+    if not path.is_file():
+        raise FileNotFoundError(f"load_config_from_file: no launch config file at {path}; `accelerate config` writes one.")
+    return load_config_file(path)
+
+
+def __getattr__(name: str) -> Any:
+    # Computed on use, so importing this module (the CLI's start-up) reads no environment-dependent path.
+    if name == "default_config_file":
+        return str(_target(None, os.environ))
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

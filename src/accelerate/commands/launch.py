@@ -187,3 +187,18 @@ def make_plan(args: argparse.Namespace, environ: Any, *, quiet: bool | None = No
         no_python=args.no_python,
         environ=environ,
     )
+
+
+# --- upstream's module-level names, for scripts that drive the launcher from Python -----------------
+def launch_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
+    """The ``accelerate launch`` argument parser (added to ``subparsers`` when given)."""
+    if subparsers is None:
+        subparsers = argparse.ArgumentParser(prog="accelerate", allow_abbrev=False).add_subparsers()
+    return add_parser(subparsers)
+
+
+def launch_command(args: argparse.Namespace) -> None:
+    """Runs ``accelerate launch`` with parsed ``args``; a failed launch raises SystemExit with its status."""
+    code = run(args)
+    if code:
+        raise SystemExit(code)

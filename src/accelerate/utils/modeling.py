@@ -36,9 +36,17 @@ _LAZY: dict[str, str] = {
          "get_state_dict_offloaded_model"],
         _BIG + "loading",
     ),
+    **dict.fromkeys(["get_grad_scaler", "get_mixed_precision_context_manager"], "accelerate.precision.helpers"),
 }  # fmt: skip
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
+
+
+def is_peft_model(model: object) -> bool:
+    """True when ``model`` is a PEFT model (a ``peft.PeftModel`` or subclass); peft is not imported."""
+    return any(
+        cls.__name__ == "PeftModel" and cls.__module__.split(".")[0] == "peft" for cls in type(model).__mro__
+    )
 
 ORIGINAL_FORWARD = "_accelerate_original_forward"
 
