@@ -1,0 +1,120 @@
+"""ParallelismConfig: sizes, flags, dimension names, JSON; a data-parallel mesh over the real group;
+every other kind of parallelism refused with the one "not available yet" error."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from accelerate import Accelerator
+from accelerate.parallelism_config import ParallelismConfig
+from accelerate.utils.dataclasses import TorchContextParallelConfig, TorchTensorParallelConfig
+from accelerate.utils.errors import NotAvailableYetError
+from tests.helpers.pool import WorkerPool
+
+
+def test_fields_and_defaults_match_upstream() -> None:
+    names = [f.name for f in dataclasses.fields(ParallelismConfig)]
+    assert names == [
+        "dp_replicate_size", "dp_shard_size", "tp_size", "cp_size", "cp_backend", "sp_size", "sp_backend",
+        "tp_handler", "cp_handler", "sp_handler",
+    ]  # fmt: skip
+    config = ParallelismConfig()
+    assert (config.dp_replicate_size, config.dp_shard_size, config.tp_size, config.cp_size, config.sp_size) == (
+        1, 1, 1, 1, 1,
+    )  # fmt: skip
+    assert config.cp_backend == "torch" and config.sp_backend == "deepspeed"
+    assert config.total_size == 1 and config.active_mesh_dims == [] and config.device_mesh is None
+
+
+def test_sizes_flags_and_dimension_names() -> None:
+    config = ParallelismConfig(dp_replicate_size=2, dp_shard_size=3, tp_size=2, cp_size=2)
+    assert config.total_size == 24
+    assert config.data_parallel_size == 6 and config.non_data_parallel_size == 4
+    assert config.dp_replicate_enabled and config.dp_shard_enabled and config.tp_enabled and config.cp_enabled
+    assert not config.sp_enabled
+    assert config.active_mesh_dims == ["dp_replicate", "dp_shard", "cp", "tp"]
+    assert config.dp_dim_names == ["dp_replicate", "dp_shard"]
+    assert config.non_dp_dim_names == ["cp", "tp"]
+    assert config.dp_shard_cp_dim_names == ["dp_shard", "cp"]
+    assert config.dp_cp_dim_names == ["dp_replicate", "dp_shard", "cp"]
+    assert config.fsdp_dim_names == ["dp_replicate", "dp_shard", "cp"]
+
+
+def test_to_json_round_trips_sizes_and_handlers() -> None:
+    config = ParallelismConfig(
+        dp_replicate_size=2, tp_handler=TorchTensorParallelConfig(enable_async_tp=True),
+        cp_handler=TorchContextParallelConfig(),
+    )  # fmt: skip
+    data = json.loads(config.to_json())
+    assert data["dp_replicate_size"] == 2 and data["tp_size"] == 1
+    assert data["tp_handler"] == {"enable_async_tp": True}
+    assert data["cp_handler"] == {"cp_comm_strategy": "allgather"}
+    assert "device_mesh" not in data
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"tp_size": 0}, "tp_size=0"),
+        ({"dp_shard_size": 1.5}, "dp_shard_size=1.5"),
+        ({"cp_backend": "ring"}, "cp_backend='ring'"),
+        ({"cp_size": 2, "sp_size": 2}, "use one of them"),
+    ],
+)
+def test_invalid_values_are_errors_naming_them(kwargs: dict[str, object], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        ParallelismConfig(**kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("dim", ["dp_shard", "tp", "cp", "sp"])
+def test_other_parallelism_is_not_available_yet(dim: str) -> None:
+    config = ParallelismConfig(**{f"{dim}_size": 2})  # type: ignore[arg-type]
+    with pytest.raises(NotAvailableYetError, match=f"{dim}_size=2"):
+        config.build_device_mesh("cpu")
+    with pytest.raises(NotAvailableYetError, match=f"{dim}_size=2"):
+        Accelerator(cpu=True, parallelism_config=config)
+
+
+def test_one_process_needs_no_mesh_and_checks_the_total() -> None:
+    accelerator = Accelerator(cpu=True, parallelism_config=ParallelismConfig())
+    assert accelerator.parallelism_config is not None and accelerator.torch_device_mesh is None
+    with pytest.raises(ValueError, match="needs a torch.distributed process group"):
+        ParallelismConfig().build_device_mesh("cpu")
+    with pytest.raises(ValueError, match="spans 2 processes .* this run has 1"):
+        ParallelismConfig(dp_replicate_size=2).get_device_mesh("cpu")
+    with pytest.raises(ValueError, match="pass device_type"):
+        ParallelismConfig().get_device_mesh()
+
+
+def test_accelerator_refuses_what_is_not_a_parallelism_config() -> None:
+    with pytest.raises(TypeError, match="needs a ParallelismConfig, got object"):
+        Accelerator(cpu=True, parallelism_config=object())  # type: ignore[arg-type]
+
+
+def _data_parallel_mesh() -> dict[str, object]:
+    accelerator = Accelerator(cpu=True, parallelism_config=ParallelismConfig(dp_replicate_size=2))
+    mesh = accelerator.torch_device_mesh
+    value = torch.tensor([float(accelerator.process_index + 1)])
+    dist.all_reduce(value, group=mesh.get_group("dp_replicate"))
+    return {
+        "names": mesh.mesh_dim_names,
+        "shape": tuple(mesh.shape),
+        "local_rank": mesh.get_local_rank("dp_replicate"),
+        "sum": value.item(),
+        "same_as_state": accelerator.state.device_mesh is mesh,
+        "dp_rank": accelerator.data_parallel_rank,
+    }
+
+
+def test_two_processes_get_a_one_dimensional_data_parallel_mesh(pool2: WorkerPool) -> None:
+    results = pool2.run(_data_parallel_mesh)
+    for rank, result in enumerate(results):
+        assert result == {
+            "names": ("dp_replicate",), "shape": (2,), "local_rank": rank, "sum": 3.0, "same_as_state": True,
+            "dp_rank": rank,
+        }  # fmt: skip

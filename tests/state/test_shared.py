@@ -1,0 +1,115 @@
+"""Upstream's state interface that clients reach for: _shared_state, _reset_state, fork_launched,
+set_device, destroy_process_group(group), ThreadLocalSharedDict, do_nothing, is_initialized."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+
+import torch
+import torch.distributed as dist
+
+from accelerate import Accelerator
+from accelerate.state import (
+    AcceleratorState,
+    GradientState,
+    PartialState,
+    ThreadLocalSharedDict,
+    do_nothing,
+    is_initialized,
+)
+from accelerate.state.shared import fork_launched
+from tests.helpers.pool import WorkerPool
+
+
+def test_shared_state_is_empty_until_the_state_exists() -> None:
+    assert PartialState._shared_state == {}
+    assert AcceleratorState._shared_state == {}
+    state = PartialState(cpu=True)
+    assert PartialState._shared_state["device"] == torch.device("cpu")
+    assert PartialState._shared_state is state.__dict__
+    assert AcceleratorState._shared_state == {}  # no Accelerator yet
+    Accelerator(cpu=True)
+    assert AcceleratorState._shared_state["mixed_precision"] == "no"
+
+
+def test_reset_state_forgets_the_states() -> None:
+    Accelerator(cpu=True, gradient_accumulation_steps=3)
+    AcceleratorState._reset_state()
+    assert AcceleratorState._shared_state == {} and PartialState._shared_state != {}
+    Accelerator(cpu=True, gradient_accumulation_steps=3)
+    AcceleratorState._reset_state(reset_partial_state=True)
+    assert AcceleratorState._shared_state == {} and PartialState._shared_state == {}
+    assert GradientState().num_steps == 3  # GradientState is reset on its own
+    GradientState._reset_state()
+    assert GradientState().num_steps == 1
+    PartialState._reset_state()
+    assert PartialState._shared_state == {}
+
+
+def test_is_initialized_follows_the_accelerator_state() -> None:
+    assert not is_initialized()
+    PartialState(cpu=True)
+    assert not is_initialized()
+    Accelerator(cpu=True)
+    assert is_initialized()
+
+
+def test_do_nothing_takes_anything() -> None:
+    assert do_nothing() is None and do_nothing(1, 2, key="value") is None
+
+
+def test_thread_local_shared_dict() -> None:
+    shared, private = ThreadLocalSharedDict(), ThreadLocalSharedDict(thread_local=True)
+    shared["a"] = private["a"] = 1
+    seen: dict[str, object] = {}
+
+    def other_thread() -> None:
+        seen["shared"] = dict(shared)
+        seen["private"] = dict(private)
+        private["b"] = 2
+
+    thread = threading.Thread(target=other_thread)
+    thread.start()
+    thread.join()
+    assert seen == {"shared": {"a": 1}, "private": {}}
+    assert dict(private) == {"a": 1} and private == {"a": 1}
+    del shared["a"]
+    assert len(shared) == 0 and "a" not in shared
+
+
+def test_set_device_and_fork_launched_in_this_process() -> None:
+    state = PartialState(cpu=True)
+    state.set_device()  # CPU: nothing to select, and no error
+    assert state.fork_launched is False and AcceleratorState(cpu=True).fork_launched is False
+
+
+def _report_fork_launched(queue: multiprocessing.Queue[bool]) -> None:
+    queue.put(fork_launched())
+
+
+def test_fork_launched_is_true_in_a_forked_child() -> None:
+    results = {}
+    for method in ("fork", "spawn"):
+        ctx = multiprocessing.get_context(method)
+        queue = ctx.Queue()
+        process = ctx.Process(target=_report_fork_launched, args=(queue,))
+        process.start()
+        results[method] = queue.get(timeout=60)
+        process.join(timeout=60)
+    assert results == {"fork": True, "spawn": False}
+
+
+def _destroy_a_subgroup() -> tuple[bool, bool]:
+    state = PartialState(cpu=True)
+    group = dist.new_group(ranks=[0, 1])
+    value = torch.ones(1)
+    dist.all_reduce(value, group=group)
+    state.destroy_process_group(group)  # only the subgroup goes
+    still_there = dist.is_initialized()
+    state.wait_for_everyone()
+    return value.item() == 2.0, still_there
+
+
+def test_destroy_process_group_with_a_group_destroys_only_that_group(pool2: WorkerPool) -> None:
+    assert pool2.run(_destroy_a_subgroup) == [(True, True), (True, True)]
