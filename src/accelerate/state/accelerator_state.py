@@ -67,10 +67,11 @@ class AcceleratorState:
         megatron_lm_plugin: Any = None,
         parallelism_config: Any = None,
         _from_accelerator: bool = False,
-        *,
-        distributed_type: DistributedType | None = None,
-        **partial_kwargs: Any,
+        **kwargs: Any,
     ) -> None:
+        # `distributed_type` (ours) overrides what the process state reports; the rest go to PartialState.
+        distributed_type: DistributedType | None = kwargs.pop("distributed_type", None)
+        partial_kwargs = kwargs
         from accelerate.backends.resolve import check_unavailable
 
         check_unavailable(

@@ -22,6 +22,8 @@ class GradientState:
     """
 
     _initialized: bool = False
+    # Set on XLA when gradients were all-reduced in the step; there is no XLA here, so it stays False.
+    is_xla_gradients_synced: bool = False
 
     @classmethod
     def _reset_state(cls) -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from accelerate.optimizer import AcceleratedOptimizer
+from accelerate.scheduler import AcceleratedScheduler
 from accelerate.utils.errors import NotAvailableYetError, hardware_only, requires_hardware
 
 _FEATURE = "DeepSpeed"
@@ -59,14 +61,14 @@ class DeepSpeedEngineWrapper:
 
 
 @_deepspeed
-class DeepSpeedOptimizerWrapper:
+class DeepSpeedOptimizerWrapper(AcceleratedOptimizer):
     """An optimizer whose step the DeepSpeed engine takes."""
 
     def __init__(self, optimizer: Any) -> None: ...
 
 
 @_deepspeed
-class DeepSpeedSchedulerWrapper:
+class DeepSpeedSchedulerWrapper(AcceleratedScheduler):
     """A scheduler whose step the DeepSpeed engine takes."""
 
     def __init__(self, scheduler: Any, optimizers: Any) -> None: ...
