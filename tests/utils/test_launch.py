@@ -1,0 +1,80 @@
+"""accelerate.utils.launch: upstream's launch helpers answered by our launch plan."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from accelerate.commands.launch import launch_command_parser
+from accelerate.utils.errors import NotAvailableYetError
+from accelerate.utils.launch import (
+    PrepareForLaunch,
+    env_var_path_add,
+    prepare_deepspeed_cmd_env,
+    prepare_extend_env_parallelism_config,
+    prepare_multi_gpu_env,
+    prepare_sagemager_args_inputs,
+    prepare_simple_launcher_cmd_env,
+    prepare_tpu,
+    setup_fp8_env,
+)
+
+
+def test_env_var_path_add(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SOME_PATH", "/a::/b")
+    assert env_var_path_add("SOME_PATH", "/c") == "/a:/b:/c"
+    assert os.environ["SOME_PATH"] == "/a::/b"  # returned, not set
+    monkeypatch.delenv("SOME_PATH")
+    assert env_var_path_add("SOME_PATH", "/c") == "/c"
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    # No config file: defaults and flags only.
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    return tmp_path
+
+
+def test_simple_launcher_cmd_env_is_the_launch_plan(home: Path) -> None:
+    args = launch_command_parser().parse_args(["--cpu", "--mixed_precision", "bf16", "train.py", "--lr", "1"])
+    cmd, env = prepare_simple_launcher_cmd_env(args)
+    assert cmd[0] == sys.executable and "train.py" in cmd and cmd[-2:] == ["--lr", "1"]
+    assert env["ACCELERATE_MIXED_PRECISION"] == "bf16" and env["ACCELERATE_USE_CPU"].lower() in {"1", "true"}
+
+
+def test_multi_process_env_and_the_simple_launcher_refusing_it(home: Path) -> None:
+    args = launch_command_parser().parse_args(["--cpu", "--num_processes", "2", "train.py"])
+    env = prepare_multi_gpu_env(args)
+    assert env["ACCELERATE_USE_CPU"].lower() in {"1", "true"}
+    assert prepare_extend_env_parallelism_config(args, env) is env
+    with pytest.raises(ValueError, match="use prepare_multi_gpu_env"):
+        prepare_simple_launcher_cmd_env(args)
+
+
+def test_unavailable_launch_targets_raise_the_one_error() -> None:
+    for call in (
+        lambda: prepare_deepspeed_cmd_env(None),  # type: ignore[arg-type]
+        lambda: prepare_tpu(None, {}),  # type: ignore[arg-type]
+        lambda: prepare_sagemager_args_inputs(None, None),  # type: ignore[arg-type]
+        lambda: setup_fp8_env(None, {}),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(NotAvailableYetError):
+            call()
+
+
+def _rank_vars() -> tuple[str, str]:
+    return os.environ["RANK"], os.environ["LOCAL_RANK"]
+
+
+def test_prepare_for_launch_sets_rank_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NPROC", "2")
+    monkeypatch.setenv("NODE_RANK", "1")
+    monkeypatch.setenv("RANK", "before")  # recorded, so the fixture restores the environment after
+    monkeypatch.setenv("LOCAL_RANK", "before")
+    assert PrepareForLaunch(_rank_vars, distributed_type="MULTI_CPU")(1) == ("3", "1")
+    monkeypatch.setenv("RANK", "untouched")
+    assert PrepareForLaunch(lambda x: x * 2)(0, 21) == 42  # "NO": nothing set, the function runs
+    assert os.environ["RANK"] == "untouched"
