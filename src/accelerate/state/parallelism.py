@@ -12,7 +12,7 @@ Pure data apart from :meth:`ParallelismConfig.build_device_mesh`; nothing here r
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, is_dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from accelerate.utils.errors import NotAvailableYetError
@@ -182,12 +182,8 @@ class ParallelismConfig:
         return self.device_mesh
 
     def to_json(self) -> str:
-        """The sizes, backends and handlers as JSON (handlers that are dataclasses become objects)."""
-        data = {
-            name: (asdict(value) if is_dataclass(value) and not isinstance(value, type) else value)
-            for name, value in asdict(self).items()
-        }
-        return json.dumps(data, sort_keys=True, default=repr)
+        """The sizes, backends and handlers as JSON (dataclass handlers become objects, others their repr)."""
+        return json.dumps(asdict(self), sort_keys=True, default=repr)
 
 
 
