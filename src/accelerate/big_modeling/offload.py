@@ -49,20 +49,32 @@ def offload_weight(
 
 
 def load_offloaded_weight(weight_file: str | os.PathLike[str], weight_info: Mapping[str, Any]) -> torch.Tensor:
-    """Reads one tensor written by :func:`offload_weight` (only that file's bytes are read)."""
-    import numpy as np
+    """Reads one tensor written by :func:`offload_weight` (only that file's bytes are read).
 
+    The bytes go straight into a fresh array with one read (no memmap and no second copy), so the
+    result owns its memory and does not depend on the file afterwards.
+    """
     shape = tuple(int(d) for d in weight_info["shape"])
     dtype_name = str(weight_info["dtype"]).removeprefix("torch.")
-    stored = "int16" if dtype_name == "bfloat16" else dtype_name
+    dtype = getattr(torch, dtype_name)
     if 0 in shape:
-        return torch.empty(shape, dtype=getattr(torch, dtype_name))
-    mapped = np.memmap(weight_file, dtype=stored, mode="r", shape=shape or (1,))
-    tensor = torch.from_numpy(np.array(mapped))  # copies this tensor only, detached from the file
-    del mapped
+        return torch.empty(shape, dtype=dtype)
+    import numpy as np
+
+    stored = "int16" if dtype == torch.bfloat16 else dtype_name  # numpy has no bfloat16 (see offload_weight)
+    count = 1
+    for dim in shape:
+        count *= dim
+    array = np.fromfile(weight_file, dtype=stored, count=count)  # one read into a fresh array
+    if array.size != count:
+        raise OSError(
+            f"offloaded weight {weight_file} holds {array.size} values, but {dtype_name}{list(shape)} needs "
+            f"{count}: the offload folder is damaged; offload the model again"
+        )
+    tensor = torch.from_numpy(array).reshape(shape or (1,))
     if not shape:
         tensor = tensor[0]
-    if dtype_name == "bfloat16":
+    if dtype == torch.bfloat16:
         tensor = tensor.view(torch.bfloat16)
     return tensor
 
