@@ -51,27 +51,29 @@ def offload_weight(
 def load_offloaded_weight(weight_file: str | os.PathLike[str], weight_info: Mapping[str, Any]) -> torch.Tensor:
     """Reads one tensor written by :func:`offload_weight` (only that file's bytes are read).
 
-    The bytes go straight into a fresh array with one read (no memmap and no second copy), so the
-    result owns its memory and does not depend on the file afterwards.
+    The tensor maps the file privately (copy-on-write): nothing is copied up front, and writing to
+    the tensor never changes the file. It reads the file while alive, so the offload folder must
+    stay as written while the tensor is in use (the offload hooks hold it for one forward).
     """
     shape = tuple(int(d) for d in weight_info["shape"])
     dtype_name = str(weight_info["dtype"]).removeprefix("torch.")
     dtype = getattr(torch, dtype_name)
     if 0 in shape:
         return torch.empty(shape, dtype=dtype)
-    import numpy as np
-
-    stored = "int16" if dtype == torch.bfloat16 else dtype_name  # numpy has no bfloat16 (see offload_weight)
+    stored = torch.int16 if dtype == torch.bfloat16 else dtype  # numpy has no bfloat16 (see offload_weight)
     count = 1
     for dim in shape:
         count *= dim
-    array = np.fromfile(weight_file, dtype=stored, count=count)  # one read into a fresh array
-    if array.size != count:
+    needed = count * stored.itemsize
+    size = os.path.getsize(weight_file)
+    if size != needed:
         raise OSError(
-            f"offloaded weight {weight_file} holds {array.size} values, but {dtype_name}{list(shape)} needs "
-            f"{count}: the offload folder is damaged; offload the model again"
+            f"offloaded weight {weight_file} holds {size} bytes, but {dtype_name}{list(shape)} needs "
+            f"{needed}: the offload folder is damaged; offload the model again"
         )
-    tensor = torch.from_numpy(array).reshape(shape or (1,))
+    # A private, copy-on-write mapping: no bytes are copied, pages come from the page cache as the
+    # forward reads them, and the mapping goes away with the tensor (the hooks drop it after use).
+    tensor = torch.from_file(os.fspath(weight_file), shared=False, size=count, dtype=stored).view(shape or (1,))
     if not shape:
         tensor = tensor[0]
     if dtype == torch.bfloat16:
@@ -154,7 +156,8 @@ class OffloadedWeightsLoader(Mapping[str, torch.Tensor]):
             return self._from_safetensors(info, key)
         if self.save_folder is None:
             raise KeyError(f"{key!r} is in the offload index as a .dat file but no save_folder was given")
-        return load_offloaded_weight(Path(self.save_folder) / f"{key}.dat", info)
+        # os.path.join, not pathlib: this runs for every offloaded tensor of every forward.
+        return load_offloaded_weight(os.path.join(self.save_folder, f"{key}.dat"), info)
 
     def _from_safetensors(self, info: Mapping[str, Any], key: str) -> torch.Tensor:
         from safetensors import safe_open
