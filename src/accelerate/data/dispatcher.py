@@ -223,7 +223,7 @@ class DataLoaderDispatcher(PreparedLoaderMixin, DataLoader):
     # --- iteration ------------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         start, restoring = self._begin_iteration()
-        self.gradient_state._add_dataloader(self)
+        self.begin()
         reader = (
             self._read(start.batches, restoring and start.batches > 0) if self.process_index == 0 else None
         )
@@ -245,4 +245,4 @@ class DataLoaderDispatcher(PreparedLoaderMixin, DataLoader):
                     break
             self._finish_iteration()
         finally:
-            self.gradient_state._remove_dataloader(self)
+            self.end()

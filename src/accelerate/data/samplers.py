@@ -397,4 +397,48 @@ def base_batch_sampler(batch_sampler: Any) -> Any:
     return batch_sampler.batch_sampler if isinstance(batch_sampler, BatchSamplerShard) else batch_sampler
 
 
-__all__ = ["BatchSampler", "BatchSamplerShard", "SeedableRandomSampler", "base_batch_sampler"]
+def _innermost_batch_sampler(dataloader: Any) -> Any:
+    batch_sampler = getattr(dataloader, "batch_sampler", None)
+    # Through shards and skip wrappers (each keeps the one it wraps as `.batch_sampler`).
+    while batch_sampler is not None and hasattr(batch_sampler, "batch_sampler"):
+        batch_sampler = batch_sampler.batch_sampler
+    return batch_sampler
+
+
+def get_sampler(dataloader: Any) -> Any:
+    """The sampler that orders ``dataloader``'s samples (a `RandomSampler` when it shuffles).
+
+    Looks through the wrappers accelerate puts around the user's batch sampler (`BatchSamplerShard`,
+    `SkipBatchSampler`); for a loader built with ``batch_size=None`` it is the loader's ``sampler``.
+
+    Example:
+        >>> get_sampler(accelerator.prepare(DataLoader(ds, shuffle=True)))
+        <...RandomSampler object at ...>
+    """
+    batch_sampler = _innermost_batch_sampler(dataloader)
+    if batch_sampler is not None:
+        return getattr(batch_sampler, "sampler", None)
+    sampler = getattr(dataloader, "sampler", None)
+    # A BatchSampler given as `sampler` (batch_size=None) yields whole batches: its own sampler orders them.
+    return sampler.sampler if isinstance(sampler, BatchSampler) else sampler
+
+
+def set_sampler(dataloader: Any, sampler: Any) -> None:
+    """Replaces the sampler :func:`get_sampler` returns, in the batch sampler that reads it."""
+    batch_sampler = _innermost_batch_sampler(dataloader)
+    if batch_sampler is None:
+        current = getattr(dataloader, "sampler", None)
+        if isinstance(current, BatchSampler):
+            batch_sampler = current
+        else:
+            raise ValueError(
+                "set_sampler: this loader has no batch sampler (it was built with batch_size=None) and a "
+                "DataLoader's own `sampler` cannot change after it is created; build a new DataLoader with "
+                "sampler=... instead"
+            )
+    batch_sampler.sampler = sampler
+
+
+__all__ = [
+    "BatchSampler", "BatchSamplerShard", "SeedableRandomSampler", "base_batch_sampler", "get_sampler", "set_sampler",
+]  # fmt: skip

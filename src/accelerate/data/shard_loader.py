@@ -136,7 +136,7 @@ class DataLoaderShard(PreparedLoaderMixin, DataLoader):
             self._check_skip(base)
             self.batch_sampler.skip_base_batches = base
             loader_skip = 0  # skipped as index lists, before any sample is loaded
-        self.gradient_state._add_dataloader(self)
+        self.begin()
         try:
             with preserve_global_rng(restoring and start.batches > 0):
                 iterator = super().__iter__()
@@ -159,7 +159,7 @@ class DataLoaderShard(PreparedLoaderMixin, DataLoader):
                 self._remainder = self._epoch_duplicates()
             self._finish_iteration()
         finally:
-            self.gradient_state._remove_dataloader(self)
+            self.end()
 
     def _check_skip(self, base: int) -> None:
         sampler = self.batch_sampler
