@@ -69,9 +69,10 @@ def _compiled_copy(module: nn.Module, compile_kwargs: dict[str, Any]) -> nn.Modu
 def compile_regions(module: nn.Module, **compile_kwargs: Any) -> nn.Module:
     """A copy of ``module`` in which each repeated block is compiled with ``torch.compile(**compile_kwargs)``.
 
-    The copy shares parameters and buffers with ``module`` (training one trains the other); parts outside
-    repeated blocks run eagerly. A module without repeated blocks is compiled whole. The original is
-    kept as ``_orig_mod``, as ``torch.compile`` does, so ``unwrap_model`` finds it.
+    Every module on the way down to a list of repeated blocks is copied (sharing parameters and buffers
+    with ``module``: training one trains the other); each block of the list is compiled on its own and
+    every other child on the way is compiled whole. A module without repeated blocks is compiled whole.
+    The original is kept as ``_orig_mod``, as ``torch.compile`` does, so ``unwrap_model`` finds it.
 
     Example:
         >>> model = compile_regions(model, mode="reduce-overhead")
