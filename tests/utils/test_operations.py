@@ -36,7 +36,10 @@ def test_get_shape_and_initialize_tensors_keep_structure() -> None:
     assert ops.get_shape(data) == {"a": [2, 3], "b": [[4]], "c": "text"}
     from accelerate.utils import TensorInformation
 
-    infos = {"a": TensorInformation(torch.Size([2, 3]), torch.float16), "b": (TensorInformation([5], torch.int32),)}
+    infos = {
+        "a": TensorInformation(torch.Size([2, 3]), torch.float16),
+        "b": (TensorInformation([5], torch.int32),),
+    }
     assert ops.is_tensor_information(infos["a"]) and not ops.is_tensor_information(torch.zeros(1))
     made = ops.initialize_tensors(infos)
     assert made["a"].shape == (2, 3) and made["a"].dtype == torch.float16

@@ -233,4 +233,7 @@ def _skip_wait_on_rank_zero() -> str:
 
 def test_wait_for_everyone_is_the_checked_barrier(pool2: WorkerPool) -> None:
     env = {"ACCELERATE_DEBUG_MODE": "1", "ACCELERATE_DEBUG_TIMEOUT": "2"}
-    assert pool2.run(_skip_wait_on_rank_zero, env=env, timeout=60) == ["skipped", "DistributedOperationException"]
+    assert pool2.run(_skip_wait_on_rank_zero, env=env, timeout=60) == [
+        "skipped",
+        "DistributedOperationException",
+    ]
