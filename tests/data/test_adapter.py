@@ -179,3 +179,26 @@ def test_adjust_state_dict_for_prefetch_changes_nothing() -> None:
 def test_mp_device_loader_wrapper_needs_xla() -> None:
     with pytest.raises(NotAvailableYetError, match="torch_xla"):
         MpDeviceLoaderWrapper(DataLoader(IndexDataset(2)), torch.device("cpu"))
+
+
+# --- SkipDataLoader -----------------------------------------------------------------------------------------
+def test_skip_data_loader_marks_its_last_batch_and_resumes() -> None:
+    from accelerate.data_loader import SkipDataLoader
+
+    loader = SkipDataLoader(Stream(9), skip_batches=1, use_stateful_dataloader=True, batch_size=2)
+    state = GradientState()
+    seen = []
+    for batch in loader:
+        seen.append((batch.tolist(), state.active_dataloader is loader, loader.end_of_dataloader))
+    assert seen == [([2, 3], True, False), ([4, 5], True, False), ([6, 7], True, False), ([8], True, True)]
+    assert state.active_dataloader is None
+    iterator = iter(loader)
+    next(iterator)
+    saved = loader.state_dict()
+    assert saved == {"batches_consumed": 2}
+    resumed = SkipDataLoader(Stream(9), skip_batches=1, use_stateful_dataloader=True, batch_size=2)
+    resumed.load_state_dict(saved)
+    assert _batches(resumed) == [[4, 5], [6, 7], [8]]
+    assert _batches(resumed) == [[2, 3], [4, 5], [6, 7], [8]]  # the restored position is used once
+    with pytest.raises(ValueError, match="use_stateful_dataloader=True"):
+        SkipDataLoader(Stream(3), batch_size=1).state_dict()

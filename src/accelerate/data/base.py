@@ -44,6 +44,17 @@ def preserve_global_rng(active: bool) -> Iterator[None]:
 STATE_FORMAT = 1
 
 
+def check_no_device_mesh(torch_device_mesh: Any, owner: str) -> None:
+    """Tensor/context-parallel data loading (batches shared within a mesh dimension) is not implemented."""
+    if torch_device_mesh is not None:
+        from accelerate.utils.errors import NotAvailableYetError
+
+        raise NotAvailableYetError(
+            f"{owner}(torch_device_mesh=...) shares batches across a tensor/context-parallel device mesh, which "
+            "this release does not support; leave torch_device_mesh=None (data parallel over all processes)."
+        )
+
+
 def _seed_of_process_zero(seed: int) -> int:
     payload = [seed]
     broadcast_object_list(payload, from_process=0)

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, RandomSampler
 
-from accelerate.data.base import PreparedLoaderMixin, preserve_global_rng
+from accelerate.data.base import PreparedLoaderMixin, check_no_device_mesh, preserve_global_rng
 from accelerate.data.iterable import IterableDatasetShard
 from accelerate.data.samplers import (
     BatchSamplerShard,
@@ -38,6 +38,9 @@ class DataLoaderShard(PreparedLoaderMixin, DataLoader):
         synchronized_generator: the sampler's generator, synchronised and saved for exact resume.
         skip_batches: batches to skip at the start of every iteration (see `skip_first_batches`).
         use_stateful_dataloader: `load_state_dict` restores the position, not only the epoch.
+        torch_device_mesh: for tensor/context-parallel data loading, not available in this release
+            (anything but None raises).
+        iteration: the epoch the first iteration is (as `set_epoch` would set it).
         gradient_state: told when iteration starts/ends (defaults to ``GradientState()``).
         **kwargs: the usual `DataLoader` arguments.
 
@@ -53,16 +56,21 @@ class DataLoaderShard(PreparedLoaderMixin, DataLoader):
         rng_types: Sequence[str] | None = None,
         synchronized_generator: torch.Generator | None = None,
         skip_batches: int = 0,
-        use_stateful_dataloader: bool = True,
+        use_stateful_dataloader: bool = False,
         _drop_last: bool = False,
         _non_blocking: bool = False,
+        torch_device_mesh: Any = None,
+        iteration: int = 0,
+        *,
         gradient_state: GradientState | None = None,
         **kwargs: Any,
     ) -> None:
+        check_no_device_mesh(torch_device_mesh, "DataLoaderShard")
         super().__init__(dataset, **kwargs)
         self._init_prepared(
             device, rng_types, synchronized_generator, _non_blocking, use_stateful_dataloader, gradient_state
         )
+        self._progress.epoch = int(iteration)
         self._drop_last = _drop_last
         if skip_batches:
             self._view_skip = int(skip_batches)

@@ -14,12 +14,12 @@ from typing import Any, cast
 import torch
 
 
-def is_torch_tensor(value: Any) -> bool:
-    return isinstance(value, torch.Tensor)
+def is_torch_tensor(tensor: Any) -> bool:
+    return isinstance(tensor, torch.Tensor)
 
 
-def is_namedtuple(value: Any) -> bool:
-    return isinstance(value, tuple) and hasattr(value, "_fields")
+def is_namedtuple(data: Any) -> bool:
+    return isinstance(data, tuple) and hasattr(data, "_fields")
 
 
 def honor_type(obj: Any, generator: Any) -> Any:
