@@ -164,9 +164,9 @@ def test_save_and_load_round_trip_numpy_and_tensors(tmp_path: Path) -> None:
     loaded = other.load(target)  # weights_only=True, NumPy allowed through TORCH_SAFE_GLOBALS
     assert torch.equal(loaded["w"], obj["w"]) and np.array_equal(loaded["arr"], obj["arr"])
     assert np.array_equal(loaded["rng"][1], obj["rng"][1])
-    before = torch.serialization.get_safe_globals()
+    before = set(torch.serialization.get_safe_globals())  # torch keeps a set: compare without order
     other.load(target)
-    assert torch.serialization.get_safe_globals() == before  # the process's list is left alone
+    assert set(torch.serialization.get_safe_globals()) == before  # the process's own list is left alone
 
 
 def test_load_refuses_arbitrary_objects_unless_asked(tmp_path: Path) -> None:

@@ -37,7 +37,7 @@ _register("accelerate.utils.owned_tensor", "copy_tensor_to_devices")
 _register("accelerate.utils.fp32_outputs", "convert_outputs_to_fp32", "convert_to_fp32")
 _register("accelerate.utils.gathered_parameters", "GatheredParameters")
 _register(
-    "accelerate.utils.compile_regions",
+    "accelerate.utils.regional_compilation",
     "compile_regions", "compile_regions_deepspeed", "compile_regions_fsdp2", "has_compiled_regions",
     "is_compiled_module",
 )  # fmt: skip

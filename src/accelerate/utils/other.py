@@ -1,6 +1,6 @@
 """Public module path ``accelerate.utils.other``: upstream's assorted helpers, each from its topic module.
 
-A face: compiled regions (``compile_regions``), model structure (``module_inspection``), ports
+A face: compiled regions (``regional_compilation``), model structure (``module_inspection``), ports
 (``ports``), formatting (``text``), the kernel check (``kernel_check``), single-file save/load
 (``accelerate.checkpointing.single_file``) and nested dicts (``tree``).
 """
@@ -14,15 +14,6 @@ from accelerate.checkpointing.single_file import (
     np_core,
     save,
 )
-from accelerate.utils.compile_regions import (
-    compile_regions,
-    compile_regions_deepspeed,
-    compile_regions_fsdp2,
-    has_compiled_regions,
-    has_repeated_blocks,
-    is_compiled_module,
-    is_repeated_blocks,
-)
 from accelerate.utils.kernel_check import check_os_kernel
 from accelerate.utils.modeling import extract_model_from_parallel
 from accelerate.utils.module_inspection import (
@@ -32,6 +23,15 @@ from accelerate.utils.module_inspection import (
     recursive_getattr,
 )
 from accelerate.utils.ports import get_free_port, is_port_in_use
+from accelerate.utils.regional_compilation import (
+    compile_regions,
+    compile_regions_deepspeed,
+    compile_regions_fsdp2,
+    has_compiled_regions,
+    has_repeated_blocks,
+    is_compiled_module,
+    is_repeated_blocks,
+)
 from accelerate.utils.text import convert_bytes, get_pretty_name
 from accelerate.utils.tree import merge_dicts
 
