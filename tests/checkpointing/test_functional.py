@@ -181,3 +181,14 @@ def test_two_processes_save_and_load(tmp_path: Path, pool2: WorkerPool) -> None:
             "counter": 5,
             "files": ["random_states_0.pkl", "random_states_1.pkl"],
         }
+
+
+def test_accelerator_save_writes_through_the_durable_single_file_path(tmp_path: Path) -> None:
+    from safetensors.torch import load_file
+
+    accelerator = Accelerator(cpu=True)
+    accelerator.save({"w": torch.ones(2)}, tmp_path / "w.pt")
+    accelerator.save({"w": torch.zeros(2)}, tmp_path / "w.safetensors", safe_serialization=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["w.pt", "w.safetensors"]  # no temporary files left
+    assert torch.equal(torch.load(tmp_path / "w.pt")["w"], torch.ones(2))
+    assert torch.equal(load_file(str(tmp_path / "w.safetensors"))["w"], torch.zeros(2))
