@@ -36,7 +36,7 @@ def _stateful_base(dataset: Any, batch_sampler: Any, kwargs: dict[str, Any]) -> 
         return StatefulDataLoader(dataset, batch_sampler=batch_sampler, **kwargs), "torchdata"
     from accelerate.data.prepare import prepare_data_loader
 
-    logger.debug(
+    logger.info(
         "torchdata is not installed: DataLoaderAdapter keeps its position with accelerate's own loader"
     )
     plain = DataLoader(dataset, batch_sampler=batch_sampler, **kwargs)
