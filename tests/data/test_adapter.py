@@ -202,3 +202,22 @@ def test_skip_data_loader_marks_its_last_batch_and_resumes() -> None:
     assert _batches(resumed) == [[2, 3], [4, 5], [6, 7], [8]]  # the restored position is used once
     with pytest.raises(ValueError, match="use_stateful_dataloader=True"):
         SkipDataLoader(Stream(3), batch_size=1).state_dict()
+
+
+# --- upstream's extra loader arguments ---------------------------------------------------------------------
+def test_iteration_sets_the_first_epoch_and_device_mesh_is_refused() -> None:
+    from accelerate.data.samplers import SeedableRandomSampler
+
+    sampler = SeedableRandomSampler(range(6), data_seed=1)
+    loader = DataLoaderShard(IndexDataset(6), iteration=3, batch_sampler=BatchSampler(sampler, 2, False))
+    assert loader.iteration == 3
+    order = _batches(loader)
+    sampler.set_epoch(3)
+    assert order == [list(b) for b in BatchSampler(list(sampler), 2, False)]  # epoch 3's permutation
+    assert loader.iteration == 4
+    with pytest.raises(NotAvailableYetError, match="torch_device_mesh"):
+        DataLoaderShard(IndexDataset(2), torch_device_mesh=object())
+    with pytest.raises(NotAvailableYetError, match="torch_device_mesh"):
+        prepare_data_loader(
+            DataLoader(IndexDataset(2)), num_processes=1, process_index=0, torch_device_mesh=object()
+        )
