@@ -32,7 +32,7 @@ if state.num_processes > 1:
 import os
 # One write per line: print() writes the text and the newline separately, so two processes sharing
 # the pipe could interleave them.
-os.write(1, f"rank {state.process_index} of {state.num_processes} saw {sorted(total)}\n".encode())
+os.write(1, f"rank {state.process_index} of {state.num_processes} saw {sorted(total)}\\n".encode())
 """
 
 
