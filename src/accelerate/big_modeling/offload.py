@@ -8,8 +8,10 @@ is how a checkpoint is used in place without writing a copy.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import struct
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -100,6 +102,45 @@ def offload_state_dict(save_dir: str | os.PathLike[str], state_dict: Mapping[str
     save_offload_index(index, save_dir)
 
 
+@functools.lru_cache(maxsize=64)
+def _safetensors_layout(path: str, mtime_ns: int) -> tuple[int, dict[str, tuple[str, tuple[int, ...], int, int]]]:
+    """The data offset and ``name -> (dtype code, shape, begin, end)`` of a safetensors file.
+
+    Parsed once per file (and again if the file changes): re-reading the header for every tensor of
+    every forward would cost time growing with the number of tensors in the file.
+    """
+    with open(path, "rb") as handle:
+        (length,) = struct.unpack("<Q", handle.read(8))
+        header = json.loads(handle.read(length))
+    header.pop("__metadata__", None)
+    entries = {
+        name: (str(info["dtype"]), tuple(int(d) for d in info["shape"]), *map(int, info["data_offsets"]))
+        for name, info in header.items()
+    }
+    return 8 + length, entries  # type: ignore[return-value]
+
+
+def _mapped_safetensor(path: str, name: str) -> torch.Tensor:
+    """One tensor of a safetensors file, mapped privately (copy-on-write) rather than read.
+
+    Nothing is copied up front; the pages come from the page cache as they are used, and the mapping
+    (with whatever of it became resident) goes away with the tensor.
+    """
+    import numpy as np
+
+    from accelerate.checkpointing.safetensors_io import dtype_from_code
+
+    start, entries = _safetensors_layout(path, os.stat(path).st_mtime_ns)
+    if name not in entries:
+        raise KeyError(f"{name!r} is not in {path} (the offload index points at a tensor the file lacks)")
+    code, shape, begin, end = entries[name]
+    dtype = dtype_from_code(code, source=path)
+    if end == begin:
+        return torch.empty(shape, dtype=dtype)
+    raw = np.memmap(path, dtype=np.uint8, mode="c", offset=start + begin, shape=(end - begin,))
+    return torch.from_numpy(raw).view(dtype).reshape(shape)
+
+
 class PrefixedDataset(Mapping[str, Any]):
     """The entries of ``dataset`` whose keys start with ``prefix``, seen without the prefix."""
 
@@ -160,13 +201,13 @@ class OffloadedWeightsLoader(Mapping[str, torch.Tensor]):
         return load_offloaded_weight(os.path.join(self.save_folder, f"{key}.dat"), info)
 
     def _from_safetensors(self, info: Mapping[str, Any], key: str) -> torch.Tensor:
-        from safetensors import safe_open
+        if self.device not in (None, "cpu") and str(self.device) != "cpu":
+            from safetensors import safe_open
 
-        device = "cpu" if self.device is None else self.device
-        if isinstance(device, torch.device):
-            device = str(device)
-        with safe_open(info["safetensors_file"], framework="pt", device=device) as handle:
-            tensor: torch.Tensor = handle.get_tensor(info.get("weight_name", key))
+            with safe_open(info["safetensors_file"], framework="pt", device=str(self.device)) as handle:
+                tensor: torch.Tensor = handle.get_tensor(info.get("weight_name", key))
+        else:
+            tensor = _mapped_safetensor(info["safetensors_file"], info.get("weight_name", key))
         wanted = info.get("dtype")
         if wanted is not None:
             dtype = getattr(torch, str(wanted).removeprefix("torch."))
