@@ -11,6 +11,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from accelerate.backends.base import Strategy
 from accelerate.state.distributed_type import DistributedType
+from accelerate.state.teardown import release_at_exit
 from accelerate.utils.dataclasses import DDPCommunicationHookType, DistributedDataParallelKwargs
 
 
@@ -29,6 +30,7 @@ class DDPStrategy(Strategy):
     def setup_module(self, model: torch.nn.Module, *, device_placement: bool) -> torch.nn.Module:
         model = super().setup_module(model, device_placement=device_placement)
         if isinstance(model, DistributedDataParallel):
+            release_at_exit(model, release_process_group)
             return model
         if not any(p.requires_grad for p in model.parameters()):
             # DDP refuses modules without trainable parameters (frozen teachers, metrics):
@@ -40,6 +42,7 @@ class DDPStrategy(Strategy):
             kwargs.setdefault("output_device", self.device.index or 0)
         ddp = DistributedDataParallel(model, **kwargs)
         self._register_comm_hook(ddp)
+        release_at_exit(ddp, release_process_group)
         return ddp
 
     def _register_comm_hook(self, ddp: DistributedDataParallel) -> None:
@@ -105,3 +108,14 @@ class DDPStrategy(Strategy):
             yield
         finally:
             model.require_backward_grad_sync, model.require_forward_param_sync = old_backward, old_forward
+
+
+def release_process_group(ddp: DistributedDataParallel) -> None:
+    """Drops the wrapper's references to its process group (at exit; the wrapper is unusable after).
+
+    The reducer (and the logger that holds it) go first and the Python ``process_group`` object
+    last: when that one is the group's final reference, its destructor joins gloo's worker threads
+    with the GIL released, so a worker still finishing a collective can take it.
+    """
+    for name in ("logger", "reducer", "process_group"):
+        ddp.__dict__.pop(name, None)

@@ -1,0 +1,135 @@
+"""Creating (or adopting) the default ``torch.distributed`` process group, and destroying our own.
+
+``PartialState`` asks for a group with :func:`init_or_adopt`. When none exists it creates one with
+the requested backend, timeout and init_method. When one exists already (the user, or an earlier
+``PartialState`` before a state reset, made it) it is used as it is: a live group cannot change
+its backend or how it connected, so every requested setting it does not have is named in one
+warning, once per process. Either way the caller gets the group's real backend.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import warnings
+import weakref
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from accelerate.state import teardown
+from accelerate.state.environment import ClusterEnvironment
+
+
+@dataclass(frozen=True)
+class GroupRequest:
+    """What the caller asked for; ``None`` means "no preference" (torch's or accelerate's default)."""
+
+    backend: str | None = None
+    timeout: timedelta | None = None
+    init_method: str | None = None
+
+
+# The group this process's accelerate created, weakly (holding it would keep its threads alive),
+# and the settings it was created with.
+_OWN_GROUP: weakref.ref[Any] | None = None
+_OWN_REQUEST = GroupRequest()
+_WARNED: set[str] = set()
+_LOCK = threading.Lock()
+
+
+def init_or_adopt(env: ClusterEnvironment, request: GroupRequest, default_backend: str) -> str:
+    """Makes sure the default group exists and returns its real backend (``dist.get_backend()``)."""
+    if dist.is_initialized():
+        _report_ignored(request)
+    else:
+        _create(env, request, default_backend)
+    teardown.install_exit_handler(destroy_own_group)
+    return str(dist.get_backend())
+
+
+def _create(env: ClusterEnvironment, request: GroupRequest, default_backend: str) -> None:
+    global _OWN_GROUP, _OWN_REQUEST
+    # torch.distributed.nn.functional binds the default group as a default argument when it is
+    # first imported, and DistributedDataParallel imports it: imported after the group exists, it
+    # would pin the group (and gloo's worker threads) until the interpreter finalises, which is
+    # what made runs abort at exit. Imported now, its defaults are None.
+    with contextlib.suppress(ImportError):
+        import torch.distributed.nn.functional  # noqa: F401
+    kwargs: dict[str, Any] = {
+        "backend": request.backend or default_backend,
+        "world_size": env.world_size,
+        "rank": env.rank,
+    }
+    if request.timeout is not None:
+        kwargs["timeout"] = request.timeout
+    if request.init_method is not None:
+        kwargs["init_method"] = request.init_method
+    elif env.source == "torchrun":
+        kwargs["init_method"] = "env://"
+    else:
+        kwargs["init_method"] = f"tcp://{env.master_addr}:{env.master_port}"
+    dist.init_process_group(**kwargs)
+    with _LOCK:
+        _OWN_GROUP = weakref.ref(dist.group.WORLD)
+        _OWN_REQUEST = request
+
+
+def is_own_group() -> bool:
+    """Whether the current default group is the one accelerate created in this process."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return False
+    return _OWN_GROUP is not None and _OWN_GROUP() is dist.group.WORLD
+
+
+def destroy_own_group() -> None:
+    """Destroys the default group if accelerate created it (a user's group is left to the user)."""
+    if is_own_group():
+        dist.destroy_process_group()
+
+
+def _group_timeout() -> timedelta | None:
+    """The default group's timeout, where torch exposes it (best effort: None when it does not)."""
+    try:
+        backend = dist.group.WORLD._get_backend(torch.device("cpu"))  # type: ignore[union-attr]
+        timeout = backend.options._timeout
+    except Exception:  # noqa: BLE001 - private API; not knowing only makes the report less precise
+        return None
+    return timeout if isinstance(timeout, timedelta) else None
+
+
+def ignored_settings(request: GroupRequest) -> list[str]:
+    """The requested settings the existing default group does not have, each with the reason."""
+    own = is_own_group()
+    real_backend = str(dist.get_backend())
+    ignored: list[str] = []
+    if request.backend is not None and request.backend != real_backend:
+        ignored.append(f"backend={request.backend!r} (the group uses {real_backend!r})")
+    if request.timeout is not None:
+        actual = (_OWN_REQUEST.timeout if own else None) or _group_timeout()
+        if actual is None or actual != request.timeout:
+            known = f"its timeout is {actual}" if actual is not None else "its timeout cannot be changed"
+            ignored.append(f"timeout={request.timeout} ({known})")
+    if request.init_method is not None and not (own and _OWN_REQUEST.init_method == request.init_method):
+        ignored.append(f"init_method={request.init_method!r} (the group is already connected)")
+    return ignored
+
+
+def _report_ignored(request: GroupRequest) -> None:
+    ignored = ignored_settings(request)
+    if not ignored:
+        return
+    message = (
+        f"PartialState: a torch.distributed process group already exists (backend {dist.get_backend()!r}), "
+        f"so it is used as it is and these requested settings were ignored: {'; '.join(ignored)}. "
+        "To have them applied, let accelerate create the group (do not call init_process_group "
+        "yourself first), or request the settings the group has."
+    )
+    with _LOCK:
+        if message in _WARNED:
+            return
+        _WARNED.add(message)
+    warnings.warn(message, UserWarning, stacklevel=4)
