@@ -113,9 +113,8 @@ class DDPStrategy(Strategy):
 def release_process_group(ddp: DistributedDataParallel) -> None:
     """Drops the wrapper's references to its process group (at exit; the wrapper is unusable after).
 
-    The reducer (and the logger that holds it) go first and the Python ``process_group`` object
-    last: when that one is the group's final reference, its destructor joins gloo's worker threads
-    with the GIL released, so a worker still finishing a collective can take it.
+    Until they go, the group (and gloo's worker threads) outlive destroy_process_group(); see
+    accelerate.state.teardown for why the threads must end before the interpreter finalises.
     """
     for name in ("logger", "reducer", "process_group"):
         ddp.__dict__.pop(name, None)

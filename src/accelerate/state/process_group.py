@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import threading
 import warnings
-import weakref
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -33,9 +32,14 @@ class GroupRequest:
     init_method: str | None = None
 
 
-# The group this process's accelerate created, weakly (holding it would keep its threads alive),
-# and the settings it was created with.
-_OWN_GROUP: weakref.ref[Any] | None = None
+# Every group accelerate created in this process, held until exit, and the settings of the latest.
+#
+# Holding them is deliberate. A group's C++ destructor joins gloo's worker threads, and a worker
+# finishing a collective may need the GIL: if the destructor ran under the GIL (when a
+# DistributedDataParallel wrapper freed in ordinary code held the last reference), the process
+# would deadlock. With these references the last one is always ours, dropped at exit from
+# Python, where the destructor runs with the GIL released.
+_OWN_GROUPS: list[Any] = []
 _OWN_REQUEST = GroupRequest()
 _WARNED: set[str] = set()
 _LOCK = threading.Lock()
@@ -47,12 +51,12 @@ def init_or_adopt(env: ClusterEnvironment, request: GroupRequest, default_backen
         _report_ignored(request)
     else:
         _create(env, request, default_backend)
-    teardown.install_exit_handler(destroy_own_group)
+    teardown.install_exit_handler(finish_own_groups)
     return str(dist.get_backend())
 
 
 def _create(env: ClusterEnvironment, request: GroupRequest, default_backend: str) -> None:
-    global _OWN_GROUP, _OWN_REQUEST
+    global _OWN_REQUEST
     # torch.distributed.nn.functional binds the default group as a default argument when it is
     # first imported, and DistributedDataParallel imports it: imported after the group exists, it
     # would pin the group (and gloo's worker threads) until the interpreter finalises, which is
@@ -74,21 +78,30 @@ def _create(env: ClusterEnvironment, request: GroupRequest, default_backend: str
         kwargs["init_method"] = f"tcp://{env.master_addr}:{env.master_port}"
     dist.init_process_group(**kwargs)
     with _LOCK:
-        _OWN_GROUP = weakref.ref(dist.group.WORLD)
+        _OWN_GROUPS.append(dist.group.WORLD)
         _OWN_REQUEST = request
 
 
 def is_own_group() -> bool:
-    """Whether the current default group is the one accelerate created in this process."""
+    """Whether the current default group is one accelerate created in this process."""
     if not (dist.is_available() and dist.is_initialized()):
         return False
-    return _OWN_GROUP is not None and _OWN_GROUP() is dist.group.WORLD
+    return any(group is dist.group.WORLD for group in _OWN_GROUPS)
 
 
-def destroy_own_group() -> None:
-    """Destroys the default group if accelerate created it (a user's group is left to the user)."""
+def finish_own_groups() -> None:
+    """At exit: destroys the default group if accelerate created it, then lets its groups go.
+
+    A group the user created is left to the user. Dropping the last reference to one of ours
+    runs its destructor here, which joins gloo's worker threads with the GIL released.
+    """
     if is_own_group():
         dist.destroy_process_group()
+    with _LOCK:
+        groups = list(_OWN_GROUPS)
+        _OWN_GROUPS.clear()
+    while groups:
+        groups.pop()  # no other reference is left here: each destructor runs on this pop
 
 
 def _group_timeout() -> timedelta | None:

@@ -11,12 +11,15 @@ calls ``std::terminate``: SIGABRT, after a script that returned normally. The wo
 long as the C++ process group, and ``destroy_process_group()`` does not end them while anything else
 (a ``DistributedDataParallel`` wrapper, above all) still holds the group.
 
-So at exit, while Python can still hand out the GIL, this module
+The group must not die just anywhere either: its destructor joins those threads, so running it
+under the GIL (a DDP wrapper freed in ordinary code holding the last reference) can deadlock with
+a worker that waits for the GIL. accelerate therefore keeps a reference to every group it creates
+(:mod:`accelerate.state.process_group`) and, at exit, while Python can still hand out the GIL,
 
 1. stops and joins the background work the library started (thread pools registered here),
-2. drops the references the library's own wrappers hold on the process group,
-3. destroys the group the library created, whose destructor then joins gloo's worker threads
-   (it releases the GIL while it waits, so a worker still finishing a collective gets it).
+2. drops the references the library's own wrappers hold on the group,
+3. destroys the group it created and drops its own references last, from Python, where the
+   group's destructor joins gloo's threads with the GIL released.
 
 Step 3 waits at most :data:`EXIT_JOIN_TIMEOUT_S`: a worker blocked in a collective that its peer
 never joins (only after a failure elsewhere) must not turn a failed run into a hang.
