@@ -12,6 +12,13 @@ from tests.helpers.pool import WorkerPool
 
 _POOLS: dict[int, WorkerPool] = {}
 
+# The suite is written for CPU: on a machine with a GPU, unmarked tests (and the pool workers and
+# launched scripts, which inherit the environment) still run on CPU, as they do in CI. Tests marked
+# `cuda` / `multi_gpu` get the GPU back (see _device_for_marker below).
+_FORCED_CPU = torch.cuda.is_available() and "ACCELERATE_USE_CPU" not in os.environ
+if _FORCED_CPU:
+    os.environ["ACCELERATE_USE_CPU"] = "true"
+
 
 def get_pool(world_size: int = 2) -> WorkerPool:
     if world_size not in _POOLS:
@@ -28,6 +35,12 @@ def pool2() -> WorkerPool:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     for pool in _POOLS.values():
         pool.close()
+
+
+@pytest.fixture(autouse=True)
+def _device_for_marker(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    if _FORCED_CPU and ("cuda" in request.keywords or "multi_gpu" in request.keywords):
+        monkeypatch.delenv("ACCELERATE_USE_CPU")
 
 
 @pytest.fixture(autouse=True)

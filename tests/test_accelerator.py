@@ -29,7 +29,25 @@ def test_prepare_keeps_order_and_passes_others_through() -> None:
     assert out[1] is marker
     assert isinstance(out[2], AcceleratedOptimizer)
     assert isinstance(out[3], torch.nn.Module)
-    assert accelerator.prepare(model) is not None  # one object comes back alone, not in a tuple
+    alone = accelerator.prepare(make_model())
+    assert isinstance(alone, torch.nn.Module)  # one object comes back alone, not in a tuple
+    assert accelerator.prepare(None) is None  # scripts pass scheduler=None; it passes through
+    assert accelerator.prepare(model, None)[1] is None
+
+
+@pytest.mark.parametrize(
+    ("cls", "what"),
+    [
+        (torch.nn.Linear, "not a model"),
+        (torch.optim.SGD, "not an optimizer"),
+        (torch.utils.data.DataLoader, "not a dataloader"),
+        (torch.optim.lr_scheduler.StepLR, "not a scheduler"),
+    ],
+)
+def test_prepare_names_a_class_passed_for_an_instance(cls: type, what: str) -> None:
+    accelerator = Accelerator()
+    with pytest.raises(TypeError, match=rf"argument 2 is the class .*{cls.__qualname__}, {what}: pass an instance"):
+        accelerator.prepare(make_model(), cls)
 
 
 def test_optimizer_created_before_prepare_trains_prepared_parameters() -> None:
@@ -240,7 +258,7 @@ def _ddp_kwargs_reach_module() -> dict[str, object]:
         "bucket_view": model.gradient_as_bucket_view,
         "bucket_bytes": model.bucket_bytes_cap,
         "backend": dist.get_backend(),
-        "state_type": str(PartialState().distributed_type),
+        "state_type": PartialState().distributed_type.value,
     }
 
 
@@ -361,3 +379,26 @@ def test_dataloader_config_given_by_the_user_is_not_modified() -> None:
     config = DataLoaderConfiguration()
     accelerator = Accelerator(dataloader_config=config, split_batches=True)
     assert accelerator.split_batches is True and config.split_batches is False
+
+
+@pytest.mark.parametrize("source", ["argument", "environment"])
+def test_dynamo_backend_reaches_torch_compile(source: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    if source == "environment":
+        monkeypatch.setenv("ACCELERATE_DYNAMO_BACKEND", "eager")  # what `accelerate launch` writes
+        accelerator = Accelerator()
+    else:
+        accelerator = Accelerator(dynamo_backend="eager")
+    original = make_model()
+    model = accelerator.prepare(original)
+    assert isinstance(model, torch._dynamo.eval_frame.OptimizedModule)
+    assert accelerator.unwrap_model(model, keep_torch_compile=False) is original
+    assert accelerator.unwrap_model(model) is model  # upstream's default keeps the compiled wrapper
+    x = torch.randn(3, 8)
+    torch.testing.assert_close(model(x), original(x))
+    torch._dynamo.reset()
+
+
+def test_dynamo_backend_no_leaves_the_model_uncompiled(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACCELERATE_DYNAMO_BACKEND", "no")
+    model = Accelerator().prepare(make_model())
+    assert not isinstance(model, torch._dynamo.eval_frame.OptimizedModule)

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _run(mode: str, ckpt: Path, out: Path, save_at: int) -> dict[str, object]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]), "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
         [sys.executable, "-m", "tests.resume_training", mode, str(ckpt), str(out), str(save_at)],
         env=env,
@@ -63,15 +63,13 @@ def _save_on_two_ranks(ckpt: str) -> list[float]:
     return run("first", ckpt, 5)["losses"]
 
 
-def test_checkpoint_from_two_processes_loads_in_one(pool2: WorkerPool, tmp_path: Path) -> None:
-    """Model, optimizer and scheduler load across world sizes; the data position is re-split."""
+def _load_into_fresh_run(ckpt: str) -> dict[str, object]:
+    """Loads ``ckpt`` into the training set-up of tests.resume_training; reports what came back."""
     import torch
 
     from accelerate import Accelerator
     from accelerate.checkpointing.model_files import load_state_dict_file
 
-    ckpt = tmp_path / "ckpt"
-    pool2.run(_save_on_two_ranks, str(ckpt))
     accelerator = Accelerator(mixed_precision="fp16", gradient_accumulation_steps=3)
     model = torch.nn.Sequential(
         torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Dropout(0.3), torch.nn.Linear(32, 2)
@@ -81,17 +79,43 @@ def test_checkpoint_from_two_processes_loads_in_one(pool2: WorkerPool, tmp_path:
     data = torch.utils.data.TensorDataset(torch.randn(50, 8), torch.randn(50, 2))
     loader = torch.utils.data.DataLoader(data, batch_size=4, shuffle=True)
     model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
-    accelerator.load_state(str(ckpt), strict=False)
-    saved = load_state_dict_file(ckpt / "model.safetensors")
-    for name, tensor in accelerator.unwrap_model(model).state_dict().items():
-        assert torch.equal(tensor, saved[name]), name
-    assert (
-        scheduler.scheduler.last_epoch == torch.load(ckpt / "scheduler.bin", weights_only=True)["last_epoch"]
-    )
-    assert accelerator.step == 5  # the accumulation counter comes from the checkpoint
+    accelerator.load_state(ckpt, strict=True)
+    saved = load_state_dict_file(os.path.join(ckpt, "model.safetensors"))
+    mine = accelerator.unwrap_model(model).state_dict()
+    saved_opt = torch.load(os.path.join(ckpt, "optimizer.bin"), weights_only=True)
+    return {
+        "weights_equal": all(torch.equal(mine[name], saved[name]) for name in saved)
+        and set(mine) == set(saved),
+        "optimizer_steps": [float(s["step"]) for s in optimizer.state_dict()["state"].values()],
+        "saved_optimizer_steps": [float(s["step"]) for s in saved_opt["state"].values()],
+        "scheduler_epoch": scheduler.scheduler.last_epoch,
+        "saved_scheduler_epoch": torch.load(os.path.join(ckpt, "scheduler.bin"), weights_only=True)[
+            "last_epoch"
+        ],
+        "step": accelerator.step,
+        "skipped": len(loader) - sum(1 for _ in loader),
+    }
+
+
+def test_checkpoint_from_two_processes_loads_in_one(pool2: WorkerPool, tmp_path: Path) -> None:
+    """Model, optimizer and scheduler load across world sizes; the data position is re-split."""
+    ckpt = tmp_path / "ckpt"
+    pool2.run(_save_on_two_ranks, str(ckpt))
+    got = _load_into_fresh_run(str(ckpt))
+    assert got["weights_equal"] and got["optimizer_steps"] == got["saved_optimizer_steps"]
+    assert got["scheduler_epoch"] == got["saved_scheduler_epoch"]
+    assert got["step"] == 5  # the accumulation counter comes from the checkpoint
     # 5 steps of 2 ranks = 10 per-rank batches = 10 underlying batches: one process resumes at batch 10.
-    remaining = sum(1 for _ in loader)
-    assert remaining == len(loader) - 10
+    assert got["skipped"] == 10
+
+
+def test_checkpoint_from_one_process_loads_in_two(pool2: WorkerPool, tmp_path: Path) -> None:
+    ckpt = tmp_path / "ckpt"
+    train("first", str(ckpt), 6)  # 6 underlying batches, at the end of an accumulation window
+    for got in pool2.run(_load_into_fresh_run, str(ckpt)):
+        assert got["weights_equal"] and got["optimizer_steps"] == got["saved_optimizer_steps"]
+        assert got["scheduler_epoch"] == got["saved_scheduler_epoch"] and got["step"] == 6
+        assert got["skipped"] == 3  # 6 underlying batches = 3 steps of 2 processes
 
 
 def test_automatic_naming_rotation_and_latest(tmp_path: Path) -> None:
@@ -126,3 +150,33 @@ def test_save_state_without_a_folder_says_how_to_name_one() -> None:
 
     with pytest.raises(ValueError, match="needs a folder"):
         Accelerator().save_state()
+
+
+def _resume_at_every_step(ckpt_root: str) -> list[str]:
+    """Saves after each step of a short run in turn and resumes from it; returns the mismatches."""
+    from accelerate.state import reset_state
+    from tests.resume_training import TOTAL_STEPS
+
+    reset_state()
+    full = train("full", "unused", 0)
+    mismatches = []
+    for save_at in range(1, TOTAL_STEPS):
+        ckpt = os.path.join(ckpt_root, f"at_{save_at}")
+        reset_state()
+        first = train("first", ckpt, save_at)
+        reset_state()
+        resumed = train("resume", ckpt, save_at)
+        if first["losses"] + resumed["losses"] != full["losses"]:
+            mismatches.append(f"losses differ after resuming at step {save_at}")
+        if resumed["params"] != full["params"] or resumed["scale"] != full["scale"]:
+            mismatches.append(f"parameters or loss scale differ after resuming at step {save_at}")
+    return mismatches
+
+
+def test_resume_at_every_step_is_bitwise_identical(tmp_path: Path) -> None:
+    # Epoch ends, accumulation boundaries and scheduler steps all fall on some save point.
+    assert _resume_at_every_step(str(tmp_path)) == []
+
+
+def test_resume_at_every_step_in_two_processes(pool2: WorkerPool, tmp_path: Path) -> None:
+    assert pool2.run(_resume_at_every_step, str(tmp_path), timeout=240) == [[], []]

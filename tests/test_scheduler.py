@@ -79,3 +79,36 @@ def test_accumulation_step_and_zero_grad_do_nothing_on_micro_steps() -> None:
         optimizer.step()
         optimizer.zero_grad()
         assert all(p.grad is None for p in model.parameters())
+
+
+def _warmup_decay(step: int) -> float:
+    # 4 warm-up steps, then linear decay to 0 at step 12 (in single-process optimizer steps).
+    return (step + 1) / 4 if step < 4 else max(0.0, (12 - step) / 8)
+
+
+def _lr_after_each_step(steps: int, split_batches: bool = False) -> list[float]:
+    accelerator = Accelerator(dataloader_config=DataLoaderConfiguration(split_batches=split_batches))
+    model = make_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _warmup_decay)
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    lrs = []
+    for x, y in global_batches(steps, 4):
+        accelerator.backward(F.mse_loss(model(x), y))
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad()
+        lrs.append(round(scheduler.get_last_lr()[0], 6))
+    return lrs
+
+
+def test_warmup_decay_schedule_lines_up_with_the_data_on_two_processes(pool2: WorkerPool) -> None:
+    one = _lr_after_each_step(12)
+    assert one[:6] == [0.25, 0.375, 0.5, 0.5, 0.4375, 0.375]  # really warms up, then decays
+    # Two processes see twice the data per optimizer step: after step j they are where one process
+    # is after step 2j, so warm-up ends and decay reaches 0 at the same point of the data.
+    for lrs in pool2.run(_lr_after_each_step, 6):
+        assert lrs == one[1::2]
+    # split_batches=True keeps the global batch: the schedule advances once per step, as written.
+    for lrs in pool2.run(_lr_after_each_step, 6, True):
+        assert lrs == one[:6]

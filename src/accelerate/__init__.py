@@ -11,7 +11,9 @@ from accelerate._lazy import lazy_exports
 # Not `from typing import TYPE_CHECKING`: importing typing costs the CLI's start-up; checkers know this idiom.
 TYPE_CHECKING = False
 
-__version__ = "0.1.0"
+# The upstream interface level this package implements (PEP 440): clients gate on it, and resolvers keep
+# this package installed instead of replacing it with upstream's.
+__version__ = "1.15.0"
 
 _LAZY: dict[str, str] = {
     "Accelerator": "accelerate.accelerator",
@@ -26,7 +28,10 @@ _LAZY: dict[str, str] = {
     "load_checkpoint_and_dispatch": "accelerate.big_modeling",
     "dispatch_model": "accelerate.big_modeling",
     "infer_auto_device_map": "accelerate.big_modeling",
-    "load_checkpoint_in_model": "accelerate.checkpointing.model_loading",
+    "cpu_offload": "accelerate.big_modeling",
+    "cpu_offload_with_hook": "accelerate.big_modeling",
+    "disk_offload": "accelerate.big_modeling",
+    "load_checkpoint_in_model": "accelerate.big_modeling",
     "DeepSpeedPlugin": "accelerate.utils.dataclasses",
     "FullyShardedDataParallelPlugin": "accelerate.utils.dataclasses",
     "skip_first_batches": "accelerate.data_loader",

@@ -62,6 +62,7 @@ class Accelerator(AcceleratorFacts):
         dataloader_config: DataLoaderConfiguration | None = None,
         deepspeed_plugin: Any = None,
         fsdp_plugin: Any = None,
+        torch_tp_plugin: Any = None,
         megatron_lm_plugin: Any = None,
         rng_types: Sequence[str] | None = None,
         log_with: Any = None,
@@ -72,12 +73,19 @@ class Accelerator(AcceleratorFacts):
         kwargs_handlers: Sequence[KwargsHandler] | None = None,
         dynamo_backend: str | None = None,
         dynamo_plugin: DynamoPlugin | None = None,
+        deepspeed_plugins: Any = None,
+        parallelism_config: Any = None,
         even_batches: bool | None = None,
         use_seedable_sampler: bool | None = None,
         dispatch_batches: bool | None = None,
     ) -> None:
         check_unavailable(
-            deepspeed_plugin=deepspeed_plugin, fsdp_plugin=fsdp_plugin, megatron_lm_plugin=megatron_lm_plugin
+            deepspeed_plugin=deepspeed_plugin,
+            fsdp_plugin=fsdp_plugin,
+            megatron_lm_plugin=megatron_lm_plugin,
+            torch_tp_plugin=torch_tp_plugin,
+            deepspeed_plugins=deepspeed_plugins,
+            parallelism_config=parallelism_config,
         )
         if log_with is not None and log_with != [] and log_with != "none":
             from accelerate.tracking import check_trackers
@@ -386,7 +394,8 @@ class Accelerator(AcceleratorFacts):
         return checkpoint_io.get_state_dict(self, model, unwrap=unwrap)
 
     def register_for_checkpointing(self, *objects: Any) -> None:
-        checkpoint_io.register_for_checkpointing(self, objects)
+        checkpoint_io.check_checkpointable_objects(objects)
+        self._custom_objects.extend(objects)
 
     def register_save_state_pre_hook(self, hook: Callable[..., Any]) -> Any:
         return checkpoint_io.register_hook(self._save_model_state_pre_hook, hook)
@@ -394,17 +403,45 @@ class Accelerator(AcceleratorFacts):
     def register_load_state_pre_hook(self, hook: Callable[..., Any]) -> Any:
         return checkpoint_io.register_hook(self._load_model_state_pre_hook, hook)
 
+    def _training_objects(self) -> checkpoint_io.TrainingObjects:
+        return checkpoint_io.TrainingObjects(
+            state=self.partial_state,
+            project=self.project_configuration,
+            step=self.step,
+            models=list(self._models),
+            optimizers=list(self._optimizers),
+            schedulers=list(self._schedulers),
+            dataloaders=list(self._dataloaders),
+            scaler=self.precision.scaler,
+            custom_objects=list(self._custom_objects),
+            save_hooks=list(self._save_model_state_pre_hook.values()),
+            load_hooks=list(self._load_model_state_pre_hook.values()),
+            unwrap=self.unwrap_model,
+            in_accumulation_window=self.gradient_state.num_steps > 1 and not self.gradient_state.sync_gradients,
+        )
+
     def save_state(
         self, output_dir: str | None = None, safe_serialization: bool = True, **save_model_func_kwargs: Any
     ) -> str:
-        return checkpoint_io.save_state(
-            self, output_dir, safe_serialization=safe_serialization, **save_model_func_kwargs
+        saved = checkpoint_io.save_state(
+            self._training_objects(),
+            output_dir,
+            safe_serialization=safe_serialization,
+            **save_model_func_kwargs,
         )
+        if saved.next_iteration is not None:
+            self.project_configuration.iteration = saved.next_iteration
+        return str(saved.path)
 
     def load_state(
         self, input_dir: str | None = None, strict: bool = True, **load_model_func_kwargs: Any
     ) -> None:
-        checkpoint_io.load_state(self, input_dir, strict=strict, **load_model_func_kwargs)
+        loaded = checkpoint_io.load_state(
+            self._training_objects(), input_dir, strict=strict, **load_model_func_kwargs
+        )
+        self.step = loaded.step
+        if loaded.next_iteration is not None:
+            self.project_configuration.iteration = loaded.next_iteration
 
     # ------------------------------------------------------------------ tracking
     def init_trackers(

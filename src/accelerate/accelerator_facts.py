@@ -155,10 +155,10 @@ class AcceleratorFacts:
     ) -> contextlib.AbstractContextManager[Any]:
         return self.partial_state.split_between_processes(inputs, apply_padding=apply_padding)
 
-    def on_main_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
+    def on_main_process(self, function: Callable[..., Any] | None = None) -> Any:
         return self.partial_state.on_main_process(function)
 
-    def on_local_main_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
+    def on_local_main_process(self, function: Callable[..., Any] | None = None) -> Any:
         return self.partial_state.on_local_main_process(function)
 
     def on_last_process(self, function: Callable[..., Any]) -> Callable[..., Any]:

@@ -88,9 +88,13 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         return f"AcceleratedOptimizer({self.optimizer!r})"
 
     # --- the training step ------------------------------------------------------------------
-    def zero_grad(self, set_to_none: bool = True) -> None:
+    def zero_grad(self, set_to_none: bool | None = None) -> None:
+        """Zeroes the gradients on sync steps only (micro-steps keep accumulating them).
+
+        ``set_to_none=None`` means torch's default (True).
+        """
         if self.gradient_state.sync_gradients:
-            self.optimizer.zero_grad(set_to_none=set_to_none)
+            self.optimizer.zero_grad(set_to_none=True if set_to_none is None else set_to_none)
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         if not self.gradient_state.sync_gradients:

@@ -15,6 +15,37 @@ if TYPE_CHECKING:
     from accelerate.accelerator import Accelerator
 
 
+_PREPARABLE: tuple[tuple[type, str], ...] = (
+    (torch.nn.Module, "a model"),
+    (torch.optim.Optimizer, "an optimizer"),
+    (torch.utils.data.DataLoader, "a dataloader"),
+)
+
+
+def _check_not_a_class(obj: Any, position: int) -> None:
+    """A class where an instance was meant (``nn.Linear`` for ``nn.Linear(4, 2)``) would pass through
+    unchanged and fail much later; say so at ``prepare``. Other objects (None, ...) pass through."""
+    if not isinstance(obj, type):
+        return
+    for base, what in _PREPARABLE:
+        if issubclass(obj, base):
+            raise TypeError(
+                f"prepare() argument {position} is the class {obj.__module__}.{obj.__qualname__}, not {what}: "
+                f"pass an instance, e.g. `{obj.__qualname__}(...)`."
+            )
+    if _is_scheduler_class(obj):
+        raise TypeError(
+            f"prepare() argument {position} is the class {obj.__module__}.{obj.__qualname__}, not a "
+            f"scheduler: pass an instance, e.g. `{obj.__qualname__}(optimizer, ...)`."
+        )
+
+
+def _is_scheduler_class(cls: type) -> bool:
+    lr_scheduler = torch.optim.lr_scheduler
+    base = getattr(lr_scheduler, "LRScheduler", None) or lr_scheduler._LRScheduler
+    return issubclass(cls, base | lr_scheduler.ReduceLROnPlateau)
+
+
 def _kind(obj: Any) -> str:
     if isinstance(obj, torch.nn.Module):
         return "model"
@@ -49,6 +80,8 @@ def remap_optimizer_params(optimizer: torch.optim.Optimizer, mapping: dict[int, 
 
 def prepare_all(accelerator: Accelerator, objects: list[Any], placements: list[bool | None]) -> list[Any]:
     results: list[Any] = list(objects)
+    for position, obj in enumerate(objects, start=1):
+        _check_not_a_class(obj, position)
     kinds = [_kind(obj) for obj in objects]
     mapping: dict[int, torch.nn.Parameter] = {}
 

@@ -17,8 +17,30 @@ from tests.training_helpers import global_batches, make_model
 
 
 @pytest.mark.cuda
-def test_single_gpu_training_fp16_and_bf16() -> None:
-    accelerator = Accelerator(mixed_precision="fp16")
+@pytest.mark.parametrize("mode", ["fp16", "bf16"])
+def test_single_gpu_training_matches_torch_amp(mode: str) -> None:
+    """Through the Accelerator, the same steps as a hand-written torch.amp loop, on the GPU."""
+    from accelerate.state import reset_state
+
+    dtype = torch.float16 if mode == "fp16" else torch.bfloat16
+    torch.manual_seed(0)
+    raw = make_model().cuda()
+    raw_opt = torch.optim.AdamW(raw.parameters(), lr=1e-2)
+    scaler = torch.amp.GradScaler("cuda", enabled=mode == "fp16")
+    raw_losses = []
+    for x, y in global_batches(20, 16):
+        raw_opt.zero_grad()
+        with torch.autocast("cuda", dtype=dtype):
+            out = raw(x.cuda())
+        loss = F.mse_loss(out.float(), y.cuda())
+        scaler.scale(loss).backward()
+        scaler.step(raw_opt)
+        scaler.update()
+        raw_losses.append(loss.item())
+
+    reset_state()
+    torch.manual_seed(0)
+    accelerator = Accelerator(mixed_precision=mode)
     assert accelerator.device.type == "cuda"
     model = make_model()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
@@ -34,6 +56,7 @@ def test_single_gpu_training_fp16_and_bf16() -> None:
         optimizer.step()
         losses.append(loss.item())
     assert losses[-1] < losses[0]
+    torch.testing.assert_close(losses, raw_losses, rtol=1e-3, atol=1e-4)
 
 
 @pytest.mark.cuda

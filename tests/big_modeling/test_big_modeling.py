@@ -38,7 +38,7 @@ def test_load_checkpoint_and_dispatch_into_empty_model(tmp_path: Path) -> None:
     with init_empty_weights():
         model = _model()
     model = load_checkpoint_and_dispatch(model, str(path), device_map="auto")
-    assert model.hf_device_map == {"0": "cpu", "1": "cpu", "2": "cpu"}
+    assert model.hf_device_map == {"": "cpu"}  # one device: entries merged (clean_result)
     for (name, a), b in zip(model.state_dict().items(), source.state_dict().values(), strict=True):
         assert torch.equal(a, b), name
     model.eval()
@@ -51,10 +51,23 @@ def test_auto_map_respects_max_memory() -> None:
     model = _model()
     device_map = infer_auto_device_map(model, max_memory={"cpu": "1KB"})
     assert set(device_map.values()) == {"cpu"}
-    with pytest.raises(ValueError, match="no device has room"):
+    with pytest.raises(ValueError, match="does not fit on any device"):
         infer_auto_device_map(model, max_memory={"cpu": 10})
 
 
 def test_unknown_device_map_string_is_an_error(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="balanced"):
-        load_checkpoint_and_dispatch(_model(), str(tmp_path), device_map="balanced")
+    with pytest.raises(ValueError, match="balanced_low_0"):
+        load_checkpoint_and_dispatch(_model(), str(tmp_path), device_map="fastest")
+
+
+def test_include_buffers_none_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    with init_empty_weights():
+        model = _model()
+    assert model[1].running_mean.device.type == "cpu"
+    monkeypatch.setenv("ACCELERATE_INIT_INCLUDE_BUFFERS", "1")
+    with init_empty_weights():
+        model = _model()
+    assert model[1].running_mean.device.type == "meta"
+    with init_empty_weights(include_buffers=False):
+        model = _model()
+    assert model[1].running_mean.device.type == "cpu"

@@ -21,13 +21,21 @@ from accelerate.checkpointing import (
 from tests.checkpointing.models import TiedNet, assert_same_weights
 
 
+def scrambled(model: nn.Module) -> nn.Module:
+    """``model`` with every parameter and buffer overwritten, so a load that did nothing cannot pass."""
+    with torch.no_grad():
+        for tensor in [*model.parameters(), *model.buffers()]:
+            tensor.fill_(-7)
+    return model
+
+
 @pytest.mark.parametrize("safe", [True, False])
 def test_single_file_round_trip_with_tied_weights(tmp_path: Path, safe: bool) -> None:
     torch.manual_seed(0)
     model = TiedNet()
     files = save_model_files(model.state_dict(), tmp_path, safe_serialization=safe)
     assert [f.name for f in files] == [SAFE_WEIGHTS_NAME if safe else WEIGHTS_NAME]
-    fresh = TiedNet()
+    fresh = scrambled(TiedNet())
     result = load_checkpoint_in_model(fresh, tmp_path, strict=True)
     assert result.missing_keys == [] and result.unexpected_keys == []
     assert_same_weights(model, fresh)
@@ -57,7 +65,7 @@ def test_sharded_save_loads_into_a_fresh_model(tmp_path: Path, safe: bool) -> No
     index = json.loads((tmp_path / index_name).read_text())
     assert set(index["weight_map"].values()) == set(shards)
     assert index["metadata"]["total_size"] > 0
-    fresh = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 8), TiedNet())
+    fresh = scrambled(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 8), TiedNet()))
     load_checkpoint_in_model(fresh, tmp_path, strict=True)
     assert_same_weights(model, fresh)
     # The index file itself is an accepted checkpoint path too.
@@ -103,7 +111,7 @@ def test_meta_model_device_map_and_dtype(tmp_path: Path) -> None:
 def test_device_map_by_module_and_disk_offload(tmp_path: Path) -> None:
     model = TiedNet()
     save_model_files(model.state_dict(), tmp_path / "ckpt")
-    fresh = TiedNet()
+    fresh = scrambled(TiedNet())
     load_checkpoint_in_model(
         fresh,
         tmp_path / "ckpt",
@@ -143,7 +151,7 @@ def test_shape_mismatch_names_the_key(tmp_path: Path) -> None:
 def test_plain_torch_file_and_single_weights_folder(tmp_path: Path, suffix: str) -> None:
     model = TiedNet()
     torch.save(model.state_dict(), tmp_path / f"weights{suffix}")
-    fresh = TiedNet()
+    fresh = scrambled(TiedNet())
     load_checkpoint_in_model(fresh, tmp_path / f"weights{suffix}", strict=True)
     assert_same_weights(model, fresh)
     load_checkpoint_in_model(fresh, tmp_path, strict=True)  # the folder's only weights file

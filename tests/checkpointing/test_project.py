@@ -76,3 +76,49 @@ def test_rotation_never_removes_the_checkpoint_it_is_told_to_keep(tmp_path: Path
     kept = _commit(tmp_path, 3)  # a user-chosen lower iteration than an old upstream folder
     rotate_checkpoints(tmp_path, 1, keep=kept)
     assert kept.exists() and not checkpoint_dir(tmp_path, 7).exists()
+
+
+def _rotate_on_two_ranks(project: str) -> dict[str, object]:
+    """Two ranks save with total_limit=2; the third save fails on rank 1 only, the fourth succeeds."""
+    import torch
+
+    import accelerate.checkpointing.training_state as training_state
+    from accelerate import Accelerator
+    from accelerate.checkpointing import CheckpointError
+    from accelerate.utils import ProjectConfiguration
+
+    config = ProjectConfiguration(project_dir=project, automatic_checkpoint_naming=True, total_limit=2)
+    accelerator = Accelerator(project_config=config)
+    accelerator.prepare(torch.nn.Linear(2, 2))
+    folders = lambda: sorted(p.name for p in (Path(project) / "checkpoints").iterdir())  # noqa: E731
+    accelerator.save_state()
+    accelerator.save_state()
+    after_two = folders()
+    real_capture = training_state.capture_rng_state
+
+    def failing_on_rank_one(*args, **kwargs):  # type: ignore[no-untyped-def]
+        if accelerator.process_index == 1:
+            raise OSError("disk vanished on rank 1")
+        return real_capture(*args, **kwargs)
+
+    training_state.capture_rng_state = failing_on_rank_one
+    try:
+        accelerator.save_state()
+        error = "no error"
+    except CheckpointError as exc:
+        error = str(exc)
+    finally:
+        training_state.capture_rng_state = real_capture
+    # Hidden names are staging folders (rank 0 may still be removing its own right now).
+    after_failure = [name for name in folders() if not name.startswith(".")]
+    accelerator.save_state()
+    return {"after_two": after_two, "error": error, "after_failure": after_failure, "after_retry": folders()}
+
+
+def test_rotation_waits_for_every_rank_on_two_processes(tmp_path: Path, pool2) -> None:  # type: ignore[no-untyped-def]
+    for result in pool2.run(_rotate_on_two_ranks, str(tmp_path)):
+        assert result["after_two"] == ["checkpoint_0", "checkpoint_1"]
+        assert "rank 1" in result["error"] and "disk vanished on rank 1" in result["error"]
+        # Rank 0 wrote its part, but rank 1 failed: nothing committed, nothing rotated away.
+        assert result["after_failure"] == ["checkpoint_0", "checkpoint_1"]
+        assert result["after_retry"] == ["checkpoint_1", "checkpoint_2"]

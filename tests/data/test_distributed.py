@@ -12,7 +12,15 @@ from torch.utils.data import DataLoader
 from accelerate.data.metrics import gather_for_metrics
 from accelerate.data_loader import DataLoaderDispatcher, prepare_data_loader
 from accelerate.state import GradientState, PartialState
-from tests.data.helpers import Pair, Stream, expected_samples, flat, index_loader, single_process_order
+from tests.data.helpers import (
+    IndexDataset,
+    Pair,
+    Stream,
+    expected_samples,
+    flat,
+    index_loader,
+    single_process_order,
+)
 
 COMBOS = list(itertools.product([False, True], repeat=4))  # split, even, drop_last, shuffle
 LENGTH = 23
@@ -38,6 +46,7 @@ def combos_on_rank(dispatch: bool) -> list[dict[str, Any]]:
         state = GradientState()
         loader = prepare_data_loader(
             index_loader(LENGTH, 6 if split else 4, shuffle=shuffle, drop_last=drop_last),
+            use_seedable_sampler=True,  # the expected order below is computed from the seed
             split_batches=split,
             even_batches=even,
             gradient_state=state,
@@ -144,6 +153,11 @@ def test_dispatcher_failure_on_process_0_raises_everywhere(pool2):
 def _make(kind: str) -> Any:
     if kind == "dispatch":
         return prepare_data_loader(DataLoader(Stream(21), batch_size=2))
+    if kind == "generator":  # the user's own generator: its state is synchronised and saved
+        generator = torch.Generator().manual_seed(7)
+        loader = DataLoader(IndexDataset(21), batch_size=2, shuffle=True, generator=generator)
+        return prepare_data_loader(loader)
+    # "torch": PyTorch's order (the default); "seedable": (seed, epoch) order.
     return prepare_data_loader(index_loader(21, 2, shuffle=True), use_seedable_sampler=kind == "seedable")
 
 
@@ -160,15 +174,16 @@ def interrupted_on_rank(kind: str, stop_epoch: int, stop_batch: int | None) -> d
             done.append(flat(batch))
             if epoch == stop_epoch and step + 1 == stop_batch:
                 break
-    return {"reference": reference, "done": done, "state": loader.state_dict()}
+    return {"reference": reference, "done": done, "state": loader.state_dict(), "rng": torch.get_rng_state()}
 
 
-def resumed_on_rank(kind: str, states: list[dict[str, Any]]) -> list[list[int]]:
+def resumed_on_rank(kind: str, states: list[dict[str, Any]], rngs: list[torch.Tensor]) -> list[list[int]]:
     rank = PartialState().process_index
-    torch.manual_seed(999 + rank)  # a different process: nothing carried over but the state
+    torch.manual_seed(999 + rank)  # a different process: nothing carried over but the saved states
     loader = _make(kind)
     state = states[rank]
     loader.load_state_dict(state)
+    torch.set_rng_state(rngs[rank])  # as load_state restores random_states_{rank}.pkl
     return [flat(b) for _ in range(state["epoch"], 3) for b in loader]
 
 
@@ -176,10 +191,35 @@ def test_resume_on_two_processes_is_exact(pool2):
     for kind, stop_epoch, stop_batch in [
         ("seedable", 1, 2),
         ("generator", 1, 3),
+        ("torch", 1, 3),
+        ("torch", 0, None),
         ("seedable", 0, None),
         ("dispatch", 1, 2),
     ]:
         first = pool2.run(interrupted_on_rank, kind, stop_epoch, stop_batch)
-        rest = pool2.run(resumed_on_rank, kind, [r["state"] for r in first])
+        rest = pool2.run(resumed_on_rank, kind, [r["state"] for r in first], [r["rng"] for r in first])
         for r, tail in zip(first, rest):
             assert r["done"] + tail == r["reference"], (kind, stop_epoch, stop_batch)
+
+
+def torch_order_on_rank(shuffle_seed: int) -> dict[str, Any]:
+    rank = PartialState().process_index
+    torch.manual_seed(shuffle_seed + rank)  # unsynchronised on purpose: process 0's order wins
+    loader = prepare_data_loader(index_loader(LENGTH, 4, shuffle=True))
+    own = [flat(b) for b in loader]
+    after_prepared = torch.rand(2).tolist()
+    torch.manual_seed(shuffle_seed + rank)
+    plain = [flat(b) for b in index_loader(LENGTH, 4, shuffle=True)]
+    after_plain = torch.rand(2).tolist()
+    return {"own": own, "plain": plain, "rng_same_as_plain": after_prepared == after_plain}
+
+
+def test_default_order_is_pytorch_order_sharded(pool2):
+    """Same seed, same data: process 0's plain-PyTorch order, batch i to process i % 2, and every
+    process's global RNG advanced exactly as a plain PyTorch loop's."""
+    r0, r1 = pool2.run(torch_order_on_rank, 3)
+    plain = r0["plain"]  # 6 batches of 4 (the last has 3)
+    assert r0["own"] == plain[0::2]
+    assert r1["own"][:2] == plain[1::2][:2]
+    assert r1["own"][2] == plain[5] + plain[0][:1]  # even_batches completes the last batch from the start
+    assert r0["rng_same_as_plain"] and r1["rng_same_as_plain"]

@@ -121,9 +121,14 @@ def test_resume_in_one_process_is_exact(seedable, stop_epoch, stop_batch):
             if epoch == stop_epoch and step + 1 == stop_batch:
                 break
     state = first.state_dict()
-    torch.manual_seed(12345)  # the resumed process's global RNG differs; the state carries what matters
+    rng = torch.get_rng_state()  # save_state stores it too (random_states_*.pkl)
+    torch.manual_seed(12345)  # the resumed process's global RNG differs until the checkpoint restores it
     resumed = make()
     resumed.load_state_dict(state)
+    if not seedable:
+        # PyTorch's order draws each new epoch's seed from the global RNG, so the resumed run needs
+        # the global RNG as it was (load_state restores it); the current epoch replays from the state.
+        torch.set_rng_state(rng)
     rest = [flat(b) for _ in range(state["epoch"], 3) for b in resumed]
     assert done + rest == reference
 
@@ -241,3 +246,18 @@ def test_iterable_shard_in_several_workers_neither_duplicates_nor_reorders(even_
         return [[flat(b) for b in loader] for loader in loaders]
 
     assert epoch(2) == epoch(0)
+
+
+@pytest.mark.parametrize("seed", [0, 7])
+def test_default_shuffle_is_pytorch_order_epoch_after_epoch(seed):
+    """One process: the prepared loader yields exactly what DataLoader(shuffle=True) yields under the
+    same torch.manual_seed, every epoch, and leaves the global RNG where PyTorch leaves it."""
+    torch.manual_seed(seed)
+    prepared = prepare_data_loader(index_loader(23, 4, shuffle=True), num_processes=1, process_index=0)
+    got = [[flat(b) for b in prepared] for _ in range(3)]
+    got_rng = torch.rand(2)
+    torch.manual_seed(seed)
+    plain_loader = index_loader(23, 4, shuffle=True)
+    plain = [[flat(b) for b in plain_loader] for _ in range(3)]
+    assert got == plain and got[0] != got[1]
+    assert torch.equal(got_rng, torch.rand(2))

@@ -197,3 +197,44 @@ def test_unwrap_model_can_drop_the_fp32_wrapper() -> None:
     assert bare(torch.ones(1, 8)).dtype == torch.float32  # no autocast any more: plain fp32 compute
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert bare(torch.ones(1, 8)).dtype == torch.bfloat16  # and no conversion back to fp32
+
+
+def test_fp16_scale_reflects_each_step_at_once_when_other_optimizers_do_not_step(tmp_path) -> None:
+    """A GAN-like loop: only one of two prepared optimizers steps. The loss scale after that step
+    already reflects its inf/nan outcome, and save_state right after writes that scale."""
+    accelerator = Accelerator(
+        mixed_precision="fp16", kwargs_handlers=[GradScalerKwargs(init_scale=1024.0, growth_interval=1)]
+    )
+    d, g = make_model(0), make_model(1)
+    opt_d, opt_g = torch.optim.SGD(d.parameters(), lr=0.1), torch.optim.SGD(g.parameters(), lr=0.1)
+    d, g, opt_d, opt_g = accelerator.prepare(d, g, opt_d, opt_g)
+    x, y = global_batches(1, 8)[0]
+    accelerator.backward(F.mse_loss(d(x), y) * float("inf"))  # overflows
+    opt_d.step()
+    assert accelerator.optimizer_step_was_skipped
+    assert accelerator.scaler is not None and accelerator.scaler.get_scale() == 512.0  # backed off now
+    opt_d.zero_grad()
+    accelerator.backward(F.mse_loss(d(x), y))
+    opt_d.step()
+    assert not accelerator.optimizer_step_was_skipped and accelerator.scaler.get_scale() == 1024.0
+    accelerator.save_state(str(tmp_path / "ckpt"))
+    assert torch.load(tmp_path / "ckpt" / "scaler.pt", weights_only=True)["scale"] == 1024.0
+
+
+def test_fp16_one_backward_two_optimizers_one_overflowing_backs_off_once() -> None:
+    """Two optimizers on one backward, the second finds inf: the scale backs off once, from the scale
+    the gradients were made with, like one GradScaler.update() after both steps."""
+    accelerator = Accelerator(
+        mixed_precision="fp16", kwargs_handlers=[GradScalerKwargs(init_scale=1024.0, growth_interval=1)]
+    )
+    a, b = make_model(0), make_model(1)
+    opt_a, opt_b = torch.optim.SGD(a.parameters(), lr=0.1), torch.optim.SGD(b.parameters(), lr=0.1)
+    a, b, opt_a, opt_b = accelerator.prepare(a, b, opt_a, opt_b)
+    x, y = global_batches(1, 8)[0]
+    before_b = flat_params(b)
+    accelerator.backward(F.mse_loss(a(x), y) + F.mse_loss(b(x), y) * float("inf"))
+    opt_a.step()  # a's gradients are finite: the scale grows (growth_interval=1) ...
+    assert not accelerator.optimizer_step_was_skipped and accelerator.scaler.get_scale() == 2048.0
+    opt_b.step()  # ... then b overflows: one back-off from 1024, as a single update would give
+    assert accelerator.optimizer_step_was_skipped and accelerator.scaler.get_scale() == 512.0
+    assert torch.equal(flat_params(b), before_b)

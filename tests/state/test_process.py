@@ -101,7 +101,7 @@ def _ranks_and_helpers(tmp: str) -> dict[str, object]:
     return {
         "rank": state.process_index,
         "world": state.num_processes,
-        "type": str(state.distributed_type),
+        "type": state.distributed_type.value,
         "backend": state.backend,
         "calls": calls,
         "seen": seen,

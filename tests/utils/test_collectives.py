@@ -36,7 +36,8 @@ def test_identity_in_one_process() -> None:
     assert out["a"].tolist() == [0, 1, 2] and out["b"][0].tolist() == [1.0]
     assert reduce(torch.tensor([2.0]), "mean").tolist() == [2.0]
     assert gather_object([1, 2]) == [1, 2] and gather_object("x") == ["x"]
-    assert pad_across_processes(torch.ones(2)) is not None
+    ones = torch.ones(2)
+    assert pad_across_processes(ones) is ones  # nothing to pad against in one process
 
 
 def test_non_tensor_leaf_names_type_and_path() -> None:
@@ -169,3 +170,121 @@ def test_debug_mode_covers_pad_and_object_broadcast(pool2: WorkerPool) -> None:
         assert "`pad_across_processes`" in messages[0] and "1-d:float32" in messages[0]
         assert "`broadcast_object_list`" in messages[1] and "list of 2 objects" in messages[1]
         assert messages[2] == "2"
+
+
+_DEBUG_FAST = {"ACCELERATE_DEBUG_MODE": "1", "ACCELERATE_DEBUG_TIMEOUT": "2"}
+
+
+def _rank_one_skips_gather() -> str:
+    state = PartialState()
+    reduce(torch.ones(1))  # collective #1, reached by both
+    if state.process_index == 1:
+        return "skipped"  # e.g. a gather called only under `if is_main_process:` on the other side
+    try:
+        gather(torch.ones(1))
+    except DistributedOperationException as exc:
+        return str(exc)
+    return "no error"
+
+
+def test_debug_mode_names_a_process_that_never_arrives(pool2: WorkerPool) -> None:
+    r0, r1 = pool2.run(_rank_one_skips_gather, env=_DEBUG_FAST, timeout=60)
+    assert r1 == "skipped"
+    assert "`gather` (collective #2 of process 0)" in r0
+    assert "process(es) 1 did not reach it within 2 s (waiting: 0)" in r0
+    assert "process 1: its last collective through accelerate was #1 `reduce`" in r0
+    assert "ACCELERATE_DEBUG_TIMEOUT" in r0
+
+
+def _ranks_reach_different_collectives() -> str:
+    state = PartialState()
+    try:
+        if state.process_index == 0:
+            gather(torch.ones(2))
+        else:
+            reduce(torch.ones(2))  # rank 1 skipped the gather and went on to the next collective
+    except DistributedOperationException as exc:
+        return str(exc)
+    return "no error"
+
+
+def test_debug_mode_raises_on_every_rank_when_collectives_differ(pool2: WorkerPool) -> None:
+    for text in pool2.run(_ranks_reach_different_collectives, env=_DEBUG_FAST, timeout=60):
+        assert "reached different collectives at the same point" in text
+        assert "process 0: `gather`" in text and "process 1: `reduce`" in text
+
+
+def _count_collective_calls() -> dict[str, int]:
+    """Runs each collective once and counts the torch.distributed calls and store writes it made."""
+    import torch.distributed as dist
+
+    PartialState()
+    counts: dict[str, int] = {}
+    names = ["all_gather_object", "all_gather_into_tensor", "all_gather_single", "all_reduce", "broadcast",
+             "broadcast_object_list", "barrier", "monitored_barrier"]  # fmt: skip
+    originals = {name: getattr(dist, name) for name in names if hasattr(dist, name)}
+
+    def counting(name: str, fn):  # type: ignore[no-untyped-def]
+        def wrapper(*args, **kwargs):  # type: ignore[no-untyped-def]
+            counts[name] = counts.get(name, 0) + 1
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    store = dist.distributed_c10d._get_default_store()
+    keys_before = store.num_keys()
+    try:
+        for name, fn in originals.items():
+            setattr(dist, name, counting(name, fn))
+        import accelerate.utils.collectives as collectives
+
+        collectives._all_gather_single = dist.all_gather_single if hasattr(dist, "all_gather_single") else (
+            dist.all_gather_into_tensor
+        )
+        gather(torch.ones(2))
+        reduce(torch.ones(2))
+        broadcast(torch.ones(2))
+        broadcast_object_list([1])
+        gather_object("x")
+        pad_across_processes(torch.ones(2))
+    finally:
+        for name, fn in originals.items():
+            setattr(dist, name, fn)
+        collectives._all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    counts["store_keys_added"] = store.num_keys() - keys_before
+    return counts
+
+
+def test_no_extra_communication_without_debug_mode(pool2: WorkerPool) -> None:
+    for counts in pool2.run(_count_collective_calls, timeout=60):
+        gathers = counts.get("all_gather_single", 0) + counts.get("all_gather_into_tensor", 0)
+        # gather: 1, pad_across_processes: 1 (the sizes); nothing else gathers tensors.
+        assert gathers == 2, counts
+        assert counts.get("all_reduce") == 1 and counts.get("broadcast") == 1, counts
+        assert counts.get("broadcast_object_list") == 1 and counts.get("all_gather_object") == 1, counts
+        assert counts["store_keys_added"] == 0, counts
+
+
+def test_debug_mode_checks_through_the_store_not_collectives(pool2: WorkerPool) -> None:
+    for counts in pool2.run(_count_collective_calls, env={"ACCELERATE_DEBUG_MODE": "1"}, timeout=60):
+        gathers = counts.get("all_gather_single", 0) + counts.get("all_gather_into_tensor", 0)
+        assert gathers == 2 and counts.get("all_gather_object") == 1, counts  # no extra collective
+        assert counts["store_keys_added"] > 0, counts
+
+
+def _rank_zero_skips_barrier() -> str:
+    state = PartialState()
+    if state.process_index == 0:
+        return "skipped"
+    try:
+        state.wait_for_everyone()
+    except DistributedOperationException as exc:
+        return str(exc)
+    return "no error"
+
+
+def test_debug_mode_covers_wait_for_everyone(pool2: WorkerPool) -> None:
+    r0, r1 = pool2.run(_rank_zero_skips_barrier, env=_DEBUG_FAST, timeout=60)
+    assert r0 == "skipped"
+    assert "`wait_for_everyone`" in r1 and "process(es) 0 did not reach it" in r1
+    assert "process 0: has made no collective call through accelerate yet" in r1

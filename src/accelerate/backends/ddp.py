@@ -12,7 +12,7 @@ from torch.nn.parallel import DistributedDataParallel
 from accelerate.backends.base import Strategy
 from accelerate.state.distributed_type import DistributedType
 from accelerate.state.teardown import release_at_exit
-from accelerate.utils.dataclasses import DDPCommunicationHookType, DistributedDataParallelKwargs
+from accelerate.utils.dataclasses import DistributedDataParallelKwargs
 
 
 class DDPStrategy(Strategy):
@@ -41,50 +41,9 @@ class DDPStrategy(Strategy):
             kwargs.setdefault("device_ids", [self.device.index or 0])
             kwargs.setdefault("output_device", self.device.index or 0)
         ddp = DistributedDataParallel(model, **kwargs)
-        self._register_comm_hook(ddp)
+        self.ddp_kwargs.register_comm_hook(ddp)
         release_at_exit(ddp, release_process_group)
         return ddp
-
-    def _register_comm_hook(self, ddp: DistributedDataParallel) -> None:
-        hook_type = DDPCommunicationHookType(self.ddp_kwargs.comm_hook)
-        wrapper_type = DDPCommunicationHookType(self.ddp_kwargs.comm_wrapper)
-        if hook_type is DDPCommunicationHookType.NO:
-            if wrapper_type is not DDPCommunicationHookType.NO:
-                raise ValueError(
-                    f"DistributedDataParallelKwargs(comm_wrapper={wrapper_type.value!r}) wraps a PowerSGD hook; "
-                    "set comm_hook='power_sgd' or 'batched_power_sgd' too, or drop comm_wrapper."
-                )
-            return
-        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
-
-        if hook_type in (DDPCommunicationHookType.FP16, DDPCommunicationHookType.BF16):
-            if wrapper_type is not DDPCommunicationHookType.NO:
-                raise ValueError(
-                    f"DistributedDataParallelKwargs(comm_wrapper={wrapper_type.value!r}) only applies to the "
-                    f"PowerSGD hooks; comm_hook={hook_type.value!r} already compresses. Drop comm_wrapper."
-                )
-            hook: Any = (
-                default_hooks.fp16_compress_hook
-                if hook_type is DDPCommunicationHookType.FP16
-                else default_hooks.bf16_compress_hook
-            )
-            ddp.register_comm_hook(state=None, hook=hook)
-            return
-        state = powerSGD_hook.PowerSGDState(process_group=None, **self.ddp_kwargs.comm_state_option)
-        hook = (
-            powerSGD_hook.powerSGD_hook
-            if hook_type is DDPCommunicationHookType.POWER_SGD
-            else powerSGD_hook.batched_powerSGD_hook
-        )
-        if wrapper_type is DDPCommunicationHookType.FP16:
-            hook = default_hooks.fp16_compress_wrapper(hook)
-        elif wrapper_type is DDPCommunicationHookType.BF16:
-            hook = default_hooks.bf16_compress_wrapper(hook)
-        elif wrapper_type is not DDPCommunicationHookType.NO:
-            raise ValueError(
-                f"DistributedDataParallelKwargs(comm_wrapper={wrapper_type.value!r}) must be 'no', 'fp16' or 'bf16'."
-            )
-        ddp.register_comm_hook(state=state, hook=hook)
 
     def unwrap(self, model: torch.nn.Module) -> torch.nn.Module:
         return model.module if isinstance(model, DistributedDataParallel) else model

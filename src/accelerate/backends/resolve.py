@@ -33,11 +33,22 @@ def resolve_mixed_precision(requested: str | None, launched: str | None, device:
     return mode
 
 
-def check_unavailable(*, deepspeed_plugin: object, fsdp_plugin: object, megatron_lm_plugin: object) -> None:
+def check_unavailable(
+    *,
+    deepspeed_plugin: object,
+    fsdp_plugin: object,
+    megatron_lm_plugin: object,
+    torch_tp_plugin: object = None,
+    deepspeed_plugins: object = None,
+    parallelism_config: object = None,
+) -> None:
     for name, value, flag in (
         ("deepspeed_plugin", deepspeed_plugin, "--use_deepspeed"),
+        ("deepspeed_plugins", deepspeed_plugins, "--use_deepspeed"),
         ("fsdp_plugin", fsdp_plugin, "--use_fsdp"),
         ("megatron_lm_plugin", megatron_lm_plugin, "--use_megatron_lm"),
+        ("torch_tp_plugin", torch_tp_plugin, "--parallelism_config_tp_size"),
+        ("parallelism_config", parallelism_config, "--parallelism_config_*"),
     ):
         if value is not None:
             raise NotAvailableYetError(

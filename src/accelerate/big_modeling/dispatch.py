@@ -1,111 +1,144 @@
-"""Placing a model's submodules on devices and running forward across them.
+"""Running a model spread over devices: ``dispatch_model`` and the whole-model offload helpers.
 
-``dispatch_model`` moves each submodule of a ``device_map`` to its device and adds a forward
-pre-hook that moves the submodule's inputs there, so a model split over devices runs unchanged.
+``dispatch_model`` gives every block of a device map a hook: blocks on an accelerator run there,
+blocks mapped to ``"cpu"`` (with a GPU as execution device) or ``"disk"`` keep their weights
+offloaded and load them onto the execution device for their forward only.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from accelerate.utils.tree import send_to_device
+from accelerate.big_modeling.align import AlignDevicesHook
+from accelerate.big_modeling.attach import attach_align_device_hook, attach_align_device_hook_on_blocks
+from accelerate.big_modeling.cpu_offload_hooks import CpuOffload, UserCpuOffloadHook
+from accelerate.big_modeling.hooks import add_hook_to_module
+from accelerate.big_modeling.offload import (
+    INDEX_FILE,
+    OffloadedWeightsLoader,
+    extract_submodules_state_dict,
+    offload_state_dict,
+)
+from accelerate.big_modeling.tensors import DeviceLike, TiedParamsMap, find_tied_parameters, retie_parameters
 
-DeviceMap = Mapping[str, torch.device | str | int]
-
-
-def _module_bytes(module: nn.Module, dtype: torch.dtype | None) -> int:
-    total = 0
-    for tensor in list(module.parameters()) + list(module.buffers()):
-        size = (
-            torch.finfo(dtype).bits // 8
-            if dtype is not None and tensor.is_floating_point()
-            else tensor.element_size()
-        )
-        total += tensor.numel() * size
-    return total
+DeviceMap = Mapping[str, DeviceLike]
 
 
-def _device_budgets(max_memory: Mapping[Any, int | str] | None) -> list[tuple[str, float]]:
-    from accelerate.checkpointing.sizes import parse_size
-
-    if max_memory is not None:
-        return [
-            (str(k) if not isinstance(k, int) else f"cuda:{k}", float(parse_size(v)))
-            for k, v in max_memory.items()
-        ]
-    budgets: list[tuple[str, float]] = []
-    for index in range(torch.cuda.device_count()):
-        free, _ = torch.cuda.mem_get_info(index)
-        budgets.append((f"cuda:{index}", free * 0.9))
-    budgets.append(("cpu", float("inf")))
-    return budgets
+def _first_device(model: nn.Module) -> torch.device:
+    first = next(iter(model.parameters()), None)
+    if first is None or first.device.type == "meta":
+        return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+    return first.device
 
 
-def infer_auto_device_map(
+def _has_folder_index(folder: str | os.PathLike[str] | None) -> bool:
+    return folder is not None and (Path(folder) / INDEX_FILE).is_file()
+
+
+def dispatch_model(
     model: nn.Module,
-    max_memory: Mapping[Any, int | str] | None = None,
-    no_split_module_classes: list[str] | None = None,
-    dtype: torch.dtype | str | None = None,
-) -> dict[str, str]:
-    """Fills devices in order (GPUs, then CPU) with the model's top-level submodules.
+    device_map: DeviceMap,
+    main_device: DeviceLike | None = None,
+    state_dict: Mapping[str, torch.Tensor] | None = None,
+    offload_dir: str | os.PathLike[str] | None = None,
+    offload_index: Mapping[str, Any] | None = None,
+    offload_buffers: bool = False,
+    skip_keys: str | list[str] | None = None,
+    preload_module_classes: list[str] | None = None,
+    force_hooks: bool = False,
+) -> nn.Module:
+    """Places ``model`` per ``device_map`` and hooks it so forward runs across the devices unchanged.
 
-    A submodule larger than what is left on a device moves to the next device whole (submodules are
-    never split), which keeps the placement simple and each forward on one device per block.
+    Args:
+        model: the model (weights loaded, or meta for blocks whose weights are in ``offload_dir`` /
+            ``offload_index`` / ``state_dict``).
+        device_map: block name -> GPU index, ``"cpu"``, ``"disk"`` or a torch device.
+        main_device: where offloaded blocks run and outputs come back to (default: the first
+            accelerator in the map, else the CPU).
+        state_dict: weights of the CPU-offloaded blocks (default: taken from the model).
+        offload_dir: folder of the disk-offloaded weights; written from the model if it has no index.
+        offload_index: index of weights already on disk (e.g. pointing into safetensors files).
+        offload_buffers: offload buffers of offloaded blocks too.
+        skip_keys: keyword inputs that are not moved between devices.
+        preload_module_classes: class names whose offloaded weights load all at once with the module.
+        force_hooks: add hooks even when the whole model is on one device.
+
+    Example:
+        >>> model = dispatch_model(model, {"embed": "cpu", "blocks": "disk", "head": "cpu"}, offload_dir="off")
     """
-    del no_split_module_classes  # whole top-level children are never split here
-    if isinstance(dtype, str):
-        dtype = getattr(torch, dtype)
-    budgets = _device_budgets(max_memory)
-    device_map: dict[str, str] = {}
-    slot = 0
-    left = budgets[0][1]
-    children = list(model.named_children()) or [("", model)]
-    direct = sum(p.numel() * p.element_size() for p in model.parameters(recurse=False))
-    for name, child in children:
-        need = _module_bytes(child, dtype)  # type: ignore[arg-type]
-        while need > left and slot < len(budgets) - 1:
-            slot += 1
-            left = budgets[slot][1]
-        if need > left:
-            raise ValueError(
-                f"infer_auto_device_map: submodule {name!r} needs {need} bytes but no device has room; "
-                "raise max_memory or add a 'cpu' entry."
-            )
-        device_map[name] = budgets[slot][0]
-        left -= need
-    if direct and "" not in device_map:
+    # Looked up on the package at call time: transformers replaces it there to skip the check.
+    import accelerate.big_modeling as package
+
+    package.check_device_map(model, device_map)
+    devices = {str(device) for device in device_map.values()}
+    one_device = len(devices) == 1 and "disk" not in devices
+    if one_device and not force_hooks:
+        device = next(iter(device_map.values()))
+        model.to(f"cuda:{device}" if isinstance(device, int) else device)
+        model.hf_device_map = dict(device_map)  # type: ignore[assignment]
+        return model
+    if main_device is None:
+        accelerators = [d for d in device_map.values() if str(d) not in ("cpu", "disk")]
+        main_device = accelerators[0] if accelerators else "cpu"
+    # With an accelerator as main device, CPU blocks are offloaded too (loaded onto it per forward).
+    offloaded = ("disk",) if str(main_device) in ("cpu", "mps") else ("cpu", "disk")
+    cpu_blocks = [name for name, device in device_map.items() if str(device) == "cpu"]
+    if state_dict is None and "cpu" in offloaded and cpu_blocks:
+        state_dict = extract_submodules_state_dict(model.state_dict(), cpu_blocks)
+    disk_blocks = [name for name, device in device_map.items() if str(device) == "disk"]
+    if disk_blocks and offload_dir is None and offload_index is None:
         raise ValueError(
-            "infer_auto_device_map: the model has parameters outside any submodule; pass device_map={'': device}"
+            f"dispatch_model: device_map sends {disk_blocks} to 'disk' but neither offload_dir nor offload_index was "
+            "given; pass offload_dir='some/folder'"
         )
-    return device_map
-
-
-def _add_input_hook(module: nn.Module, device: torch.device) -> None:
-    def move_inputs(mod: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]:
-        return send_to_device(args, device), send_to_device(kwargs, device)
-
-    handle = module.register_forward_pre_hook(move_inputs, with_kwargs=True)
-    module._accelerate_dispatch_hook = handle  # type: ignore[assignment]
-
-
-def dispatch_model(model: nn.Module, device_map: DeviceMap) -> nn.Module:
-    """Moves each mapped submodule to its device; inputs follow each submodule automatically."""
-    for name, device in device_map.items():
-        if device == "disk":
-            raise NotImplementedError(
-                f"dispatch_model: disk offload (device_map[{name!r}] = 'disk') is not available yet; map it to 'cpu'."
-            )
-        target = torch.device(f"cuda:{device}" if isinstance(device, int) else device)
-        module = model.get_submodule(name) if name else model
-        module.to(target)
-        _add_input_hook(module, target)
+    if disk_blocks and offload_index is None and not _has_folder_index(offload_dir):
+        offload_state_dict(offload_dir, extract_submodules_state_dict(model.state_dict(), disk_blocks))  # type: ignore[arg-type]
+    execution = {name: (main_device if str(device) in ("cpu", "disk") else device) for name, device in device_map.items()}
+    execution[""] = main_device
+    offload = {name: str(device) in offloaded for name, device in device_map.items()}
+    weights_map: OffloadedWeightsLoader | None = None
+    folder = offload_dir if disk_blocks else None
+    if state_dict is not None or folder is not None or offload_index is not None:
+        weights_map = OffloadedWeightsLoader(
+            state_dict=state_dict,
+            save_folder=folder,
+            index=offload_index,
+            device=main_device if offload_index is not None else None,
+        )
+    tied = find_tied_parameters(model)
+    tied_params_map: TiedParamsMap = {}
+    if weights_map is not None:
+        for group in tied:
+            for name in group:
+                if name in weights_map.state_dict:
+                    tied_params_map.setdefault(weights_map.state_dict[name].data_ptr(), {})
+    attach_align_device_hook_on_blocks(
+        model,
+        execution_device=execution,
+        offload=offload,
+        offload_buffers=offload_buffers,
+        weights_map=weights_map,
+        skip_keys=skip_keys,
+        preload_module_classes=preload_module_classes,
+        tied_params_map=tied_params_map,
+    )
+    # Placing blocks may have given tied names separate parameters; point them at one again where
+    # they live together (offloaded ones are reloaded per forward anyway).
+    retie_parameters(model, [group for group in tied if _same_device(group, device_map)])
     model.hf_device_map = dict(device_map)  # type: ignore[assignment]
     return model
+
+
+def _same_device(group: list[str], device_map: DeviceMap) -> bool:
+    from accelerate.big_modeling.device_map import device_of
+
+    return len({str(device_of(name, device_map)) for name in group}) == 1
 
 
 def load_checkpoint_and_dispatch(
@@ -114,32 +147,162 @@ def load_checkpoint_and_dispatch(
     device_map: str | DeviceMap | None = None,
     max_memory: Mapping[Any, int | str] | None = None,
     no_split_module_classes: list[str] | None = None,
-    offload_folder: str | None = None,
+    offload_folder: str | os.PathLike[str] | None = None,
+    offload_buffers: bool = False,
     dtype: str | torch.dtype | None = None,
+    offload_state_dict: bool | None = None,
+    skip_keys: str | list[str] | None = None,
+    preload_module_classes: list[str] | None = None,
+    force_hooks: bool = False,
     strict: bool = False,
-    **kwargs: Any,
+    full_state_dict: bool = True,
+    broadcast_from_rank0: bool = False,
 ) -> nn.Module:
-    """Loads a checkpoint (file, sharded folder) into ``model`` and places it per ``device_map``.
+    """Loads a checkpoint into ``model`` (usually built with ``init_empty_weights``) and dispatches it.
 
-    ``device_map`` may be a dict, ``None`` (stay where it is) or ``"auto"`` / ``"sequential"``
-    (fill GPUs in order, then CPU).
+    Args:
+        model: the model to fill.
+        checkpoint: a weights file, a ``*.index.json`` of shards, or a folder holding either.
+        device_map: a dict, or ``"auto"`` / ``"balanced"`` (spread evenly over the GPUs),
+            ``"balanced_low_0"`` (leave GPU 0 as free as possible), ``"sequential"`` (fill GPUs in
+            order), then the CPU, then the disk; ``None`` loads without dispatching.
+        max_memory: budgets per device for the string modes (see ``infer_auto_device_map``).
+        no_split_module_classes: class names never split across devices.
+        offload_folder: where disk-offloaded weights are written.
+        offload_buffers: offload buffers of offloaded blocks too.
+        dtype: floating weights are loaded in this dtype.
+        offload_state_dict: park CPU weights on disk while loading (default: when the map uses the disk).
+        skip_keys, preload_module_classes, force_hooks: passed to :func:`dispatch_model`.
+        strict: raise on missing or unexpected weights.
+        full_state_dict, broadcast_from_rank0: passed to :func:`load_checkpoint_in_model`.
+
+    Example:
+        >>> with init_empty_weights():
+        ...     model = MyModel()
+        >>> model = load_checkpoint_and_dispatch(model, "ckpt/", device_map="auto", offload_folder="off",
+        ...                                      max_memory={"cpu": "2GB", "disk": "100GB"})
     """
-    if kwargs:
-        raise TypeError(f"load_checkpoint_and_dispatch got unsupported arguments: {sorted(kwargs)}")
-    from accelerate.checkpointing.model_loading import load_checkpoint_in_model
+    from accelerate.big_modeling.budgets import get_balanced_memory
+    from accelerate.big_modeling.device_map import infer_auto_device_map
+    from accelerate.big_modeling.loading import load_checkpoint_in_model
 
+    modes = ("auto", "balanced", "balanced_low_0", "sequential")
     if isinstance(device_map, str):
-        if device_map not in ("auto", "sequential"):
-            raise ValueError(
-                f"device_map={device_map!r} is not supported: use a dict, 'auto' / 'sequential' (GPUs in order, "
-                "then CPU) or None"
+        if device_map not in modes:
+            raise ValueError(f"device_map={device_map!r} is not supported: use a dict or one of {modes}")
+        if device_map != "sequential":
+            max_memory = get_balanced_memory(
+                model,
+                max_memory=max_memory,
+                no_split_module_classes=no_split_module_classes,
+                dtype=dtype,
+                low_zero=device_map == "balanced_low_0",
             )
         device_map = infer_auto_device_map(
-            model, max_memory=max_memory, no_split_module_classes=no_split_module_classes, dtype=dtype
+            model,
+            max_memory=max_memory,
+            no_split_module_classes=no_split_module_classes,
+            dtype=dtype,
+            offload_buffers=offload_buffers,
         )
+    if offload_state_dict is None and device_map is not None and "disk" in {str(d) for d in device_map.values()}:
+        offload_state_dict = True
     load_checkpoint_in_model(
-        model, checkpoint, device_map=device_map, dtype=dtype, strict=strict, offload_folder=offload_folder
+        model,
+        checkpoint,
+        device_map=device_map,
+        offload_folder=offload_folder,
+        dtype=dtype,
+        offload_state_dict=bool(offload_state_dict),
+        offload_buffers=offload_buffers,
+        strict=strict,
+        full_state_dict=full_state_dict,
+        broadcast_from_rank0=broadcast_from_rank0,
     )
-    if device_map is not None:
-        dispatch_model(model, device_map)
+    if device_map is None:
+        return model
+    return dispatch_model(
+        model,
+        device_map=device_map,
+        offload_dir=offload_folder,
+        offload_buffers=offload_buffers,
+        skip_keys=skip_keys,
+        preload_module_classes=preload_module_classes,
+        force_hooks=force_hooks,
+    )
+
+
+def cpu_offload(
+    model: nn.Module,
+    execution_device: DeviceLike | None = None,
+    offload_buffers: bool = False,
+    state_dict: Mapping[str, torch.Tensor] | None = None,
+    preload_module_classes: list[str] | None = None,
+) -> nn.Module:
+    """Keeps all weights on the CPU; each submodule's weights go to ``execution_device`` for its forward only.
+
+    Example:
+        >>> model = cpu_offload(model, execution_device="cuda:0")
+    """
+    device = execution_device if execution_device is not None else _first_device(model)
+    if state_dict is None:
+        state_dict = {name: tensor.to("cpu") for name, tensor in model.state_dict().items()}
+    add_hook_to_module(model, AlignDevicesHook(io_same_device=True), append=True)
+    attach_align_device_hook(
+        model,
+        execution_device=device,
+        offload=True,
+        offload_buffers=offload_buffers,
+        weights_map=state_dict,
+        preload_module_classes=preload_module_classes,
+    )
     return model
+
+
+def disk_offload(
+    model: nn.Module,
+    offload_dir: str | os.PathLike[str],
+    execution_device: DeviceLike | None = None,
+    offload_buffers: bool = False,
+    preload_module_classes: list[str] | None = None,
+) -> nn.Module:
+    """Writes the weights to ``offload_dir`` (unless it already holds them) and reads each from there for forward.
+
+    Example:
+        >>> model = disk_offload(model, "offload/", execution_device="cpu")
+    """
+    if not _has_folder_index(offload_dir):
+        offload_state_dict(offload_dir, model.state_dict())
+    device = execution_device if execution_device is not None else _first_device(model)
+    weights_map = OffloadedWeightsLoader(save_folder=offload_dir)
+    add_hook_to_module(model, AlignDevicesHook(io_same_device=True), append=True)
+    attach_align_device_hook(
+        model,
+        execution_device=device,
+        offload=True,
+        offload_buffers=offload_buffers,
+        weights_map=weights_map,
+        preload_module_classes=preload_module_classes,
+    )
+    return model
+
+
+def cpu_offload_with_hook(
+    model: nn.Module,
+    execution_device: DeviceLike | None = None,
+    prev_module_hook: UserCpuOffloadHook | None = None,
+) -> tuple[nn.Module, UserCpuOffloadHook]:
+    """Moves the whole model to ``execution_device`` when called; ``hook.offload()`` sends it back.
+
+    Pass the previous model's hook as ``prev_module_hook`` to chain a pipeline: calling this model
+    first offloads the previous one, so one model at a time sits on the device.
+
+    Example:
+        >>> encoder, hook1 = cpu_offload_with_hook(encoder, "cuda:0")
+        >>> decoder, hook2 = cpu_offload_with_hook(decoder, "cuda:0", prev_module_hook=hook1)
+        >>> decoder(encoder(x))  # encoder moves back to the CPU when decoder starts
+        >>> hook2.offload()
+    """
+    hook = CpuOffload(execution_device=execution_device, prev_module_hook=prev_module_hook)
+    add_hook_to_module(model, hook, append=True)
+    return model, UserCpuOffloadHook(model, hook)

@@ -15,14 +15,18 @@ from torch import nn
 
 
 @contextlib.contextmanager
-def init_on_device(device: torch.device | str, include_buffers: bool = False) -> Iterator[None]:
+def init_on_device(device: torch.device | str, include_buffers: bool | None = None) -> Iterator[None]:
     """Parameters (and buffers if ``include_buffers``) registered inside the block go to ``device``.
+
+    ``include_buffers=None`` reads ``ACCELERATE_INIT_INCLUDE_BUFFERS`` (default: False), as upstream.
 
     Example:
         >>> with init_on_device("meta"):
         ...     model = nn.Linear(10_000, 10_000)  # no memory allocated
     """
     device = torch.device(device)
+    if include_buffers is None:
+        include_buffers = _env_flag("ACCELERATE_INIT_INCLUDE_BUFFERS")
     if include_buffers:
         # torch's own device context also covers buffers and plain tensor factories.
         with device:
@@ -32,7 +36,9 @@ def init_on_device(device: torch.device | str, include_buffers: bool = False) ->
 
     def register_parameter(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
         original(module, name, param)
-        if param is not None:
+        # A parameter already there (e.g. one being tied: ``head.weight = embed.weight``) is kept as
+        # the same object, so ties made while building survive.
+        if param is not None and param.device != device:
             kwargs: dict[str, Any] = dict(param.__dict__)
             kwargs["requires_grad"] = param.requires_grad
             moved = type(param)(param.to(device), **kwargs)
@@ -45,6 +51,22 @@ def init_on_device(device: torch.device | str, include_buffers: bool = False) ->
         nn.Module.register_parameter = original  # type: ignore[method-assign]
 
 
-def init_empty_weights(include_buffers: bool = False) -> contextlib.AbstractContextManager[None]:
-    """Builds models with parameters on the meta device (no memory); load weights afterwards."""
+def init_empty_weights(include_buffers: bool | None = None) -> contextlib.AbstractContextManager[None]:
+    """Builds models with parameters on the meta device (no memory); load weights afterwards.
+
+    Buffers stay real unless ``include_buffers`` (``None``: the ``ACCELERATE_INIT_INCLUDE_BUFFERS``
+    environment variable, default False).
+
+    Example:
+        >>> with init_empty_weights():
+        ...     model = MyModel()  # parameters on meta
+        >>> model = load_checkpoint_and_dispatch(model, "ckpt/", device_map="auto")
+    """
     return init_on_device("meta", include_buffers=include_buffers)
+
+
+def _env_flag(name: str) -> bool:
+    # A user-facing switch of upstream's, read at the call (not a launcher-to-runtime variable).
+    import os
+
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")

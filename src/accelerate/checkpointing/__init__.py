@@ -13,6 +13,7 @@ from accelerate._lazy import lazy_exports
 _LAZY: dict[str, str] = {
     "AtomicCheckpoint": "accelerate.checkpointing.atomic",
     "CheckpointError": "accelerate.checkpointing.errors",
+    "DiskFullError": "accelerate.checkpointing.errors",
     "FileRecord": "accelerate.checkpointing.atomic",
     "LoadResult": "accelerate.checkpointing.model_loading",
     "MANIFEST_NAME": "accelerate.checkpointing.atomic",

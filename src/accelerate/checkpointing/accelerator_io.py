@@ -1,7 +1,9 @@
 """The Accelerator's checkpoint methods, delegated here to keep the facade small.
 
 Everything that touches files lives in the sibling modules (model_files, atomic, project,
-training_state); this module only gathers the Accelerator's prepared objects and hooks.
+training_state). The Accelerator hands this module what it needs explicitly (a
+:class:`TrainingObjects`) and applies what comes back (the step, the next checkpoint number)
+itself: this module never writes to the Accelerator.
 """
 
 from __future__ import annotations
@@ -10,13 +12,18 @@ import logging
 import os
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from accelerate.utils.agreement import agree_on_failure
+
 if TYPE_CHECKING:
     from accelerate.accelerator import Accelerator
+    from accelerate.checkpointing.training_state import ProcessInfo
+    from accelerate.utils.dataclasses import ProjectConfiguration
 
 logger = logging.getLogger(__name__)
 
@@ -39,12 +46,12 @@ def register_hook(registry: dict[int, Callable[..., Any]], hook: Callable[..., A
     return _HookHandle(registry, key)
 
 
-def register_for_checkpointing(accelerator: Accelerator, objects: Sequence[Any]) -> None:
+def check_checkpointable_objects(objects: Sequence[Any]) -> None:
+    """Raises for an object ``register_for_checkpointing`` cannot save (before anything is registered)."""
     from accelerate.checkpointing.training_state import check_checkpointable
 
     for obj in objects:
         check_checkpointable(obj)
-    accelerator._custom_objects.extend(objects)
 
 
 def get_state_dict(
@@ -88,23 +95,7 @@ def save_model(
         )
     except Exception as exc:  # told to every rank below, so none waits for a writer that failed
         error = exc
-    _raise_everywhere(accelerator, error, f"save_model to {save_directory}")
-
-
-def _raise_everywhere(accelerator: Accelerator, error: BaseException | None, what: str) -> None:
-    """Exchanges one rank's failure with all (instead of a barrier the failed rank never reaches)."""
-    if accelerator.num_processes == 1:
-        if error is not None:
-            raise error
-        return
-    from accelerate.utils.collectives import gather_object
-
-    reports = gather_object([f"{type(error).__name__}: {error}" if error is not None else None])
-    failed = {rank: report for rank, report in enumerate(reports) if report is not None}
-    if error is not None:
-        raise error
-    if failed:
-        raise RuntimeError(f"{what} failed on other processes: {failed}")
+    agree_on_failure(error, what=f"save_model to {save_directory}")
 
 
 def _no_extra(call: str, kwargs: dict[str, Any]) -> None:
@@ -112,14 +103,18 @@ def _no_extra(call: str, kwargs: dict[str, Any]) -> None:
         raise TypeError(f"{call} got unsupported keyword arguments {sorted(kwargs)}")
 
 
-def _project_dir(accelerator: Accelerator, given: str | None, call: str) -> str | None:
+def _project_dir(project: ProjectConfiguration, given: str | None, call: str) -> str | None:
     """The project folder when automatic naming applies (None when the caller's path is used)."""
-    config = accelerator.project_configuration
-    if not config.automatic_checkpoint_naming:
+    if not project.automatic_checkpoint_naming:
         if given is None:
             raise ValueError(
                 f"{call}() needs a folder, or ProjectConfiguration(project_dir=..., "
                 "automatic_checkpoint_naming=True) to name checkpoints automatically."
+            )
+        if given == "":
+            raise ValueError(
+                f"{call}('') got an empty folder name (an unset variable?); name the checkpoint folder, "
+                "e.g. 'checkpoints/step_100' ('.' means the current directory, explicitly)."
             )
         return None
     if given is not None:
@@ -127,35 +122,63 @@ def _project_dir(accelerator: Accelerator, given: str | None, call: str) -> str 
             f"{call}({given!r}) conflicts with ProjectConfiguration(automatic_checkpoint_naming=True), "
             "which names checkpoints itself; drop the argument or turn automatic naming off."
         )
-    if config.project_dir is None:
+    if project.project_dir is None:
         raise ValueError(
             "automatic_checkpoint_naming=True needs a project directory: ProjectConfiguration(project_dir=...)"
         )
-    return config.project_dir
+    return project.project_dir
 
 
-def _prepared_objects(accelerator: Accelerator) -> dict[str, Any]:
-    """What save_state and load_state both hand to the training-state layer."""
-    return {
-        "state": accelerator.partial_state,
-        "optimizers": accelerator._optimizers,
-        "schedulers": accelerator._schedulers,
-        "dataloaders": accelerator._dataloaders,
-        "scaler": accelerator.precision.scaler,
-        "custom_objects": accelerator._custom_objects,
-    }
+@dataclass(frozen=True)
+class TrainingObjects:
+    """What ``save_state`` / ``load_state`` need from the Accelerator, handed over explicitly."""
+
+    state: ProcessInfo
+    project: ProjectConfiguration
+    step: int
+    models: Sequence[torch.nn.Module]
+    optimizers: Sequence[Any]
+    schedulers: Sequence[Any]
+    dataloaders: Sequence[Any]
+    scaler: Any
+    custom_objects: Sequence[Any]
+    save_hooks: Sequence[Callable[..., Any]]
+    load_hooks: Sequence[Callable[..., Any]]
+    unwrap: Callable[..., torch.nn.Module]
+    # True between the micro-steps of an accumulation window: gradients are held, not yet applied.
+    in_accumulation_window: bool = False
+
+    def stateful(self) -> dict[str, Any]:
+        """The keyword arguments save_training_state and load_training_state share."""
+        return {
+            "state": self.state,
+            "optimizers": self.optimizers,
+            "schedulers": self.schedulers,
+            "dataloaders": self.dataloaders,
+            "scaler": self.scaler,
+            "custom_objects": self.custom_objects,
+        }
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the Accelerator applies after a save or load: the folder, step and next checkpoint number."""
+
+    path: Path
+    step: int
+    next_iteration: int | None  # None without automatic checkpoint naming
 
 
 def save_state(
-    accelerator: Accelerator, output_dir: str | None, *, safe_serialization: bool, **kwargs: Any
-) -> str:
+    objects: TrainingObjects, output_dir: str | None, *, safe_serialization: bool, **kwargs: Any
+) -> Outcome:
     """Writes every prepared object, the scaler, RNG states and registered objects, atomically."""
     from accelerate.checkpointing.project import checkpoint_dir, rotate_checkpoints
     from accelerate.checkpointing.training_state import save_training_state
 
     _no_extra("save_state", kwargs)
-    config = accelerator.project_configuration
-    project = _project_dir(accelerator, output_dir, "save_state")
+    config = objects.project
+    project = _project_dir(config, output_dir, "save_state")
     if project is None:
         target = Path(output_dir)  # type: ignore[arg-type]  # _project_dir checked it is given
     else:
@@ -165,23 +188,35 @@ def save_state(
                 f"Checkpoint {target} already exists. Resume with load_state() first (it moves the "
                 "iteration past the latest checkpoint), or set ProjectConfiguration(iteration=...)."
             )
-    models = list(accelerator._models)
-    weights = [get_state_dict(accelerator, model) for model in models]
-    for hook in accelerator._save_model_state_pre_hook.values():
+    models = list(objects.models)
+    weights = [
+        objects.unwrap(m, keep_fp32_wrapper=True, keep_torch_compile=False).state_dict() for m in models
+    ]
+    for hook in objects.save_hooks:
         hook(models, weights, str(target))
+    pending = None
+    if objects.in_accumulation_window:
+        pending = [
+            {
+                name: p.grad.detach().cpu()
+                for name, p in objects.unwrap(m, keep_torch_compile=False).named_parameters()
+                if p.grad is not None
+            }
+            for m in models
+        ]
     path = save_training_state(
         target,
         models_state_dicts=weights,
-        step=accelerator.step,
+        step=objects.step,
+        pending_gradients=pending,
         safe_serialization=safe_serialization,
         save_on_each_node=config.save_on_each_node,
-        **_prepared_objects(accelerator),
+        **objects.stateful(),
     )
+    state = objects.state
     if project is not None:
         # save_training_state returned, so every rank knows the new one is committed.
-        writer = (
-            accelerator.is_local_main_process if config.save_on_each_node else accelerator.is_main_process
-        )
+        writer = state.is_local_main_process if config.save_on_each_node else state.is_main_process
         if writer:
             try:
                 rotate_checkpoints(project, config.total_limit, keep=path)
@@ -189,19 +224,17 @@ def save_state(
                 # The new checkpoint is committed; failing to delete an old one must not stop training
                 # (nor leave the other ranks waiting below).
                 logger.warning("Could not remove old checkpoints under %s: %s", config.project_dir, exc)
-        config.iteration += 1
-    accelerator.wait_for_everyone()
-    return str(path)
+    state.wait_for_everyone()
+    return Outcome(path, objects.step, config.iteration + 1 if project is not None else None)
 
 
-def load_state(accelerator: Accelerator, input_dir: str | None, *, strict: bool, **kwargs: Any) -> None:
+def load_state(objects: TrainingObjects, input_dir: str | None, *, strict: bool, **kwargs: Any) -> Outcome:
     """Restores what :func:`save_state` wrote; without a path, the latest committed checkpoint."""
     from accelerate.checkpointing.project import latest_checkpoint
     from accelerate.checkpointing.training_state import load_training_state
 
     _no_extra("load_state", kwargs)
-    config = accelerator.project_configuration
-    project = _project_dir(accelerator, input_dir, "load_state")
+    project = _project_dir(objects.project, input_dir, "load_state")
     if project is None:
         source = Path(input_dir)  # type: ignore[arg-type]  # _project_dir checked it is given
     else:
@@ -209,12 +242,13 @@ def load_state(accelerator: Accelerator, input_dir: str | None, *, strict: bool,
         if latest is None:
             raise FileNotFoundError(f"No committed checkpoint under {project}/checkpoints to load")
         source = latest
-    models = [accelerator.unwrap_model(m, keep_torch_compile=False) for m in accelerator._models]
-    for hook in accelerator._load_model_state_pre_hook.values():
+    models = [objects.unwrap(m, keep_torch_compile=False) for m in objects.models]
+    for hook in objects.load_hooks:
         hook(models, str(source))
-    result = load_training_state(source, models=models, strict=strict, **_prepared_objects(accelerator))
-    accelerator.step = int(result["step"])
+    result = load_training_state(source, models=models, strict=strict, **objects.stateful())
+    next_iteration = None
     if project is not None:
         match = re.fullmatch(r"checkpoint_(\d+)", source.name)
         if match:
-            config.iteration = int(match.group(1)) + 1
+            next_iteration = int(match.group(1)) + 1
+    return Outcome(source, int(result["step"]), next_iteration)

@@ -1,12 +1,21 @@
-"""Crash-safe checkpoint folders: stage, fsync, write a manifest last, rename into place.
+"""Crash-safe checkpoint folders: stage, fsync, write a manifest last, then publish all at once.
 
-A checkpoint at ``parent/name`` is built in the sibling ``parent/.name.tmp-accelerate``. Every file is
-written through :class:`ChecksumSink`, which computes a checksum of the bytes as they stream out and
-fsyncs at the end. The manifest (``accelerate_manifest.json``: every file's size and checksum, world
-size, library version, step) is written last, the staging folder is fsynced and renamed to ``name``,
-and the parent is fsynced so the rename itself survives a power cut. A folder is *committed* exactly
-when it holds a readable manifest; a crash at any moment leaves either the previous state or the new
-one, never a half-written folder under the real name.
+Every file is written through :class:`ChecksumSink`, which computes a checksum of the bytes as they
+stream out and fsyncs at the end. The manifest (``accelerate_manifest.json``: every file's size and
+checksum, world size, library version, step, and a checksum of the manifest itself) is written
+last. A folder is *committed* exactly when it holds a readable manifest. Two ways to publish:
+
+* **New folder** (``name`` does not exist yet): the checkpoint is built in the sibling
+  ``parent/.name.tmp-accelerate`` and renamed to ``name`` in one step; the parent is fsynced so the
+  rename survives a power cut.
+* **Existing folder** (an older checkpoint, a folder holding the user's own files, a mount point, the
+  working directory): the folder itself is never renamed. The checkpoint is built in
+  ``name/.accelerate-staging`` (on the target's own filesystem) and its manifest is renamed into
+  place there: that rename is the commit point. Files are then moved into ``name`` one by one and
+  the manifest last. Until the staging folder is gone, readers take each listed file from the
+  staging folder when it is still there and from ``name`` otherwise, so a crash anywhere in the
+  move reads as the complete new checkpoint, and a crash before the commit point as the complete
+  old one. Files that are not the checkpoint's are never touched.
 
 Why XXH3 (or CRC-32 without the xxhash package): the job is catching truncation and bit rot, not
 resisting an attacker, so a fast non-cryptographic hash fits. XXH3 runs at ~10 GB/s, CRC-32 at ~1;
@@ -33,8 +42,6 @@ from accelerate.checkpointing.durable_io import (  # noqa: F401 - re-exported: t
     FileRecord,
     Hasher,
     SyncGroup,
-    _check_size,
-    _helper,
     fsync_dir,
     load_verified,
     read_verified,
@@ -50,6 +57,9 @@ MANIFEST_VERSION = 1
 STAGING_SUFFIX = ".tmp-accelerate"
 OLD_SUFFIX = ".old-accelerate"
 TRASH_SUFFIX = ".trash-accelerate"
+# Inside an existing target folder: the checkpoint being built, then being moved in.
+INNER_STAGING = ".accelerate-staging"
+_PARTIAL_MANIFEST = f"{MANIFEST_NAME}.partial"
 
 
 def _library_version() -> str:
@@ -61,6 +71,13 @@ def _library_version() -> str:
 
 
 # --- manifest -------------------------------------------------------------------------------------
+def _body_checksum(body: dict[str, Any], algorithm: str) -> str:
+    """A checksum of the manifest's own content, so an edit (say, of ``step``) is caught on load."""
+    hasher = Hasher(algorithm)
+    hasher.update(memoryview(json.dumps(body, sort_keys=True).encode("utf-8")))
+    return hasher.hexdigest()
+
+
 @dataclass
 class Manifest:
     """What a committed checkpoint holds; written last, so its presence means "complete"."""
@@ -73,7 +90,7 @@ class Manifest:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        body = {
             "format": MANIFEST_FORMAT,
             "format_version": MANIFEST_VERSION,
             "library": "accelerate",
@@ -85,6 +102,7 @@ class Manifest:
             "extra": self.extra,
             "files": {name: rec.to_json() for name, rec in sorted(self.files.items())},
         }
+        return {**body, "manifest_checksum": _body_checksum(body, CHECKSUM_ALGORITHM)}
 
     @classmethod
     def from_json(cls, data: Any, *, source: str) -> Manifest:
@@ -95,11 +113,14 @@ class Manifest:
                 f"{source} was written by a newer accelerate (manifest version {data['format_version']}, "
                 f"this one reads up to {MANIFEST_VERSION}); upgrade accelerate to load it"
             )
-        if data.get("checksum_algorithm") not in SUPPORTED_ALGORITHMS:
+        algorithm = data.get("checksum_algorithm")
+        if algorithm not in SUPPORTED_ALGORITHMS:
             raise CheckpointError(
-                f"{source} uses checksum {data.get('checksum_algorithm')!r}; this accelerate reads "
+                f"{source} uses checksum {algorithm!r}; this accelerate reads "
                 f"{', '.join(SUPPORTED_ALGORITHMS)}. Upgrade accelerate to load it."
             )
+        _check_entries(data.get("files"), source)
+        _check_body(data, str(algorithm), source)
         try:
             return cls(
                 files={str(k): FileRecord.from_json(v) for k, v in data["files"].items()},
@@ -113,22 +134,92 @@ class Manifest:
             raise CheckpointError(f"{source} is malformed: {exc!r}") from exc
 
 
-def read_manifest(directory: str | os.PathLike[str]) -> Manifest | None:
-    """The folder's manifest, or None when it has none (e.g. a folder saved by upstream Accelerate).
+def _check_entries(files: Any, source: str) -> None:
+    # Before the manifest's own checksum: a newer writer's unknown algorithm is the clearer message.
+    if not isinstance(files, dict):
+        return  # reported as malformed below
+    for name, entry in files.items():
+        algorithm = entry.get("algorithm", "crc32") if isinstance(entry, dict) else "crc32"
+        if algorithm not in SUPPORTED_ALGORITHMS:
+            raise CheckpointError(
+                f"{source}: the entry for {name!r} uses checksum algorithm {algorithm!r}; this "
+                f"accelerate reads {', '.join(SUPPORTED_ALGORITHMS)}. Upgrade accelerate, or load an "
+                "earlier checkpoint."
+            )
 
-    Raises:
-        CheckpointError: when a manifest exists but cannot be read.
-    """
-    path = Path(directory) / MANIFEST_NAME
+
+def _check_body(data: dict[str, Any], algorithm: str, source: str) -> None:
+    # Manifests from before the self-checksum have none; their step is cross-checked against the
+    # (checksummed) random-states files by the loader instead.
+    expected = data.get("manifest_checksum")
+    if expected is None:
+        return
+    body = {k: v for k, v in data.items() if k != "manifest_checksum"}
+    if _body_checksum(body, algorithm) != expected:
+        raise CheckpointError(
+            f"{source} was modified after it was written (its own {algorithm} checksum does not match), so "
+            "its step and file list cannot be trusted. Load an earlier checkpoint."
+        )
+
+
+def _manifest_at(path: Path) -> Manifest | None:
     try:
         raw = path.read_bytes()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
     try:
         data = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CheckpointError(f"{path} is unreadable: {exc}") from exc
     return Manifest.from_json(data, source=str(path))
+
+
+def pending_manifest(directory: str | os.PathLike[str]) -> Manifest | None:
+    """The manifest of a commit into an existing folder whose files are still being moved in."""
+    try:
+        return _manifest_at(Path(directory) / INNER_STAGING / MANIFEST_NAME)
+    except CheckpointError:
+        return None  # only ever renamed into place whole, so an unreadable one was never committed
+
+
+def checkpoint_folder(directory: str | os.PathLike[str]) -> Path:
+    """Where the checkpoint named ``directory`` is: itself, or the previous one a crash left aside.
+
+    Older saves replaced a checkpoint by renaming it to ``.name.old-accelerate`` and the new one
+    to ``name``; a crash between the two left only the hidden folder, which is still complete.
+    """
+    path = Path(directory)
+    if path.exists():
+        return path
+    old = sibling(path.absolute(), OLD_SUFFIX)
+    if old.is_dir() and (old / MANIFEST_NAME).is_file():
+        return old
+    return path
+
+
+def read_manifest(directory: str | os.PathLike[str]) -> Manifest | None:
+    """The folder's manifest, or None when it has none (e.g. a folder saved by upstream Accelerate).
+
+    A commit that is still moving its files in counts: its manifest is returned (see
+    :func:`checkpoint_file` for where each file is then).
+
+    Raises:
+        CheckpointError: when a manifest exists but cannot be read.
+    """
+    folder = checkpoint_folder(directory)
+    pending = pending_manifest(folder)
+    if pending is not None:
+        return pending
+    return _manifest_at(folder / MANIFEST_NAME)
+
+
+def checkpoint_file(directory: str | os.PathLike[str], name: str) -> Path:
+    """Where a checkpoint's file ``name`` is now (the staging folder while a commit moves files in)."""
+    folder = checkpoint_folder(directory)
+    staged = folder / INNER_STAGING / name
+    if (folder / INNER_STAGING / MANIFEST_NAME).is_file() and staged.is_file():
+        return staged
+    return folder / name
 
 
 def is_committed(directory: str | os.PathLike[str]) -> bool:
@@ -140,13 +231,12 @@ def is_committed(directory: str | os.PathLike[str]) -> bool:
 
 
 def verify_checkpoint(directory: str | os.PathLike[str]) -> Manifest:
-    """Checks every file a committed checkpoint lists (presence, size, CRC-32).
+    """Checks every file a committed checkpoint lists (presence, size, checksum).
 
     Raises:
         CheckpointError: naming the first missing, truncated or corrupted file, or saying the
             folder has no manifest (an interrupted save, or a folder not written by this library).
     """
-    directory = Path(directory)
     manifest = read_manifest(directory)
     if manifest is None:
         raise CheckpointError(
@@ -154,7 +244,7 @@ def verify_checkpoint(directory: str | os.PathLike[str]) -> Manifest:
             "or a folder written by another tool, which can be loaded but not verified)"
         )
     for name, record in manifest.files.items():
-        verify_file(directory / name, record)
+        verify_file(checkpoint_file(directory, name), record)
     return manifest
 
 
@@ -178,10 +268,10 @@ def remove_tree(path: Path) -> None:
 
 
 def recover_interrupted_swap(target: Path) -> None:
-    """Finishes or undoes a replacement of ``target`` that a crash interrupted.
+    """Puts back a checkpoint that an older version's interrupted replacement left aside.
 
-    Replacing an existing checkpoint moves it aside to ``.name.old-accelerate`` before renaming the
-    new one in. If the crash hit between the two renames, the old one is moved back.
+    Older saves moved an existing checkpoint to ``.name.old-accelerate`` before renaming the new
+    one in. If a crash hit between the two renames, the old one is moved back.
     """
     old = sibling(target, OLD_SUFFIX)
     if not old.exists():
@@ -191,6 +281,30 @@ def recover_interrupted_swap(target: Path) -> None:
     else:
         os.replace(old, target)
         fsync_dir(target.parent)
+
+
+def finish_pending_commit(target: Path) -> bool:
+    """Completes a commit into an existing folder that a crash interrupted; True if there was one."""
+    staging = target / INNER_STAGING
+    new = pending_manifest(target)
+    if new is None:
+        return False
+    try:
+        old = _manifest_at(target / MANIFEST_NAME)
+    except CheckpointError:
+        old = None
+    for name in new.files:
+        if (staging / name).is_file():
+            os.replace(staging / name, target / name)
+    fsync_dir(target)
+    # The manifest goes last: from here on the folder is complete without the staging folder.
+    os.replace(staging / MANIFEST_NAME, target / MANIFEST_NAME)
+    fsync_dir(target)
+    if old is not None:
+        for name in set(old.files) - set(new.files):  # the previous checkpoint's, no one else's
+            (target / name).unlink(missing_ok=True)
+    shutil.rmtree(staging, ignore_errors=True)
+    return True
 
 
 class AtomicCheckpoint:
@@ -203,21 +317,44 @@ class AtomicCheckpoint:
         >>> ckpt.commit(step=300, world_size=1)
 
     In multi-process runs one process calls :meth:`prepare` and :meth:`commit`; the others only
-    write into :attr:`staging` (same name on every rank) and hand their records to the committer.
+    write into :attr:`staging` (which :meth:`prepare` chooses, so the committer tells them: pass it
+    as ``staging``) and hand their records to the committer.
     """
 
-    def __init__(self, target: str | os.PathLike[str]) -> None:
+    def __init__(
+        self, target: str | os.PathLike[str], *, staging: str | os.PathLike[str] | None = None
+    ) -> None:
+        if str(target) == "":
+            raise CheckpointError(
+                "The checkpoint folder is an empty string; name a folder (use '.' for the current "
+                "directory explicitly)"
+            )
         self.target = Path(target).absolute()
-        self.staging = sibling(self.target, STAGING_SUFFIX)
+        self.staging = Path(staging) if staging is not None else sibling(self.target, STAGING_SUFFIX)
         self.records: dict[str, FileRecord] = {}
 
-    def prepare(self) -> None:
-        """Recovers from an earlier crash, clears any stale staging folder and creates a fresh one."""
+    @property
+    def in_place(self) -> bool:
+        """True when the checkpoint is committed into an existing folder (see the module docstring)."""
+        return self.staging.parent == self.target
+
+    def prepare(self) -> Path:
+        """Recovers from an earlier crash, chooses and creates a fresh staging folder; returns it."""
+        if self.target.exists() and not self.target.is_dir():
+            raise CheckpointError(f"Cannot save a checkpoint to {self.target}: it is a file, not a folder")
         self.target.parent.mkdir(parents=True, exist_ok=True)
         recover_interrupted_swap(self.target)
-        if self.staging.exists():
-            shutil.rmtree(self.staging)
+        if self.target.is_dir():
+            finish_pending_commit(self.target)
+        for leftover in (sibling(self.target, STAGING_SUFFIX), self.target / INNER_STAGING):
+            if leftover.is_dir():
+                shutil.rmtree(leftover)
+        # An existing folder (perhaps a mount point, or the working directory) is never renamed: the
+        # checkpoint is staged inside it, on its own filesystem, and moved in after the commit point.
+        exists = self.target.is_dir()
+        self.staging = self.target / INNER_STAGING if exists else sibling(self.target, STAGING_SUFFIX)
         self.staging.mkdir()
+        return self.staging
 
     def path(self, name: str) -> Path:
         return self.staging / name
@@ -229,7 +366,7 @@ class AtomicCheckpoint:
         self.records.update(records)
 
     def commit(self, *, step: int, world_size: int, extra: dict[str, Any] | None = None) -> Path:
-        """Writes the manifest last, then moves the staged folder to :attr:`target` durably."""
+        """Writes the manifest last, then publishes the staged files at :attr:`target` durably."""
         missing = sorted(name for name in self.records if not (self.staging / name).is_file())
         if missing:
             raise CheckpointError(
@@ -238,51 +375,37 @@ class AtomicCheckpoint:
         manifest = Manifest(
             files=dict(self.records), world_size=world_size, step=step, extra=dict(extra or {})
         )
-        write_bytes(self.staging / MANIFEST_NAME, json.dumps(manifest.to_json(), indent=1).encode("utf-8"))
+        # Written under another name and renamed: inside an existing folder, the manifest appearing
+        # in the staging folder is the commit point, so it must appear whole.
+        partial = self.staging / _PARTIAL_MANIFEST
+        write_bytes(partial, json.dumps(manifest.to_json(), indent=1).encode("utf-8"))
+        os.replace(partial, self.staging / MANIFEST_NAME)
         fsync_dir(self.staging)
-        if not self.target.exists():
-            os.replace(self.staging, self.target)
-        elif _replaceable(self.target):
-            self._swap()
+        if self.in_place:
+            finish_pending_commit(self.target)
         else:
-            self._merge()
-        fsync_dir(self.target.parent)
+            if self.target.exists():
+                raise CheckpointError(
+                    f"Cannot commit {self.target}: it was created by someone else while this checkpoint "
+                    "was being written; save again"
+                )
+            os.replace(self.staging, self.target)
+            fsync_dir(self.target.parent)
         return self.target
 
     def abort(self) -> None:
         shutil.rmtree(self.staging, ignore_errors=True)
 
-    def _swap(self) -> None:
-        old = sibling(self.target, OLD_SUFFIX)
-        if old.exists():
-            shutil.rmtree(old)
-        os.replace(self.target, old)
-        os.replace(self.staging, self.target)
-        fsync_dir(self.target.parent)
-        shutil.rmtree(old, ignore_errors=True)
 
-    def _merge(self) -> None:
-        # The target holds files we did not write (e.g. the user's own): move ours in one by one and
-        # the manifest last, so the folder only counts as committed once everything is in place.
-        names = [p.name for p in self.staging.iterdir() if p.name != MANIFEST_NAME]
-        stale_manifest = self.target / MANIFEST_NAME
-        if stale_manifest.exists():
-            stale_manifest.unlink()
-            fsync_dir(self.target)
-        for name in [*names, MANIFEST_NAME]:
-            os.replace(self.staging / name, self.target / name)
-        fsync_dir(self.target)
-        self.staging.rmdir()
+def interrupted_merge(directory: Path) -> Path | None:
+    """The staging folder of an older version's file-by-file commit into ``directory``, if one is left.
 
-
-def _replaceable(target: Path) -> bool:
-    """An existing folder may be swapped out whole only if it holds nothing but one of our checkpoints."""
-    try:
-        manifest = read_manifest(target)
-    except CheckpointError:
-        return False
-    listed = set(manifest.files) | {MANIFEST_NAME} if manifest is not None else set()
-    return all(entry.name in listed for entry in target.iterdir())
+    Older saves into an existing folder deleted its manifest and moved files in one by one from
+    ``.name.tmp-accelerate``; a crash in between left a mix of two checkpoints and no manifest.
+    (Today's commits never touch the folder before their commit point.)
+    """
+    staging = sibling(directory.absolute(), STAGING_SUFFIX)
+    return staging if directory.is_dir() and staging.is_dir() else None
 
 
 def stale_entries(directory: Path) -> Iterable[Path]:

@@ -6,6 +6,7 @@ thread, so checksums cost almost no wall time; fsyncs can be deferred to overlap
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import queue
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, cast
 
-from accelerate.checkpointing.errors import CheckpointError
+from accelerate.checkpointing.errors import CheckpointError, DiskFullError
 from accelerate.state.teardown import on_shutdown
 
 _xxhash: Any
@@ -32,6 +33,8 @@ _CHUNK = 8 * 1024 * 1024
 # Below this, handing a buffer to another thread costs more than hashing it in place.
 _PARALLEL_MIN = 1024 * 1024
 
+# This module alone owns the checksum threads: every use goes through _helper(), nothing outside
+# reaches them (callers pass a SyncGroup when they want fsyncs deferred).
 _EXECUTOR: ThreadPoolExecutor | None = None
 _EXECUTOR_LOCK = threading.Lock()
 
@@ -143,6 +146,8 @@ class ChecksumSink(io.RawIOBase):
         # Without a manifest to record it in (plain model files), a checksum would be wasted work.
         self._hasher: Hasher | None = Hasher() if checksum else None
         self.size = 0
+        # torch.save's C++ writer turns a failed write into "unexpected pos ..."; keep the real cause.
+        self.os_error: OSError | None = None
 
     def writable(self) -> bool:
         return True
@@ -166,7 +171,11 @@ class ChecksumSink(io.RawIOBase):
 
     def _write_all(self, view: memoryview) -> None:
         while view:
-            written = os.write(self._fd, view)
+            try:
+                written = os.write(self._fd, view)
+            except OSError as exc:
+                self.os_error = exc
+                raise
             view = view[written:]
 
     def record(self) -> FileRecord:
@@ -175,9 +184,41 @@ class ChecksumSink(io.RawIOBase):
         return FileRecord(self.size, self._hasher.hexdigest(), self._hasher.algorithm)
 
 
-def _fsync_close(fd: int) -> None:
+_DISK_FULL = {errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC)}
+
+
+def disk_full_error(
+    exc: BaseException, path: str | os.PathLike[str], written: int | None = None
+) -> DiskFullError | None:
+    """A clear error for a write that failed because the disk is full, or None for other failures."""
+    if not isinstance(exc, OSError) or exc.errno not in _DISK_FULL:
+        return None
+    code = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+    cause = (
+        "the file is larger than this process may write (RLIMIT_FSIZE / ulimit -f)"
+        if exc.errno == errno.EFBIG
+        else "the disk is full"
+        if exc.errno == errno.ENOSPC
+        else "the disk quota is exhausted"
+    )
+    progress = f" after {written} bytes" if written is not None else ""
+    return DiskFullError(
+        f"Writing {path} failed{progress}: {cause} ({code}). Free space on that disk (saving over an "
+        "existing checkpoint needs room for two full copies until the new one is committed) or save "
+        "somewhere else.",
+        path=str(path),
+        code=exc.errno or 0,
+    )
+
+
+def _fsync_close(fd: int, path: str | os.PathLike[str] = "<file>") -> None:
     try:
         os.fsync(fd)
+    except OSError as exc:
+        full = disk_full_error(exc, path)
+        if full is None:
+            raise
+        raise full from exc
     finally:
         os.close(fd)
 
@@ -192,8 +233,8 @@ class SyncGroup:
     def __init__(self) -> None:
         self._pending: list[Future[None]] = []
 
-    def submit(self, fd: int) -> None:
-        self._pending.append(_helper().submit(_fsync_close, fd))
+    def submit(self, fd: int, path: str | os.PathLike[str] = "<file>") -> None:
+        self._pending.append(_helper().submit(_fsync_close, fd, path))
 
     def wait(self) -> None:
         pending, self._pending = self._pending, []
@@ -216,16 +257,21 @@ def write_file(
     ``checksum=False`` the record holds only the size.
     """
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    sink = ChecksumSink(fd, checksum=checksum)
     try:
-        sink = ChecksumSink(fd, checksum=checksum)
         produce(sink)
-    except BaseException:
+    except BaseException as exc:
         os.close(fd)
+        full = disk_full_error(sink.os_error or exc, path, sink.size)
+        if full is not None:
+            raise full from exc
+        if sink.os_error is not None and sink.os_error is not exc:
+            raise sink.os_error from exc  # the real cause, not the serializer's rewording of it
         raise
     if sync is not None:
-        sync.submit(fd)
+        sync.submit(fd, path)
     else:
-        _fsync_close(fd)
+        _fsync_close(fd, path)
     return sink.record()
 
 

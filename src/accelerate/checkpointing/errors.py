@@ -10,3 +10,13 @@ class CheckpointError(RuntimeError):
     raises for key mismatches, so existing ``except RuntimeError`` handlers keep working.
     The message always names the file (or the rank) at fault.
     """
+
+
+class DiskFullError(CheckpointError):
+    """A checkpoint file could not be written because its disk is full (ENOSPC, EDQUOT) or the
+    process may not write a file that large (EFBIG). ``path`` is the file being written."""
+
+    def __init__(self, message: str, *, path: str, code: int) -> None:
+        super().__init__(message)
+        self.path = path
+        self.code = code

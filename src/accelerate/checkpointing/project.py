@@ -5,7 +5,10 @@ Folders without a manifest are considered only when no committed one exists at a
 if they hold upstream Accelerate's files; that lets a run saved by upstream resume here, while a
 folder left half-written by a crash (upstream has no manifest either) can never shadow a complete
 checkpoint of ours. Our own interrupted saves never appear under a ``checkpoint_{i}`` name at all:
-they live in hidden staging folders until committed.
+they live in hidden staging folders until committed; and a folder without a manifest that carries
+our traces (see :func:`own_traces`) is never taken. A ``checkpoint_{i}`` that an older version's
+interrupted replacement left only as ``.checkpoint_{i}.old-accelerate`` still counts (loading it
+reads the hidden folder).
 
 Rotation runs after the new checkpoint is committed (and, in multi-process runs, after every rank
 has confirmed it), so at no moment are there fewer than ``total_limit`` complete checkpoints.
@@ -18,10 +21,19 @@ import re
 import shutil
 from pathlib import Path
 
-from accelerate.checkpointing.atomic import is_committed, remove_tree, stale_entries
+from accelerate.checkpointing.atomic import (
+    MANIFEST_NAME,
+    OLD_SUFFIX,
+    checkpoint_folder,
+    interrupted_merge,
+    is_committed,
+    remove_tree,
+    stale_entries,
+)
 
 CHECKPOINTS_DIRNAME = "checkpoints"
 _NAME = re.compile(r"^checkpoint_(\d+)$")
+_OLD_NAME = re.compile(rf"^\.(checkpoint_\d+){re.escape(OLD_SUFFIX)}$")
 # Files any upstream or own checkpoint contains; used to recognise folders without a manifest.
 _ARTIFACT = re.compile(
     r"^(model(_\d+)?\.safetensors|pytorch_model(_\d+)?\.bin|optimizer(_\d+)?\.bin|scheduler(_\d+)?\.bin"
@@ -45,14 +57,41 @@ def list_checkpoints(project_dir: str | os.PathLike[str]) -> list[tuple[int, Pat
     root = checkpoints_root(project_dir)
     if not root.is_dir():
         return []
-    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := _NAME.match(p.name)) and p.is_dir()]
-    return sorted(found)
+    found = {p.name: p for p in root.iterdir() if _NAME.match(p.name) and p.is_dir()}
+    for entry in root.iterdir():
+        # Only the hidden previous copy of an interrupted replacement is left: it is that checkpoint.
+        if (m := _OLD_NAME.match(entry.name)) and m.group(1) not in found and entry.is_dir():
+            found[m.group(1)] = root / m.group(1)
+    return sorted((int(name.split("_")[1]), path) for name, path in found.items())
 
 
 def looks_like_checkpoint(directory: str | os.PathLike[str]) -> bool:
     """True when a folder holds at least one file with a training-state artifact name."""
     path = Path(directory)
     return path.is_dir() and any(_ARTIFACT.match(entry.name) for entry in path.iterdir())
+
+
+def own_traces(folder: Path) -> str | None:
+    """Why a folder without a manifest is one of ours whose manifest is missing, or None.
+
+    Such a folder is refused: its save did not complete (an older version's interrupted commit left
+    its staging folder beside it) or its manifest was removed (our random-states files carry a
+    marker upstream's do not), so nothing vouches for its files.
+    """
+    from accelerate.checkpointing.rng import OWN_MARKER, load_rng_file
+
+    staging = interrupted_merge(folder)
+    if staging is not None:
+        return f"an interrupted save left {staging} beside it"
+    rng_files = sorted(folder.glob("random_states_*.pkl"))
+    if rng_files:
+        try:
+            marked = OWN_MARKER in load_rng_file(rng_files[0])
+        except Exception:  # noqa: BLE001 - unreadable: loading reports it, naming the file
+            return None
+        if marked:
+            return f"{rng_files[0].name} was written by accelerate, which always writes {MANIFEST_NAME} last"
+    return None
 
 
 def latest_checkpoint(project_dir: str | os.PathLike[str]) -> Path | None:
@@ -62,7 +101,7 @@ def latest_checkpoint(project_dir: str | os.PathLike[str]) -> Path | None:
         if is_committed(path):
             return path
     for _, path in reversed(checkpoints):
-        if looks_like_checkpoint(path):
+        if looks_like_checkpoint(path) and own_traces(path) is None:
             return path
     return None
 
@@ -99,6 +138,6 @@ def rotate_checkpoints(
             break
         if path.absolute() == keep_resolved:
             continue
-        remove_tree(path)
+        remove_tree(checkpoint_folder(path))
         removed.append(path)
     return removed

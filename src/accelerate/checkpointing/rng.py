@@ -22,6 +22,9 @@ import torch
 from accelerate.checkpointing.errors import CheckpointError
 
 RNG_STATE_NAME = "random_states"
+# Our files carry this key (upstream ignores unknown keys): a folder holding such a file but no
+# manifest is one of ours whose manifest is gone, so it is refused rather than loaded unverified.
+OWN_MARKER = "accelerate_manifest"
 
 
 def rng_file_name(process_index: int) -> str:
@@ -41,14 +44,28 @@ def _sampler_generator(dataloader: Any) -> torch.Generator | None:
     return None
 
 
-def capture_rng_state(step: int, dataloaders: Sequence[Any] = ()) -> dict[str, Any]:
-    """This process's generator states; dataloaders without ``state_dict`` contribute their sampler's."""
+# Key of the accumulated, not yet applied gradients in a random-states file (upstream ignores it).
+PENDING_GRADIENTS = "accelerate_pending_gradients"
+
+
+def capture_rng_state(
+    step: int,
+    dataloaders: Sequence[Any] = (),
+    pending_gradients: Sequence[dict[str, torch.Tensor]] | None = None,
+) -> dict[str, Any]:
+    """This process's generator states; dataloaders without ``state_dict`` contribute their sampler's.
+
+    ``pending_gradients`` (one ``{parameter name: gradient}`` per model) are the gradients of an
+    unfinished accumulation window: they are per process (DDP does not all-reduce them until the
+    window's last micro-step), so they travel in this per-process file.
+    """
     kind, keys, pos, has_gauss, gauss = np.random.get_state(legacy=True)
     state: dict[str, Any] = {
         "step": step,
         "random_state": random.getstate(),
         "numpy_random_seed": (str(kind), [int(k) for k in keys], int(pos), int(has_gauss), float(gauss)),
         "torch_manual_seed": torch.get_rng_state(),
+        OWN_MARKER: "accelerate_manifest.json",
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["torch_cuda_manual_seed"] = torch.cuda.get_rng_state_all()
@@ -61,6 +78,8 @@ def capture_rng_state(step: int, dataloaders: Sequence[Any] = ()) -> dict[str, A
             generators[i] = generator.get_state()
     if generators:
         state["accelerate_sampler_generators"] = generators
+    if pending_gradients is not None:
+        state[PENDING_GRADIENTS] = [dict(grads) for grads in pending_gradients]
     return state
 
 

@@ -18,6 +18,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Write a launch config file (interactive, or `config default`).",
     ),
     "env": ("accelerate.commands.env", "Print versions, devices and the config file, for bug reports."),
+    "estimate-memory": (
+        "accelerate.commands.estimate",
+        "Estimate the memory a model needs to load and to train, from its config alone.",
+    ),
     "launch": ("accelerate.commands.launch", "Run a training script on one or several processes/machines."),
     "test": ("accelerate.commands.test", "Run the bundled self-check through the launcher with your config."),
 }

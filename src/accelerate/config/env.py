@@ -32,6 +32,12 @@ ENV_CONTRACT: tuple[EnvVar, ...] = (
         "ACCELERATE_DEBUG_MODE", "debug", "bool", "check tensor shapes across ranks before each collective"
     ),
     EnvVar(
+        "ACCELERATE_DEBUG_TIMEOUT",
+        "debug_timeout",
+        "int",
+        "debug mode: seconds to wait for every process to reach a collective before naming the missing ones",
+    ),
+    EnvVar(
         "ACCELERATE_GRADIENT_ACCUMULATION_STEPS",
         "gradient_accumulation_steps",
         "int",
@@ -69,6 +75,7 @@ class LaunchEnv:
     mixed_precision: str | None = None
     cpu: bool | None = None
     debug: bool | None = None
+    debug_timeout: int | None = None
     gradient_accumulation_steps: int | None = None
     dynamo_backend: str | None = None
     dynamo_mode: str | None = None

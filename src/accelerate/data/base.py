@@ -14,11 +14,11 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
-from accelerate.data.samplers import SeedableRandomSampler
+from accelerate.data.samplers import SeedableRandomSampler, TorchOrderRandomSampler
 from accelerate.state.gradient import GradientState
 from accelerate.utils.collectives import broadcast_object_list
+from accelerate.utils.comm import current_communicator
 from accelerate.utils.random import synchronize_rng_states
 from accelerate.utils.tree import send_to_device
 
@@ -42,6 +42,12 @@ def preserve_global_rng(active: bool) -> Iterator[None]:
 
 
 STATE_FORMAT = 1
+
+
+def _seed_of_process_zero(seed: int) -> int:
+    payload = [seed]
+    broadcast_object_list(payload, from_process=0)
+    return int(payload[0])
 
 
 @dataclasses.dataclass
@@ -204,12 +210,7 @@ class PreparedLoaderMixin:
 
     # --- randomness -------------------------------------------------------------------------------
     def _is_distributed(self) -> bool:
-        return (
-            self._num_shards > 1
-            and dist.is_available()
-            and dist.is_initialized()
-            and dist.get_world_size() > 1
-        )
+        return self._num_shards > 1 and current_communicator().is_distributed
 
     def _syncs_shuffle(self) -> bool:
         """Whether every process shuffles (and so must shuffle alike)."""
@@ -242,6 +243,12 @@ class PreparedLoaderMixin:
             if restoring and progress.pending_generator_state is not None:
                 generator.set_state(progress.pending_generator_state)
             progress.generator_state_at_epoch_start = generator.get_state()
+        if isinstance(sampler, TorchOrderRandomSampler):
+            # It seeds itself when the epoch's first batch is drawn (PyTorch's moment): hand it the
+            # saved state to replay, or the way to agree with process 0 on a fresh draw.
+            if restoring and progress.pending_generator_state is not None:
+                sampler.pending_state = progress.pending_generator_state
+            sampler.sync_seed = _seed_of_process_zero if self._syncs_shuffle() else None
         progress.pending_generator_state = None
         if self.rng_types and self._is_distributed():
             others = [t for t in self.rng_types if t != "generator"]
@@ -260,7 +267,11 @@ class PreparedLoaderMixin:
         progress = self._progress
         epoch, batches, base = progress.epoch, progress.batches_yielded, progress.base_batches_consumed
         generator = self.synchronized_generator
-        generator_state = progress.generator_state_at_epoch_start if progress.in_epoch else None
+        sampler = self._shuffle_sampler()
+        if progress.in_epoch and isinstance(sampler, TorchOrderRandomSampler):
+            generator_state = sampler.state_at_epoch_start
+        else:
+            generator_state = progress.generator_state_at_epoch_start if progress.in_epoch else None
         if progress.in_epoch and self.end_of_dataloader:
             # The last batch is out: resuming starts the next epoch, not an empty one.
             epoch, batches, base, generator_state = epoch + 1, 0, 0, None
@@ -270,7 +281,6 @@ class PreparedLoaderMixin:
             generator_state = progress.pending_generator_state
         if generator_state is None and generator is not None:
             generator_state = generator.get_state()
-        sampler = self._shuffle_sampler()
         per_step = self._base_batches_per_step
         return {
             "format": STATE_FORMAT,

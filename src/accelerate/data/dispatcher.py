@@ -1,7 +1,7 @@
 """`DataLoaderDispatcher`: process 0 reads every batch and sends each process its slice.
 
 For data that cannot be sharded (a stream only one process may read). Each step costs one small
-object broadcast (the batch's layout, and whether it is the last) plus one tensor broadcast per
+object exchange (the batch's layout, and whether it is the last) plus one tensor broadcast per
 dtype. Because process 0 fetches one batch ahead, the "last batch" flag travels with the last
 batch itself: every process learns the end in the same step, and none waits on a broadcast
 that will never come. A failure while reading on process 0 is sent to all processes and raised
@@ -21,7 +21,8 @@ from torch.utils.data import DataLoader
 from accelerate.data.base import PreparedLoaderMixin, preserve_global_rng
 from accelerate.data.batches import batch_length, pad_batch, slice_batch
 from accelerate.state.gradient import GradientState
-from accelerate.utils.collectives import broadcast_object_list
+from accelerate.utils.agreement import agree_on_failure
+from accelerate.utils.comm import current_communicator
 from accelerate.utils.tree import recursively_apply
 
 _END: Any = object()
@@ -33,10 +34,6 @@ class _Slot(NamedTuple):
     position: int
     shape: tuple[int, ...]
     dtype: torch.dtype
-
-
-class _Failure(NamedTuple):
-    message: str
 
 
 class DataLoaderDispatcher(PreparedLoaderMixin, DataLoader):
@@ -164,16 +161,16 @@ class DataLoaderDispatcher(PreparedLoaderMixin, DataLoader):
             current = upcoming
 
     def _comm_device(self) -> torch.device:
-        if dist.is_initialized() and dist.get_backend() == "nccl":
-            if self.device is not None and self.device.type == "cuda":
-                return self.device
-            return torch.device("cuda", torch.cuda.current_device())
-        return torch.device("cpu")
+        device = current_communicator().device
+        if device.type == "cuda" and self.device is not None and self.device.type == "cuda":
+            return self.device
+        return device
 
     def _send(self, reader: Iterator[tuple[Any, bool, int]] | None) -> Any:
         """One step: process 0 sends the layout then the tensors; every process returns the batch."""
-        header: list[Any] = [None]
+        header: Any = None
         tensors: list[torch.Tensor] = []
+        error: Exception | None = None
         if reader is not None:
             try:
                 batch, is_last, duplicates = next(reader, (_END, True, 0))
@@ -183,15 +180,13 @@ class DataLoaderDispatcher(PreparedLoaderMixin, DataLoader):
                         tensors.append(tensor)
                         return _Slot(len(tensors) - 1, tuple(tensor.shape), tensor.dtype)
 
-                    header = [(recursively_apply(_slot, batch), is_last, duplicates)]
-            except Exception as exc:  # noqa: BLE001 - reported to every process, then raised
-                header = [_Failure(f"{type(exc).__name__}: {exc}")]
-                if self.num_processes == 1 or not dist.is_initialized():
+                    header = (recursively_apply(_slot, batch), is_last, duplicates)
+            except Exception as exc:  # noqa: BLE001 - agreed on with every process below, then raised
+                if self.num_processes == 1 or not current_communicator().is_distributed:
                     raise
-        broadcast_object_list(header, from_process=0)
-        info = header[0]
-        if isinstance(info, _Failure):
-            raise RuntimeError(f"process 0 failed while reading the dispatched batch: {info.message}")
+                error = exc
+        # One exchange carries process 0's header, or its failure to every process.
+        info = agree_on_failure(error, what="Reading the dispatched batch", payload=header)[0]
         if info is None:
             return _END
         layout, is_last, duplicates = info
@@ -206,7 +201,7 @@ class DataLoaderDispatcher(PreparedLoaderMixin, DataLoader):
     def _broadcast_tensors(self, layout: Any, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         slots: list[_Slot] = []
         recursively_apply(slots.append, layout, test_type=lambda x: isinstance(x, _Slot))
-        if not (dist.is_initialized() and dist.get_world_size() > 1):
+        if not current_communicator().is_distributed:
             return tensors
         device = self._comm_device()
         by_dtype: dict[torch.dtype, list[_Slot]] = defaultdict(list)

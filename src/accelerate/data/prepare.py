@@ -11,7 +11,7 @@ from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSa
 
 from accelerate.data.dispatcher import DataLoaderDispatcher
 from accelerate.data.iterable import IterableDatasetShard, is_sharded_by_rank
-from accelerate.data.samplers import BatchSamplerShard, SeedableRandomSampler
+from accelerate.data.samplers import BatchSamplerShard, SeedableRandomSampler, TorchOrderRandomSampler
 from accelerate.data.shard_loader import DataLoaderShard, _install_generator
 from accelerate.state.gradient import GradientState
 
@@ -46,6 +46,16 @@ def loader_kwargs(dataloader: DataLoader) -> dict[str, Any]:
     return kwargs
 
 
+def _torch_order(sampler: Any) -> Any:
+    """A plain `RandomSampler` without a generator becomes a `TorchOrderRandomSampler` (same order as
+    PyTorch, resumable); a sampler with its own generator keeps it (its state is tracked instead)."""
+    if type(sampler) is RandomSampler and sampler.generator is None:
+        return TorchOrderRandomSampler.replacing(sampler)
+    if type(sampler) is RandomSampler:
+        return copy.copy(sampler)  # leave the user's sampler alone
+    return sampler
+
+
 def _seedable(sampler: Any, data_seed: int | None) -> Any:
     # Only the stock sampler: a user's subclass may shuffle its own way.
     if type(sampler) is RandomSampler:
@@ -72,7 +82,7 @@ def prepare_data_loader(
     dispatch_batches: bool | None = None,
     even_batches: bool = True,
     slice_fn_for_dispatch: Callable[[Any, slice], Any] | None = None,
-    use_seedable_sampler: bool = True,
+    use_seedable_sampler: bool = False,
     data_seed: int | None = None,
     non_blocking: bool = False,
     use_stateful_dataloader: bool = True,
@@ -93,8 +103,11 @@ def prepare_data_loader(
         even_batches: complete the last round with samples from the start so every process gets the
             same number of equally sized batches (``gather_for_metrics`` drops them again).
         slice_fn_for_dispatch: custom ``slice_fn(batch, slice)`` for the dispatcher.
-        use_seedable_sampler: replace a `RandomSampler` by a `SeedableRandomSampler` (exact resume).
-        data_seed: the seedable sampler's seed.
+        use_seedable_sampler: replace a `RandomSampler` by a `SeedableRandomSampler`, whose order
+            depends only on (seed, epoch). By default a `RandomSampler` without a generator shuffles
+            exactly as PyTorch's (a `TorchOrderRandomSampler`); both resume exactly.
+        data_seed: the seedable sampler's seed; giving one implies ``use_seedable_sampler=True``
+            (a seed that nothing would use is never ignored silently).
         non_blocking: copy batches to the device asynchronously (helps with ``pin_memory=True``).
         use_stateful_dataloader: ``load_state_dict`` restores the position as well as the epoch.
         gradient_state: told when iteration starts and ends (default: ``GradientState()``).
@@ -131,6 +144,7 @@ def prepare_data_loader(
         "_non_blocking": non_blocking,
         "gradient_state": gradient_state,
     }
+    use_seedable_sampler = use_seedable_sampler or data_seed is not None
     if dispatch_batches:
         prepared: DataLoaderShard | DataLoaderDispatcher = _dispatcher(
             dataloader, num_processes, process_index, split_batches, even_batches, slice_fn_for_dispatch,
@@ -167,15 +181,10 @@ def _map_shard(
         kwargs["collate_fn"] = _Unbatched(dataloader.collate_fn)
     if type(batch_sampler) is BatchSampler:
         sampler = batch_sampler.sampler
-        if use_seedable_sampler:
-            sampler = _seedable(sampler, data_seed)
-        elif type(sampler) is RandomSampler:
-            sampler = copy.copy(sampler)  # a generator gets installed below: leave the user's sampler alone
+        sampler = _seedable(sampler, data_seed) if use_seedable_sampler else _torch_order(sampler)
         batch_sampler = BatchSampler(sampler, batch_sampler.batch_size, batch_sampler.drop_last)
     inner_sampler = getattr(batch_sampler, "sampler", None)
-    generator = (
-        None if isinstance(inner_sampler, SeedableRandomSampler) else _install_generator(inner_sampler)
-    )
+    generator = _install_generator(inner_sampler)
     shard = BatchSamplerShard(batch_sampler, num_processes, process_index, split_batches, even_batches)
     return DataLoaderShard(
         dataloader.dataset, batch_sampler=shard, synchronized_generator=generator, **common, **kwargs
@@ -248,9 +257,9 @@ def _dispatcher(
         sampler = (
             _seedable(dataloader.sampler, data_seed)
             if use_seedable_sampler
-            else copy.copy(dataloader.sampler)
+            else _torch_order(copy.copy(dataloader.sampler))
         )
-        generator = None if isinstance(sampler, SeedableRandomSampler) else _install_generator(sampler)
+        generator = _install_generator(sampler)
     return DataLoaderDispatcher(
         dataloader.dataset,
         split_batches=split_batches,

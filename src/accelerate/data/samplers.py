@@ -8,7 +8,7 @@ round, where a resumed epoch starts — without talking to the others.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sized
+from collections.abc import Callable, Iterable, Iterator, Sized
 from typing import Any
 
 import torch
@@ -79,6 +79,50 @@ class SeedableRandomSampler(RandomSampler):
             yield from torch.randperm(size, generator=generator).tolist()
         if rest:
             yield from torch.randperm(size, generator=generator)[:rest].tolist()
+
+
+class TorchOrderRandomSampler(RandomSampler):
+    """A `RandomSampler` (no generator of its own) that shuffles exactly as PyTorch's, and can resume.
+
+    PyTorch's `RandomSampler` without a generator draws a seed from the global RNG when an epoch's
+    iteration starts (after the DataLoader iterator drew its workers' base seed) and shuffles with
+    it. This sampler does the same draw at the same point, so with the same ``torch.manual_seed``
+    a prepared loader yields plain PyTorch's order; but it keeps the seeded generator, so its state
+    at the start of the epoch can be saved (``state_at_epoch_start``) and replayed on resume
+    (``pending_state``) instead of drawing again.
+
+    With several processes ``sync_seed`` (set by the loader) replaces each process's draw by
+    process 0's, so all of them walk the same permutation; every process still makes the draw, so
+    each global RNG advances as it would in PyTorch.
+    """
+
+    def __init__(self, data_source: Sized, replacement: bool = False, num_samples: int | None = None) -> None:
+        super().__init__(data_source, replacement=replacement, num_samples=num_samples, generator=None)
+        self._own = torch.Generator()
+        self.generator = self._own
+        self.pending_state: torch.Tensor | None = None
+        self.state_at_epoch_start: torch.Tensor | None = None
+        self.sync_seed: Callable[[int], int] | None = None
+
+    @classmethod
+    def replacing(cls, sampler: RandomSampler) -> TorchOrderRandomSampler:
+        return cls(sampler.data_source, replacement=sampler.replacement, num_samples=sampler._num_samples)
+
+    def _begin_epoch(self) -> None:
+        if self.pending_state is not None:
+            self._own.set_state(self.pending_state)
+            self.pending_state = None
+        else:
+            seed = int(torch.empty((), dtype=torch.int64).random_().item())
+            if self.sync_seed is not None:
+                seed = self.sync_seed(seed)
+            self._own.manual_seed(seed)
+        self.state_at_epoch_start = self._own.get_state()
+
+    def __iter__(self) -> Iterator[int]:
+        # A generator function: this body runs at the first next(), after the iterator's base seed.
+        self._begin_epoch()
+        yield from super().__iter__()
 
 
 def check_process_index(owner: str, num_processes: int, process_index: int) -> None:

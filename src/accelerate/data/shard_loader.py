@@ -15,7 +15,12 @@ from torch.utils.data import DataLoader, RandomSampler
 
 from accelerate.data.base import PreparedLoaderMixin, preserve_global_rng
 from accelerate.data.iterable import IterableDatasetShard
-from accelerate.data.samplers import BatchSamplerShard, base_batch_sampler
+from accelerate.data.samplers import (
+    BatchSamplerShard,
+    SeedableRandomSampler,
+    TorchOrderRandomSampler,
+    base_batch_sampler,
+)
 from accelerate.state.gradient import GradientState
 
 
@@ -172,13 +177,13 @@ _END: Any = object()
 
 
 def _install_generator(sampler: Any) -> torch.Generator | None:
-    """Gives a `RandomSampler` without a generator its own, so it can be synchronised and saved."""
-    if not isinstance(sampler, RandomSampler):
+    """The generator of a `RandomSampler` that brought its own, to synchronise and save its state.
+
+    Samplers that manage their state themselves (`SeedableRandomSampler`: seed and epoch;
+    `TorchOrderRandomSampler`: re-seeded from the global RNG each epoch) need none.
+    """
+    if not isinstance(sampler, RandomSampler) or isinstance(
+        sampler, SeedableRandomSampler | TorchOrderRandomSampler
+    ):
         return None
-    if sampler.generator is None:
-        generator = torch.Generator()
-        # Drawn from the global RNG: `set_seed` makes it reproducible, and process 0's state is
-        # broadcast at every epoch start anyway.
-        generator.manual_seed(int(torch.empty((), dtype=torch.int64).random_().item()))
-        sampler.generator = generator
     return sampler.generator

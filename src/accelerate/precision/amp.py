@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -57,9 +58,8 @@ class Precision:
         if mode == "fp16":
             kwargs = (scaler_kwargs or GradScalerKwargs()).to_kwargs()
             self.scaler = torch.amp.GradScaler(device.type, **kwargs)
-        self._unscaled: set[int] = set()  # optimizers unscaled since the last scale update
-        self._stepped: set[int] = set()  # optimizers stepped since the last scale update
-        self._registered: set[int] = set()  # every prepared optimizer
+        self._unscaled: set[int] = set()  # optimizers unscaled and not yet stepped
+        self._window: _Window | None = None  # set once an optimizer stepped since the last backward
         self.step_was_skipped = False
 
     @property
@@ -109,44 +109,46 @@ class Precision:
             )
 
     def register(self, optimizer: torch.optim.Optimizer) -> None:
-        """Counts ``optimizer`` among those that step before the loss scale is updated."""
-        self._registered.add(id(optimizer))
+        """Kept for the Accelerator's bookkeeping; the scale update needs no list of optimizers."""
 
     def forget_optimizers(self) -> None:
-        self._registered.clear()
-        self._stepped.clear()
         self._unscaled.clear()
+        self._window = None
 
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         if self.scaler is not None:
-            if self._stepped:
-                # Some optimizers stepped since the last update but not all (e.g. a GAN's
-                # discriminator before its generator's backward): update before scaling anew.
-                self._update()
+            # A new backward starts a new "window": the gradients it produces are scaled by the
+            # scale as it is now, whatever optimizer steps and scale updates come after.
+            self._window = None
             self.scaler.scale(loss).backward(**kwargs)
         else:
             loss.backward(**kwargs)
 
     def unscale(self, optimizer: torch.optim.Optimizer) -> None:
-        """Unscales ``optimizer``'s gradients once per step (clipping and stepping both need it)."""
+        """Unscales ``optimizer``'s gradients once per step (clipping and stepping both need it).
+
+        Always by the scale its gradients were produced with: when another optimizer of the same
+        backward has stepped (and updated the scale) first, that is the scale from before the update.
+        """
         if self.scaler is None or id(optimizer) in self._unscaled:
             return
-        self.scaler.unscale_(optimizer)
+        current = self.scaler._scale
+        if self._window is not None:
+            self.scaler._scale = self._window.scale
+        try:
+            self.scaler.unscale_(optimizer)
+        finally:
+            self.scaler._scale = current
         self._unscaled.add(id(optimizer))
 
-    def _update(self) -> None:
-        if self.scaler is not None:
-            self.scaler.update()
-        self._stepped.clear()
-        self._unscaled.clear()
-
     def step(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None) -> Any:
-        """Steps ``optimizer``; under fp16 skips it on inf/nan gradients.
+        """Steps ``optimizer``; under fp16 skips it on inf/nan gradients and updates the loss scale.
 
-        The loss scale is updated once every registered optimizer has stepped (or at the next
-        ``backward``), never between two optimizers of one step: GradScaler's update forgets which
-        optimizers were unscaled, so updating per optimizer would unscale the next one twice, or
-        with a scale its gradients were not scaled by.
+        The scale reflects this step's outcome as soon as ``step`` returns (so a ``save_state`` right
+        after it saves the right scale), and it changes at most once per backward, as one
+        ``GradScaler.update()`` after all of that backward's optimizers would: the first optimizer to
+        step updates it; a later one of the same backward only backs it off if it found inf/nan and
+        nothing before it did (from the scale the gradients were produced with).
         """
         if self.scaler is None:
             self.step_was_skipped = False
@@ -156,7 +158,43 @@ class Precision:
         found = self.scaler._per_optimizer_states[id(optimizer)].get("found_inf_per_device", {})
         # One host sync: GradScaler skipped the step exactly when it found inf/nan gradients.
         self.step_was_skipped = bool(sum(v.item() for v in found.values()))
-        self._stepped.add(id(optimizer))
-        if self._stepped >= self._registered:
-            self._update()
+        self._unscaled.discard(id(optimizer))
+        self._update_scale(self.step_was_skipped)
         return result
+
+    def _update_scale(self, found_inf: bool) -> None:
+        scaler = self.scaler
+        if scaler is None or scaler._scale is None or scaler._growth_tracker is None:
+            return
+        scale, tracker = scaler._scale, scaler._growth_tracker
+        # Optimizers already unscaled (clipping) but not yet stepped keep their record across the
+        # update, which would otherwise forget it and make GradScaler.step unscale them twice.
+        waiting = {
+            key: state for key, state in scaler._per_optimizer_states.items() if key in self._unscaled
+        }
+        window = self._window
+        if window is None:
+            if waiting and not found_inf:
+                # This update also reads the waiting optimizers' inf/nan records: count them in.
+                found_inf = any(
+                    bool(v.item()) for st in waiting.values() for v in st.get("found_inf_per_device", {}).values()
+                )
+            self._window = _Window(scale.clone(), tracker.clone(), found_inf)
+            scaler.update()
+        elif found_inf and not window.found_inf:
+            scale.copy_(window.scale)
+            tracker.copy_(window.growth_tracker)
+            window.found_inf = True
+            scaler.update()  # back off once, from the scale this backward used
+        else:
+            scaler.update(new_scale=scale.clone())  # the window's update stands
+        scaler._per_optimizer_states.update(waiting)
+
+
+@dataclasses.dataclass
+class _Window:
+    """The loss scale state when a backward's first optimizer step updated it."""
+
+    scale: torch.Tensor
+    growth_tracker: torch.Tensor
+    found_inf: bool

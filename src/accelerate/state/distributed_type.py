@@ -6,21 +6,30 @@ import enum
 
 
 class DistributedType(str, enum.Enum):
-    """How the current run is distributed (upstream-compatible names)."""
+    """How the current run is distributed (upstream-compatible names and ``str()``).
+
+    Members for hardware this package cannot drive (NPU, MLU, SDAA, MUSA, HPU, Neuron) and for
+    Megatron-LM exist so code that compares against them runs; nothing here ever reports them.
+    """
 
     NO = "NO"
     MULTI_CPU = "MULTI_CPU"
     MULTI_GPU = "MULTI_GPU"
-    MULTI_MPS = "MULTI_MPS"
+    MULTI_NPU = "MULTI_NPU"
+    MULTI_MLU = "MULTI_MLU"
+    MULTI_SDAA = "MULTI_SDAA"
+    MULTI_MUSA = "MULTI_MUSA"
     MULTI_XPU = "MULTI_XPU"
+    MULTI_HPU = "MULTI_HPU"
+    MULTI_NEURON = "MULTI_NEURON"
+    MULTI_MPS = "MULTI_MPS"
     DEEPSPEED = "DEEPSPEED"
     FSDP = "FSDP"
+    TP = "TP"
     XLA = "XLA"
+    MEGATRON_LM = "MEGATRON_LM"
     # The quick tour still writes DistributedType.TPU; an alias keeps that working.
     TPU = "XLA"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class PrecisionType(str, enum.Enum):

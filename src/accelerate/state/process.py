@@ -21,7 +21,8 @@ from accelerate.state.distributed_type import DistributedType
 from accelerate.state.environment import ClusterEnvironment, detect_environment
 from accelerate.state.process_group import GroupRequest, init_or_adopt
 from accelerate.state.teardown import stop_background_work
-from accelerate.utils.collectives import set_debug_mode
+from accelerate.utils.collectives import check_arrival
+from accelerate.utils.comm import bind_communicator, make_communicator
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -95,7 +96,6 @@ class PartialState:
         self.environment = env
         self._cpu = cpu
         self.debug = bool(launch.debug)
-        set_debug_mode(self.debug)
         self.device = _pick_device(env.local_rank, cpu)
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
@@ -106,6 +106,16 @@ class PartialState:
             # naming each requested setting it could not apply).
             request = GroupRequest(backend=backend, timeout=timeout, init_method=init_method)
             self.backend = init_or_adopt(env, request, _default_backend(self.device))
+        # The collectives learn the group's facts from here, not from torch.distributed globals.
+        bind_communicator(
+            make_communicator(
+                world_size=env.world_size,
+                rank=env.rank,
+                backend=self.backend,
+                debug=self.debug,
+                debug_timeout=launch.debug_timeout,
+            )
+        )
         self._initialized = True
 
     # --- construction helpers -------------------------------------------------------------
@@ -177,6 +187,7 @@ class PartialState:
     def wait_for_everyone(self) -> None:
         """Blocks until every process reaches this call (a no-op in one process)."""
         if self.use_distributed:
+            check_arrival("wait_for_everyone")
             if self.backend == "nccl":
                 dist.barrier(device_ids=[self.device.index or 0])
             else:
@@ -208,11 +219,18 @@ class PartialState:
 
         return wrapper  # type: ignore[return-value]
 
-    def on_main_process(self, function: F) -> F:
-        """Decorator: the function runs on the main process only (returns None elsewhere)."""
+    def on_main_process(self, function: F | None = None) -> Any:
+        """Decorator: the function runs on the main process only (returns None elsewhere).
+
+        Works bare (``@state.on_main_process``) and called (``@state.on_main_process()``).
+        """
+        if function is None:
+            return self.on_main_process
         return self._only_if(function, lambda: self.is_main_process)
 
-    def on_local_main_process(self, function: F) -> F:
+    def on_local_main_process(self, function: F | None = None) -> Any:
+        if function is None:
+            return self.on_local_main_process
         return self._only_if(function, lambda: self.is_local_main_process)
 
     def on_last_process(self, function: F) -> F:
@@ -300,4 +318,4 @@ def reset_process_state(destroy_process_group: bool = False) -> None:
     if destroy_process_group and dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
     _STATE = None
-    set_debug_mode(None)
+    bind_communicator(None)

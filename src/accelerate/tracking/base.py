@@ -14,6 +14,42 @@ _PIP = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow"}
 _MODULE = {"tensorboard": "torch.utils.tensorboard", "wandb": "wandb", "mlflow": "mlflow"}
 
 
+def as_number(value: Any) -> int | float | None:
+    """``value`` as a Python number when it is one: ints, floats, bools, one-element tensors and numpy
+    scalars (``accelerator.log({"loss": loss})`` with a 0-d tensor is the common case); else None."""
+    if isinstance(value, bool | int | float):
+        return value
+    numel = getattr(value, "numel", None) or getattr(value, "size", None)
+    item = getattr(value, "item", None)
+    if callable(item) and (numel == 1 or (callable(numel) and numel() == 1)):
+        number = item()
+        if isinstance(number, bool | int | float):
+            return number
+    return None
+
+
+class UnloggableValue(TypeError):
+    """A value a tracker has no way to record."""
+
+
+_WARNED: set[tuple[str, str]] = set()
+
+
+def skip_unloggable(tracker: str, key: str, value: Any, accepted: str) -> None:
+    """A tensor or array of several numbers raises (it is a mistake: reduce it first); any other type
+    the tracker cannot record is skipped with one warning per key, never silently."""
+    shape = getattr(value, "shape", None)
+    what = type(value).__name__ + (f" of shape {tuple(shape)}" if shape is not None else "")
+    message = f"The {tracker} tracker cannot log {key!r}: a {what}. It records {accepted}."
+    if shape is not None:
+        raise UnloggableValue(f"{message} Reduce it to one number first (e.g. `t.mean().item()`).")
+    if (tracker, key) not in _WARNED:
+        _WARNED.add((tracker, key))
+        import logging
+
+        logging.getLogger("accelerate.tracking").warning("%s Skipping it.", message)
+
+
 class GeneralTracker:
     """A tracker: ``store_init_configuration``, ``log`` and ``finish``. Subclass it for your own."""
 

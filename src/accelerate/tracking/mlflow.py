@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from accelerate.tracking.base import GeneralTracker
+from accelerate.tracking.base import GeneralTracker, as_number, skip_unloggable
 from accelerate.utils.imports import require
 
 
@@ -26,7 +26,13 @@ class MLflowTracker(GeneralTracker):
         self.mlflow.log_params({k: str(v)[:250] for k, v in values.items()})
 
     def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
-        metrics = {k: float(v) for k, v in values.items() if isinstance(v, int | float)}
+        metrics = {}
+        for key, value in values.items():
+            number = as_number(value)
+            if number is None:
+                skip_unloggable(self.name, key, value, "numbers (one-element tensors too)")
+            else:
+                metrics[key] = float(number)
         self.mlflow.log_metrics(metrics, step=step)
 
     def finish(self) -> None:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from accelerate.tracking.base import GeneralTracker
+from accelerate.tracking.base import GeneralTracker, as_number, skip_unloggable
 from accelerate.utils.imports import require
+
+_ACCEPTED = "numbers (one-element tensors too), strings and dicts of numbers"
 
 
 class TensorBoardTracker(GeneralTracker):
@@ -35,12 +37,22 @@ class TensorBoardTracker(GeneralTracker):
 
     def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
         for key, value in values.items():
-            if isinstance(value, int | float):
-                self.writer.add_scalar(key, value, global_step=step, **kwargs)
+            number = as_number(value)
+            if number is not None:
+                self.writer.add_scalar(key, number, global_step=step, **kwargs)
             elif isinstance(value, str):
                 self.writer.add_text(key, value, global_step=step, **kwargs)
             elif isinstance(value, dict):
-                self.writer.add_scalars(key, value, global_step=step, **kwargs)
+                scalars = {}
+                for sub, item in value.items():
+                    sub_number = as_number(item)
+                    if sub_number is None:
+                        skip_unloggable(self.name, f"{key}/{sub}", item, _ACCEPTED)
+                    else:
+                        scalars[sub] = sub_number
+                self.writer.add_scalars(key, scalars, global_step=step, **kwargs)
+            else:
+                skip_unloggable(self.name, key, value, _ACCEPTED)
         self.writer.flush()
 
     def finish(self) -> None:

@@ -40,14 +40,29 @@ _register(
 )  # fmt: skip
 _register("accelerate.state", "DistributedType", "PrecisionType", "ComputeEnvironment")
 _register("accelerate.utils.modeling", "extract_model_from_parallel")
-_register("accelerate.checkpointing.model_loading", "load_checkpoint_in_model")
+_register(
+    "accelerate.utils.modeling",
+    "align_module_device", "calculate_maximum_sizes", "check_device_map", "check_tied_parameters_in_config",
+    "check_tied_parameters_on_same_device", "compute_module_sizes", "convert_file_size_to_int", "dtype_byte_size",
+    "find_tied_parameters", "get_balanced_memory", "get_max_layer_size", "get_max_memory", "has_offloaded_params",
+    "id_tensor_storage", "load_checkpoint_in_model", "load_offloaded_weights", "load_state_dict",
+    "named_module_tensors", "retie_parameters", "set_module_tensor_to_device", "CustomDtype", "clean_device_map",
+    "infer_auto_device_map",
+)  # fmt: skip
+_register(
+    "accelerate.utils.offload",
+    "OffloadedWeightsLoader", "PrefixedDataset", "extract_submodules_state_dict", "load_offloaded_weight",
+    "offload_state_dict", "offload_weight", "save_offload_index",
+)  # fmt: skip
 _register(
     "accelerate.big_modeling",
     "init_empty_weights",
     "init_on_device",
     "load_checkpoint_and_dispatch",
     "dispatch_model",
-    "infer_auto_device_map",
+    "cpu_offload",
+    "cpu_offload_with_hook",
+    "disk_offload",
 )
 
 __all__ = sorted(_LAZY)

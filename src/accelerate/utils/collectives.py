@@ -13,40 +13,39 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from accelerate.utils.collective_checks import DistributedOperationException, check_collective
+from accelerate.utils.comm import current_communicator
 from accelerate.utils.tree import check_tensor_leaves, recursively_apply
+
+__all__ = [
+    "DistributedOperationException",
+    "broadcast",
+    "broadcast_object_list",
+    "gather",
+    "gather_object",
+    "pad_across_processes",
+    "reduce",
+    "verify_operation",
+]
 
 # torch 2.13 renamed all_gather_into_tensor (now deprecated, with a warning on every call).
 _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 
-class DistributedOperationException(RuntimeError):
-    """Ranks called a collective with inputs that do not match."""
-
-
 def _world() -> int:
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    return current_communicator().world_size
 
 
-# Set by PartialState when it is created (state sits above utils, so it pushes the flag down);
-# None until then, when the launcher's variable decides.
-_DEBUG: bool | None = None
+class _Raw:
+    """A ready-made description to compare (for object collectives, which have no shapes)."""
 
-
-def set_debug_mode(enabled: bool | None) -> None:
-    """Turns the cross-rank shape checks on or off for this process (None: follow the environment)."""
-    global _DEBUG
-    _DEBUG = enabled
-
-
-def _debug_enabled() -> bool:
-    if _DEBUG is not None:
-        return _DEBUG
-    from accelerate.config.env import read_launch_env
-
-    return bool(read_launch_env().debug)
+    def __init__(self, description: list[str]) -> None:
+        self.description = description
 
 
 def _signature(data: Any, dims_only: bool = False) -> list[str]:
+    if isinstance(data, _Raw):
+        return data.description
     out: list[str] = []
 
     def describe(t: torch.Tensor) -> None:
@@ -58,40 +57,23 @@ def _signature(data: Any, dims_only: bool = False) -> list[str]:
 
 
 def verify_operation(operation: str, data: Any, *, dims_only: bool = False) -> None:
-    """Raises on every rank when the ranks' inputs for ``operation`` differ in structure, shape or dtype.
+    """Raises on every process unless all reached ``operation`` with the same structure, shapes, dtypes.
 
-    One extra all_gather of a few strings; only called in debug mode.
+    What debug mode runs before each collective (see :mod:`accelerate.utils.collective_checks`).
     """
-    mine = _signature(data, dims_only) if not isinstance(data, _Raw) else data.description
-    everyone: list[Any] = [None] * _world()
-    dist.all_gather_object(everyone, mine)
-    if any(sig != everyone[0] for sig in everyone):
-        listing = "\n".join(f"  - process {rank}: {sig}" for rank, sig in enumerate(everyone))
-        hint = _HINTS.get(
-            operation, "Make the shapes agree first (for instance with `pad_across_processes`)."
-        )
-        raise DistributedOperationException(
-            f"Cannot apply `{operation}`: the processes passed different inputs (structure, shape or dtype).\n"
-            f"{listing}\n{hint}"
-        )
-
-
-_HINTS = {
-    "pad_across_processes": "Pass the same structure of tensors, with the same dimensions and dtypes, everywhere.",
-    "broadcast_object_list": "Pass a list of the same length on every process.",
-}
-
-
-class _Raw:
-    """A ready-made description to compare (for object collectives, which have no shapes)."""
-
-    def __init__(self, description: list[str]) -> None:
-        self.description = description
+    check_collective(current_communicator(), operation, _signature(data, dims_only))
 
 
 def _checked(operation: str, data: Any, dims_only: bool = False) -> None:
-    if _debug_enabled():
-        verify_operation(operation, data, dims_only=dims_only)
+    """Debug mode's check before ``operation`` (nothing at all without debug mode)."""
+    comm = current_communicator()
+    if comm.debug and comm.world_size > 1:
+        check_collective(comm, operation, _signature(data, dims_only))
+
+
+def check_arrival(operation: str) -> None:
+    """Debug mode: raises on every waiting process unless all reach ``operation`` (a barrier, say)."""
+    _checked(operation, _Raw([]))
 
 
 def _gather_tensor(tensor: torch.Tensor) -> torch.Tensor:
@@ -117,13 +99,14 @@ def gather(tensor: Any) -> Any:
     return recursively_apply(_gather_tensor, tensor)
 
 
-def gather_object(obj: Any) -> list[Any]:
+def gather_object(object: Any) -> list[Any]:  # noqa: A002 - upstream's parameter name
     """Gathers a picklable object from every process; a list from each process is flattened."""
     world = _world()
     if world == 1:
-        return list(obj) if isinstance(obj, list) else [obj]
+        return list(object) if isinstance(object, list) else [object]
+    _checked("gather_object", _Raw(["object"]))
     out: list[Any] = [None] * world
-    dist.all_gather_object(out, obj)
+    dist.all_gather_object(out, object)
     if all(isinstance(item, list) for item in out):
         return [x for item in out for x in item]
     return out
@@ -154,8 +137,11 @@ def broadcast_object_list(object_list: list[Any], from_process: int = 0) -> list
     return object_list
 
 
-def reduce(tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
-    """All-reduces each tensor (``"sum"``, ``"mean"`` or ``"none"``); the inputs are not modified."""
+def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
+    """All-reduces each tensor (``"mean"``, ``"sum"`` or ``"none"``); the inputs are not modified.
+
+    The default is ``"mean"`` here and ``"sum"`` in ``Accelerator.reduce``, as upstream.
+    """
     if reduction not in ("sum", "mean", "none"):
         raise ValueError(f"reduce(reduction={reduction!r}) must be 'sum', 'mean' or 'none'")
     check_tensor_leaves(tensor, "reduce")

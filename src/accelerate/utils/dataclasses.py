@@ -22,6 +22,14 @@ class KwargsHandler:
             if getattr(self, f.name) != getattr(default, f.name)
         }
 
+    def to_dict(self, ignore_keys: tuple[str, ...] = ()) -> dict[str, Any]:
+        """Every field and its value (defaults included), less ``ignore_keys``."""
+        return {
+            f.name: getattr(self, f.name)
+            for f in fields(self)  # type: ignore[arg-type]
+            if f.name not in ignore_keys
+        }
+
 
 class DDPCommunicationHookType(str, enum.Enum):
     NO = "no"
@@ -54,6 +62,54 @@ class DistributedDataParallelKwargs(KwargsHandler):
         """Only the arguments DistributedDataParallel itself takes."""
         hook_fields = {"comm_hook", "comm_wrapper", "comm_state_option", "check_reduction"}
         return {k: v for k, v in self.to_kwargs().items() if k not in hook_fields}
+
+    def to_dict(
+        self, ignore_keys: tuple[str, ...] = ("comm_hook", "comm_wrapper", "comm_state_option")
+    ) -> dict[str, Any]:
+        return super().to_dict(ignore_keys=ignore_keys)
+
+    def register_comm_hook(self, model: Any) -> None:
+        """Registers the chosen communication hook (and wrapper) on a DistributedDataParallel ``model``."""
+        ddp = model
+        hook_type = DDPCommunicationHookType(self.comm_hook)
+        wrapper_type = DDPCommunicationHookType(self.comm_wrapper)
+        if hook_type is DDPCommunicationHookType.NO:
+            if wrapper_type is not DDPCommunicationHookType.NO:
+                raise ValueError(
+                    f"DistributedDataParallelKwargs(comm_wrapper={wrapper_type.value!r}) wraps a PowerSGD hook; "
+                    "set comm_hook='power_sgd' or 'batched_power_sgd' too, or drop comm_wrapper."
+                )
+            return
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+
+        if hook_type in (DDPCommunicationHookType.FP16, DDPCommunicationHookType.BF16):
+            if wrapper_type is not DDPCommunicationHookType.NO:
+                raise ValueError(
+                    f"DistributedDataParallelKwargs(comm_wrapper={wrapper_type.value!r}) only applies to the "
+                    f"PowerSGD hooks; comm_hook={hook_type.value!r} already compresses. Drop comm_wrapper."
+                )
+            hook: Any = (
+                default_hooks.fp16_compress_hook
+                if hook_type is DDPCommunicationHookType.FP16
+                else default_hooks.bf16_compress_hook
+            )
+            ddp.register_comm_hook(state=None, hook=hook)
+            return
+        state = powerSGD_hook.PowerSGDState(process_group=None, **self.comm_state_option)
+        hook = (
+            powerSGD_hook.powerSGD_hook
+            if hook_type is DDPCommunicationHookType.POWER_SGD
+            else powerSGD_hook.batched_powerSGD_hook
+        )
+        if wrapper_type is DDPCommunicationHookType.FP16:
+            hook = default_hooks.fp16_compress_wrapper(hook)
+        elif wrapper_type is DDPCommunicationHookType.BF16:
+            hook = default_hooks.bf16_compress_wrapper(hook)
+        elif wrapper_type is not DDPCommunicationHookType.NO:
+            raise ValueError(
+                f"DistributedDataParallelKwargs(comm_wrapper={wrapper_type.value!r}) must be 'no', 'fp16' or 'bf16'."
+            )
+        ddp.register_comm_hook(state=state, hook=hook)
 
 
 @dataclass
@@ -121,7 +177,8 @@ class DataLoaderConfiguration:
         split_batches: each process takes a slice of every batch instead of whole batches.
         dispatch_batches: process 0 reads the data and sends each process its slice.
         even_batches: complete the last round by cycling to the start so every process gets a batch.
-        use_seedable_sampler: shuffle with a permutation that depends only on (seed, epoch).
+        use_seedable_sampler: shuffle with a permutation that depends only on (seed, epoch) instead of
+            PyTorch's order (the default, which resumes exactly too).
         non_blocking: copy batches to the device asynchronously (needs pin_memory to help).
         use_stateful_dataloader: record the loader position for exact resumption.
         data_seed: seed of the seedable sampler's generator.
@@ -130,7 +187,7 @@ class DataLoaderConfiguration:
     split_batches: bool = False
     dispatch_batches: bool | None = None
     even_batches: bool = True
-    use_seedable_sampler: bool = True
+    use_seedable_sampler: bool = False
     non_blocking: bool = False
     use_stateful_dataloader: bool = True
     data_seed: int | None = None

@@ -1,9 +1,44 @@
-"""Model helpers: unwrapping parallel/compile wrappers."""
+"""`accelerate.utils.modeling`: unwrapping parallel/compile wrappers, plus upstream's path for the
+big-model helpers (sizes, device maps, tensor placement, loading), which live in ``big_modeling/``
+and load on first use.
+"""
 
 from __future__ import annotations
 
 import torch
 from torch.nn.parallel import DataParallel, DistributedDataParallel
+
+from accelerate._lazy import lazy_exports
+
+WEIGHTS_INDEX_NAME = "pytorch_model.bin.index.json"
+
+_BIG = "accelerate.big_modeling."
+_LAZY: dict[str, str] = {
+    **dict.fromkeys(
+        ["dtype_byte_size", "convert_file_size_to_int", "compute_module_sizes", "compute_module_total_buffer_size",
+         "calculate_maximum_sizes", "get_max_layer_size", "get_module_leaves", "get_module_size_with_ties",
+         "CustomDtype"],
+        _BIG + "sizes",
+    ),
+    **dict.fromkeys(["get_max_memory", "get_balanced_memory"], _BIG + "budgets"),
+    **dict.fromkeys(
+        ["infer_auto_device_map", "check_device_map", "check_device_same", "clean_device_map", "fallback_allocate"],
+        _BIG + "device_map",
+    ),
+    **dict.fromkeys(
+        ["set_module_tensor_to_device", "named_module_tensors", "get_non_persistent_buffers", "id_tensor_storage",
+         "find_tied_parameters", "retie_parameters", "check_tied_parameters_in_config",
+         "check_tied_parameters_on_same_device", "has_offloaded_params", "align_module_device"],
+        _BIG + "tensors",
+    ),
+    **dict.fromkeys(
+        ["load_state_dict", "load_checkpoint_in_model", "load_offloaded_weights", "get_state_dict_from_offload",
+         "get_state_dict_offloaded_model"],
+        _BIG + "loading",
+    ),
+}  # fmt: skip
+
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 ORIGINAL_FORWARD = "_accelerate_original_forward"
 

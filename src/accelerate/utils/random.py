@@ -19,10 +19,9 @@ def set_seed(seed: int, device_specific: bool = False, deterministic: bool = Fal
         deterministic: also ask torch for deterministic algorithms.
     """
     if device_specific:
-        import torch.distributed as dist
+        from accelerate.utils.comm import current_communicator
 
-        # The rank of the running process group (0 without one), read without the state objects.
-        seed += dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+        seed += current_communicator().rank
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)  # seeds every CUDA device too
@@ -30,31 +29,36 @@ def set_seed(seed: int, device_specific: bool = False, deterministic: bool = Fal
         torch.use_deterministic_algorithms(True)
 
 
-def synchronize_rng_state(rng_type: str, generator: torch.Generator | None = None) -> None:
-    """Copies process 0's state of one RNG (``"torch"``, ``"cuda"``, ``"generator"``) to every process."""
-    import torch.distributed as dist
+def synchronize_rng_state(rng_type: str | None = None, generator: torch.Generator | None = None) -> None:
+    """Copies process 0's state of one RNG to every process.
 
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+    ``rng_type``: ``"torch"`` (the global CPU RNG; also what None means), ``"cuda"`` or
+    ``"generator"`` (``generator``'s state). Nothing happens in one process.
+    """
+    from accelerate.utils.collectives import broadcast_object_list
+    from accelerate.utils.comm import current_communicator
+
+    kind = str(getattr(rng_type, "value", rng_type) or "torch").lower()
+    if kind not in ("torch", "cuda", "generator"):
+        raise ValueError(f"synchronize_rng_state(rng_type={rng_type!r}): use 'torch', 'cuda' or 'generator'")
+    if not current_communicator().is_distributed:
         return
-    if rng_type == "torch":
+    if kind == "torch":
         state = torch.get_rng_state()
-    elif rng_type == "cuda":
+    elif kind == "cuda":
         if not torch.cuda.is_available():
             return
         state = torch.cuda.get_rng_state()
-    elif rng_type == "generator":
+    else:
         if generator is None:
             return
         state = generator.get_state()
-    else:
-        raise ValueError(f"Unknown rng_type {rng_type!r}; use 'torch', 'cuda' or 'generator'")
-    # Broadcast through a list so it works on every backend and device.
-    holder: list[torch.Tensor] = [state]
-    dist.broadcast_object_list(holder, src=0)
+    holder: list[torch.Tensor] = [state]  # an object broadcast works on every backend and device
+    broadcast_object_list(holder, from_process=0)
     state = holder[0]
-    if rng_type == "torch":
+    if kind == "torch":
         torch.set_rng_state(state)
-    elif rng_type == "cuda":
+    elif kind == "cuda":
         torch.cuda.set_rng_state(state)
     elif generator is not None:
         generator.set_state(state)

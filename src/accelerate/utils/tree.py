@@ -207,8 +207,14 @@ def concatenate(data: Sequence[Any], dim: int = 0) -> Any:
     )
 
 
-def slice_tensors(data: Any, tensor_slice: slice | int) -> Any:
-    """Slices every tensor of a nested structure."""
+def slice_tensors(
+    data: Any, tensor_slice: slice | int, process_index: int | None = None, num_processes: int | None = None
+) -> Any:
+    """Slices every tensor of a nested structure.
+
+    ``process_index`` / ``num_processes`` are accepted for upstream's signature (its XLA path uses
+    them); the slice alone decides the result.
+    """
     return recursively_apply(lambda t: t[tensor_slice], data)
 
 

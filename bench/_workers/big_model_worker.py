@@ -1,0 +1,109 @@
+"""The big-model benchmark's process: a 64 MB stack of MLP blocks, raw PyTorch vs big-model paths.
+
+Pairs (alternating, one torch thread; DIR/rank0.json holds seconds per repeat):
+- ``hooks``: forward of the model dispatched with hooks (``force_hooks``, all on the CPU) vs the
+  same model without hooks (CPU time): the per-forward cost of the hooks.
+- ``load``: ``load_checkpoint_and_dispatch`` into an empty model vs a model built on the meta device
+  filled by ``safetensors`` ``load_file`` + ``load_state_dict(assign=True)``, each followed by one
+  forward (``load_file`` maps the file and reads it only when used): time to the first output (wall).
+- ``disk``: forward with every block offloaded to disk vs in memory (CPU time; informational).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+WIDTH, BLOCKS, BATCH = 512, 8, 64
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = nn.Linear(WIDTH, 4 * WIDTH)
+        self.down = nn.Linear(4 * WIDTH, WIDTH)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.down(torch.relu(self.up(x)))
+
+
+def build() -> nn.Module:
+    return nn.Sequential(*[Block() for _ in range(BLOCKS)]).eval()
+
+
+def timed(fn: Callable[[], object], clock: Callable[[], float]) -> float:
+    start = clock()
+    fn()
+    return clock() - start
+
+
+def pairs(raw: Callable[[], float], accel: Callable[[], float], repeats: int) -> dict[str, list[float]]:
+    raw()
+    accel()
+    out: dict[str, list[float]] = {"raw": [], "accel": []}
+    for i in range(repeats):
+        order = [("raw", raw), ("accel", accel)] if i % 2 == 0 else [("accel", accel), ("raw", raw)]
+        for name, fn in order:
+            out[name].append(fn())
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--t0", default="0")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    from accelerate import disk_offload, dispatch_model, init_empty_weights, load_checkpoint_and_dispatch
+
+    torch.manual_seed(0)
+    x = torch.randn(BATCH, WIDTH)
+    result: dict[str, object] = {"model_bytes": sum(p.numel() * 4 for p in build().parameters())}
+    with tempfile.TemporaryDirectory(prefix="big-model-") as scratch, torch.no_grad():
+        folder = Path(scratch)
+        plain = build()
+        save_file({k: v.contiguous() for k, v in plain.state_dict().items()}, str(folder / "model.safetensors"))
+        hooked = dispatch_model(build(), {"": "cpu"}, force_hooks=True)
+        result["hooks"] = pairs(
+            lambda: timed(lambda: plain(x), time.process_time),
+            lambda: timed(lambda: hooked(x), time.process_time),
+            repeats=30,
+        )
+
+        def raw_load() -> float:
+            def load() -> None:
+                with torch.device("meta"):  # raw PyTorch's own way to skip random initialisation
+                    model = build()
+                model.load_state_dict(load_file(str(folder / "model.safetensors")), assign=True)
+                model(x)  # load_file maps the file lazily: the data is read here
+
+            return timed(load, time.perf_counter)
+
+        def accel_load() -> float:
+            def load() -> None:
+                with init_empty_weights():
+                    model = build()
+                load_checkpoint_and_dispatch(model, folder, device_map={"": "cpu"})(x)
+
+            return timed(load, time.perf_counter)
+
+        result["load"] = pairs(raw_load, accel_load, repeats=10)
+        on_disk = disk_offload(build(), folder / "offload", execution_device="cpu")
+        result["disk"] = pairs(
+            lambda: timed(lambda: plain(x), time.process_time),
+            lambda: timed(lambda: on_disk(x), time.process_time),
+            repeats=10,
+        )
+    Path(args.out, "rank0.json").write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,283 @@
+"""Loading a checkpoint into a (possibly empty) model along a device map, offloading as it goes.
+
+Weights are read one tensor at a time: each goes straight to its device, to the offload folder
+(``"disk"``), or, with ``offload_state_dict``, to a temporary folder until the end, so the peak
+memory is what stays in RAM plus one tensor.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from accelerate.big_modeling.device_map import check_device_map, device_of
+from accelerate.big_modeling.offload import (
+    load_offloaded_weight,
+    offload_weight,
+    save_offload_index,
+)
+from accelerate.big_modeling.sizes import _as_dtype
+from accelerate.big_modeling.streaming import iter_weights
+from accelerate.big_modeling.tensors import (
+    DeviceLike,
+    find_tied_parameters,
+    named_module_tensors,
+    retie_parameters,
+    set_module_tensor_to_device,
+)
+
+logger = logging.getLogger(__name__)
+
+
+def load_state_dict(
+    checkpoint_file: str | os.PathLike[str], device_map: Mapping[str, DeviceLike] | None = None
+) -> dict[str, torch.Tensor]:
+    """Reads one weights file (``.safetensors`` or ``.bin``); with ``device_map`` each tensor goes to its device.
+
+    Tensors mapped to ``"disk"`` are returned on the CPU.
+    """
+    state: dict[str, torch.Tensor] = {}
+    for name, tensor in iter_weights(checkpoint_file):
+        device = device_of(name, device_map) if device_map is not None else None
+        if device is None or device == "disk":
+            state[name] = tensor
+        else:
+            state[name] = tensor.to(f"cuda:{device}" if isinstance(device, int) else device)
+    return state
+
+
+def _checkpoint_files(checkpoint: str | os.PathLike[str]) -> list[Path]:
+    from accelerate.checkpointing.model_files import resolve_checkpoint
+
+    files, _ = resolve_checkpoint(checkpoint)
+    return files
+
+
+def _with_tied_names(
+    weights: Iterator[tuple[str, torch.Tensor]], partners: Mapping[str, list[str]]
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """Each weight, then the same tensor under the names tied to it (checkpoints often store one name).
+
+    Tied names can sit on different devices in a device map (one on disk, one in RAM), so each must
+    be placed, not only the name the file happens to use.
+    """
+    for name, value in weights:
+        yield name, value
+        for partner in partners.get(name, ()):
+            yield partner, value
+
+
+def _keeps_fp32(name: str, keep_in_fp32_modules: Sequence[str] | None) -> bool:
+    return any(
+        module == name or name.startswith(f"{module}.") or f".{module}." in f".{name}"
+        for module in keep_in_fp32_modules or ()
+    )
+
+
+def load_checkpoint_in_model(
+    model: nn.Module,
+    checkpoint: str | os.PathLike[str],
+    device_map: Mapping[str, DeviceLike] | None = None,
+    offload_folder: str | os.PathLike[str] | None = None,
+    dtype: str | torch.dtype | None = None,
+    offload_state_dict: bool = False,
+    offload_buffers: bool = False,
+    keep_in_fp32_modules: list[str] | None = None,
+    offload_8bit_bnb: bool = False,
+    strict: bool = False,
+    full_state_dict: bool = True,
+    broadcast_from_rank0: bool = False,
+) -> None:
+    """Loads ``checkpoint`` into ``model`` in place, placing each weight per ``device_map``.
+
+    Args:
+        model: the model; its weights may be on the meta device (``init_empty_weights``).
+        checkpoint: a weights file, a ``*.index.json`` of shards, or a folder holding either.
+        device_map: block name -> device; ``"disk"`` weights are written to ``offload_folder`` and
+            stay on the meta device in the model. Default: everything on its current device (the
+            CPU for meta weights).
+        offload_folder: where ``"disk"`` weights go (required if the map uses the disk).
+        dtype: floating weights are cast to it (except under ``keep_in_fp32_modules``).
+        offload_state_dict: park CPU weights in a temporary folder while loading and read them back
+            at the end, so a checkpoint larger than RAM can still be split across CPU and disk.
+        offload_buffers: write the buffers of disk blocks to the offload folder too.
+        keep_in_fp32_modules: module names whose weights stay float32 whatever ``dtype`` says.
+        offload_8bit_bnb: bitsandbytes 8-bit offload; not available (must be False).
+        strict: raise if the checkpoint lacks weights of the model or has extra ones.
+        full_state_dict, broadcast_from_rank0: distributed loading of sharded (DTensor) models;
+            not available here, accepted at their defaults.
+
+    Raises:
+        ValueError: the checkpoint misses weights of the model (when ``strict``, or when a weight
+            would otherwise stay on the meta device with no data) — the message lists them.
+
+    Example:
+        >>> with init_empty_weights():
+        ...     model = MyModel()
+        >>> load_checkpoint_in_model(model, "ckpt/", device_map={"embed": "cpu", "blocks": "disk"}, offload_folder="off")
+    """
+    if offload_8bit_bnb:
+        raise NotImplementedError("load_checkpoint_in_model(offload_8bit_bnb=True) needs bitsandbytes: not available")
+    if broadcast_from_rank0:
+        raise NotImplementedError(
+            "load_checkpoint_in_model(broadcast_from_rank0=True) loads into sharded DTensor models: not available; "
+            "load on every rank instead"
+        )
+    wanted = _as_dtype(dtype)
+    if device_map is not None:
+        check_device_map(model, device_map)
+        if offload_folder is None and "disk" in {str(v) for v in device_map.values()}:
+            raise ValueError(
+                "load_checkpoint_in_model: the device_map sends some weights to 'disk' but no offload_folder was "
+                "given; pass offload_folder='some/folder'"
+            )
+    if offload_folder is not None:
+        os.makedirs(offload_folder, exist_ok=True)
+    tied = find_tied_parameters(model)
+    expected: dict[str, torch.Tensor] = dict(model.named_parameters(remove_duplicate=False))
+    expected.update(model.named_buffers(remove_duplicate=False))
+    buffers = {name for name, _ in model.named_buffers()}
+    files = _checkpoint_files(checkpoint)
+    disk_index: dict[str, Any] = {}
+    parked_folder = tempfile.mkdtemp() if offload_state_dict else None
+    parked_index: dict[str, Any] = {}
+    parked_devices: dict[str, DeviceLike] = {}
+    loaded: set[str] = set()
+    unexpected: list[str] = []
+    try:
+        partners = {name: [p for p in group if p != name] for group in tied for name in group}
+        for file in files:
+            for name, value in _with_tied_names(iter_weights(file), partners):
+                if name not in expected:
+                    unexpected.append(name)
+                    continue
+                loaded.add(name)
+                target_dtype = torch.float32 if _keeps_fp32(name, keep_in_fp32_modules) else wanted
+                if target_dtype is not None and value.is_floating_point():
+                    value = value.to(target_dtype)
+                device: DeviceLike = (device_of(name, device_map) if device_map is not None else None) or (
+                    "cpu" if expected[name].device.type == "meta" else expected[name].device
+                )
+                if device == "disk" and (name not in buffers or offload_buffers):
+                    offload_weight(value, name, offload_folder, index=disk_index)  # type: ignore[arg-type]
+                    continue
+                if device == "disk":
+                    device = "cpu"
+                if parked_folder is not None and str(device) == "cpu":
+                    offload_weight(value, name, parked_folder, index=parked_index)
+                    parked_devices[name] = device
+                    continue
+                set_module_tensor_to_device(model, name, device, value=value, dtype=target_dtype)
+            if offload_folder is not None:
+                save_offload_index(disk_index, offload_folder)
+        for name, info in parked_index.items():
+            weight = load_offloaded_weight(Path(parked_folder) / f"{name}.dat", info)  # type: ignore[arg-type]
+            set_module_tensor_to_device(model, name, parked_devices[name], value=weight)
+    finally:
+        if parked_folder is not None:
+            shutil.rmtree(parked_folder, ignore_errors=True)
+    retie_parameters(model, tied)
+    _report(model, checkpoint, expected, loaded, unexpected, tied, strict, device_map)
+
+
+def _report(
+    model: nn.Module,
+    checkpoint: Any,
+    expected: Mapping[str, torch.Tensor],
+    loaded: set[str],
+    unexpected: list[str],
+    tied: list[list[str]],
+    strict: bool,
+    device_map: Mapping[str, DeviceLike] | None,
+) -> None:
+    tied_loaded = {name for group in tied if any(n in loaded for n in group) for name in group}
+    missing = [name for name in expected if name not in loaded and name not in tied_loaded]
+    # A weight with no data and no checkpoint entry is unusable whatever ``strict`` says.
+    empty = [
+        name
+        for name in missing
+        if expected[name].device.type == "meta"
+        and (device_map is None or device_of(name, device_map) != "disk")
+        and _get(model, name).device.type == "meta"
+    ]
+    if strict and (missing or unexpected) or empty:
+        problems = []
+        if missing:
+            problems.append(f"missing from the checkpoint: {_list(missing)}")
+        if unexpected and strict:
+            problems.append(f"in the checkpoint but not in the model: {_list(unexpected)}")
+        raise ValueError(
+            f"load_checkpoint_in_model({checkpoint}) into {type(model).__name__}: " + "; ".join(problems)
+            + ("" if strict else " (these weights would stay on the meta device, without data)")
+        )
+    if missing or unexpected:
+        logger.warning("Loaded %s with missing keys %s and unexpected keys %s", checkpoint, missing, unexpected)
+
+
+def _list(names: list[str]) -> str:
+    return ", ".join(names[:30]) + (f" ... ({len(names)} in all)" if len(names) > 30 else "")
+
+
+def _get(model: nn.Module, name: str) -> torch.Tensor:
+    module_name, _, attr = name.rpartition(".")
+    module = model.get_submodule(module_name) if module_name else model
+    value = getattr(module, attr)
+    assert isinstance(value, torch.Tensor)
+    return value
+
+
+def load_offloaded_weights(
+    model: nn.Module, index: Mapping[str, Any], offload_folder: str | os.PathLike[str]
+) -> None:
+    """Loads every weight of an offload folder (its ``index``) back into ``model`` on the CPU."""
+    if not index:
+        return
+    for name, info in index.items():
+        weight = load_offloaded_weight(Path(offload_folder) / f"{name}.dat", info)
+        set_module_tensor_to_device(model, name, "cpu", value=weight)
+
+
+def get_state_dict_from_offload(
+    module: nn.Module,
+    module_name: str,
+    state_dict: dict[str, torch.Tensor],
+    device_to_put_offload: DeviceLike = "cpu",
+) -> dict[str, torch.Tensor]:
+    """Adds the weights of an offloaded ``module`` (named ``module_name``) to ``state_dict``, loaded from its hook."""
+    from accelerate.big_modeling.tensors import _offload_hook, align_module_device
+
+    whole = bool(getattr(_offload_hook(module), "place_submodules", False))
+    with align_module_device(module, device_to_put_offload):
+        for name, tensor in named_module_tensors(module, recurse=whole, remove_non_persistent=True):
+            full = f"{module_name}.{name}" if module_name else name
+            state_dict[full] = tensor.detach().to("cpu").clone()
+    return state_dict
+
+
+def get_state_dict_offloaded_model(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The full state dict of a model whose blocks may be offloaded (loaded one block at a time, on the CPU)."""
+    from accelerate.big_modeling.tensors import _offload_hook, has_offloaded_params
+
+    state: dict[str, torch.Tensor] = {}
+    covered: set[str] = set()
+    for name, module in model.named_modules():
+        if any(name == c or name.startswith(f"{c}.") for c in covered if c) or "" in covered:
+            continue
+        if has_offloaded_params(module):
+            get_state_dict_from_offload(module, name, state)
+            if _offload_hook(module).place_submodules:
+                covered.add(name)
+            continue
+        for key, tensor in module.state_dict(keep_vars=False).items():
+            if "." in key:
+                continue  # submodules report their own tensors
+            state.setdefault(f"{name}.{key}" if name else key, tensor.detach().to("cpu"))
+    return state

@@ -1,0 +1,178 @@
+"""Weights kept outside the model: an offload folder of raw ``.dat`` files, or safetensors files.
+
+The folder format: one ``{name}.dat`` per tensor (raw bytes, read back through ``np.memmap`` so only
+that tensor is read) and ``index.json`` mapping each name to ``{"dtype", "shape"}``. An index entry
+may instead point into a safetensors file (``{"safetensors_file", "weight_name", "dtype"}``), which
+is how a checkpoint is used in place without writing a copy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+INDEX_FILE = "index.json"
+
+
+def offload_weight(
+    weight: torch.Tensor,
+    weight_name: str,
+    offload_folder: str | os.PathLike[str],
+    index: dict[str, Any] | None = None,
+) -> dict[str, Any] | None:
+    """Writes ``weight`` to ``{offload_folder}/{weight_name}.dat``; records it in ``index`` if given."""
+    import numpy as np
+
+    dtype_name = str(weight.dtype).removeprefix("torch.")
+    tensor = weight.detach().to("cpu").contiguous()
+    if tensor.dtype == torch.bfloat16:
+        tensor = tensor.view(torch.int16)  # numpy has no bfloat16; the index keeps the real dtype
+    array = tensor.numpy()
+    if index is not None:
+        index[weight_name] = {"dtype": dtype_name, "shape": list(array.shape)}
+    if array.ndim == 0:
+        array = array[None]  # memmap cannot hold a 0-d array
+    path = Path(offload_folder) / f"{weight_name}.dat"
+    if array.size == 0:
+        path.write_bytes(b"")
+        return index
+    mapped = np.memmap(path, dtype=array.dtype, mode="w+", shape=array.shape)
+    mapped[...] = array
+    mapped.flush()
+    del mapped
+    return index
+
+
+def load_offloaded_weight(weight_file: str | os.PathLike[str], weight_info: Mapping[str, Any]) -> torch.Tensor:
+    """Reads one tensor written by :func:`offload_weight` (only that file's bytes are read)."""
+    import numpy as np
+
+    shape = tuple(int(d) for d in weight_info["shape"])
+    dtype_name = str(weight_info["dtype"]).removeprefix("torch.")
+    stored = "int16" if dtype_name == "bfloat16" else dtype_name
+    if 0 in shape:
+        return torch.empty(shape, dtype=getattr(torch, dtype_name))
+    mapped = np.memmap(weight_file, dtype=stored, mode="r", shape=shape or (1,))
+    tensor = torch.from_numpy(np.array(mapped))  # copies this tensor only, detached from the file
+    del mapped
+    if not shape:
+        tensor = tensor[0]
+    if dtype_name == "bfloat16":
+        tensor = tensor.view(torch.bfloat16)
+    return tensor
+
+
+def save_offload_index(index: Mapping[str, Any], offload_folder: str | os.PathLike[str]) -> None:
+    """Merges ``index`` into ``{offload_folder}/index.json`` (created if missing)."""
+    if not index:
+        return
+    path = Path(offload_folder) / INDEX_FILE
+    current = json.loads(path.read_text()) if path.exists() else {}
+    current.update(index)
+    path.write_text(json.dumps(current, indent=2))
+
+
+def offload_state_dict(save_dir: str | os.PathLike[str], state_dict: Mapping[str, torch.Tensor]) -> None:
+    """Writes every tensor of ``state_dict`` into ``save_dir`` in the offload-folder format."""
+    os.makedirs(save_dir, exist_ok=True)
+    index: dict[str, Any] = {}
+    for name, tensor in state_dict.items():
+        offload_weight(tensor, name, save_dir, index=index)
+    save_offload_index(index, save_dir)
+
+
+class PrefixedDataset(Mapping[str, Any]):
+    """The entries of ``dataset`` whose keys start with ``prefix``, seen without the prefix."""
+
+    def __init__(self, dataset: Mapping[str, Any], prefix: str) -> None:
+        self.dataset = dataset
+        self.prefix = prefix
+
+    def __getitem__(self, key: str) -> Any:
+        return self.dataset[f"{self.prefix}{key}"]
+
+    def __iter__(self) -> Iterator[str]:
+        return (key[len(self.prefix) :] for key in self.dataset if key.startswith(self.prefix))
+
+    def __len__(self) -> int:
+        return sum(1 for key in self.dataset if key.startswith(self.prefix))
+
+
+class OffloadedWeightsLoader(Mapping[str, torch.Tensor]):
+    """A read-only mapping over weights in memory (``state_dict``) and on disk (``save_folder`` / ``index``).
+
+    Disk weights are read on each access, one tensor at a time, so holding the loader costs no memory.
+
+    Args:
+        state_dict: weights already in memory.
+        save_folder: an offload folder (its ``index.json`` is read unless ``index`` is given).
+        index: name -> ``{"dtype", "shape"}`` (a ``.dat`` file in ``save_folder``) or
+            ``{"safetensors_file", "weight_name", "dtype"}``.
+        device: where safetensors weights are read to (default: CPU).
+    """
+
+    def __init__(
+        self,
+        state_dict: Mapping[str, torch.Tensor] | None = None,
+        save_folder: str | os.PathLike[str] | None = None,
+        index: Mapping[str, Any] | None = None,
+        device: int | str | torch.device | None = None,
+    ) -> None:
+        if state_dict is None and save_folder is None and index is None:
+            raise ValueError("OffloadedWeightsLoader needs a state_dict, a save_folder or an index (got none)")
+        self.state_dict: Mapping[str, torch.Tensor] = {} if state_dict is None else state_dict
+        self.save_folder = save_folder
+        if index is None and save_folder is not None:
+            path = Path(save_folder) / INDEX_FILE
+            index = json.loads(path.read_text()) if path.exists() else {}
+        self.index: Mapping[str, Any] = {} if index is None else index
+        self.all_keys = list(self.state_dict) + [key for key in self.index if key not in self.state_dict]
+        self.device = device
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        if key in self.state_dict:
+            return self.state_dict[key]
+        info = self.index[key]
+        if "safetensors_file" in info:
+            return self._from_safetensors(info, key)
+        if self.save_folder is None:
+            raise KeyError(f"{key!r} is in the offload index as a .dat file but no save_folder was given")
+        return load_offloaded_weight(Path(self.save_folder) / f"{key}.dat", info)
+
+    def _from_safetensors(self, info: Mapping[str, Any], key: str) -> torch.Tensor:
+        from safetensors import safe_open
+
+        device = "cpu" if self.device is None else self.device
+        if isinstance(device, torch.device):
+            device = str(device)
+        with safe_open(info["safetensors_file"], framework="pt", device=device) as handle:
+            tensor: torch.Tensor = handle.get_tensor(info.get("weight_name", key))
+        wanted = info.get("dtype")
+        if wanted is not None:
+            dtype = getattr(torch, str(wanted).removeprefix("torch."))
+            if tensor.dtype != dtype:
+                tensor = tensor.to(dtype)
+        return tensor
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.all_keys)
+
+    def __len__(self) -> int:
+        return len(self.all_keys)
+
+
+def extract_submodules_state_dict(
+    state_dict: Mapping[str, torch.Tensor], submodule_names: Iterable[str]
+) -> dict[str, torch.Tensor]:
+    """The entries of ``state_dict`` that belong to one of ``submodule_names`` (or are one of them)."""
+    names = list(submodule_names)
+    return {
+        key: value
+        for key, value in state_dict.items()
+        if any(name == "" or key == name or key.startswith(f"{name}.") for name in names)
+    }

@@ -1,0 +1,233 @@
+"""Running commands from tests: ``accelerate launch`` command lines, subprocesses, ports, paths."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+# What upstream's test-suite launches by default: one process, a fast-polling agent.
+DEFAULT_LAUNCH_COMMAND: list[str] = ["accelerate", "launch", "--num_processes=1", "--monitor_interval=0.1"]
+
+_BASE_PORT = 29500
+# Ports a pytest-xdist worker may try: its own first, then every _PORT_STRIDE-th above it.
+_PORT_STRIDE = 128
+_PORT_CEILING = 32768  # stay below Linux's ephemeral range: those ports can be taken by any connection
+
+
+class SubprocessCallException(Exception):
+    """A command run by :func:`run_command` failed; the message holds the command and its output."""
+
+
+@dataclass
+class SubprocessResult:
+    """What :func:`execute_subprocess_async` saw: the exit code and the output lines of each stream."""
+
+    returncode: int
+    stdout: list[str] = field(default_factory=list)
+    stderr: list[str] = field(default_factory=list)
+
+
+def path_in_accelerate_package(*components: str) -> Path:
+    """The path of ``components`` inside the installed ``accelerate`` package.
+
+    Example: ``path_in_accelerate_package("test_utils", "scripts", "test_ops.py")``.
+    """
+    import accelerate
+
+    return Path(accelerate.__file__).resolve().parent.joinpath(*components)
+
+
+def get_launch_command(**kwargs: Any) -> list[str]:
+    """``["accelerate", "launch", ...]`` with one flag per keyword.
+
+    ``True`` gives a bare switch (``cpu=True`` -> ``--cpu``), ``False`` and ``None`` leave the flag
+    out, anything else is written ``--name=value``. Append the script and its arguments yourself.
+
+    Example: ``get_launch_command(num_processes=2, cpu=True) + ["train.py", "--epochs", "1"]``.
+    """
+    command = ["accelerate", "launch"]
+    for name, value in kwargs.items():
+        if value is None or value is False:
+            continue
+        command.append(f"--{name}" if value is True else f"--{name}={value}")
+    return command
+
+
+def pytest_xdist_worker_id() -> int:
+    """The number of this pytest-xdist worker (``gw3`` -> 3), or 0 outside xdist."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    digits = worker.removeprefix("gw")
+    return int(digits) if digits.isdigit() else 0
+
+
+def _port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("", port))
+        except OSError:
+            return False
+    return True
+
+
+def get_torch_dist_unique_port() -> int:
+    """A rendezvous port for ``torch.distributed`` that differs between pytest-xdist workers.
+
+    29500 plus the worker number when that port is free; otherwise the next free port in the
+    worker's own series (every 128th above it), so parallel workers never pick the same one.
+    """
+    first = _BASE_PORT + pytest_xdist_worker_id()
+    for port in range(first, _PORT_CEILING, _PORT_STRIDE):
+        if _port_is_free(port):
+            return port
+    raise RuntimeError(
+        f"get_torch_dist_unique_port: no free port in {first}..{_PORT_CEILING} (step {_PORT_STRIDE})"
+    )
+
+
+def _resolve(cmd: Sequence[str | os.PathLike[str]]) -> list[str]:
+    """The command as strings; a bare ``accelerate`` runs this interpreter's accelerate CLI.
+
+    ``accelerate`` on PATH may belong to another environment (or be missing when the venv is not
+    activated); the test means the accelerate it is testing, i.e. the one this Python imports.
+    """
+    parts = [os.fspath(part) for part in cmd]
+    if not parts:
+        raise ValueError("the command to run is empty; pass a list such as ['python', 'script.py']")
+    if parts[0] == "accelerate":
+        return [sys.executable, "-m", "accelerate.commands.accelerate_cli", *parts[1:]]
+    return parts
+
+
+def _pump(stream: IO[bytes], sink: list[str], echo_to: IO[str] | None) -> None:
+    for raw in iter(stream.readline, b""):
+        line = raw.decode("utf-8", errors="replace").rstrip("\n")
+        sink.append(line)
+        if echo_to is not None:
+            print(line, file=echo_to, flush=True)
+    stream.close()
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """Ends the command and everything it started (it runs in its own process group)."""
+    for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def execute_subprocess_async(
+    cmd: Sequence[str | os.PathLike[str]],
+    env: Mapping[str, str] | None = None,
+    stdin: str | bytes | None = None,
+    timeout: float = 180,
+    quiet: bool = False,
+    echo: bool = True,
+) -> SubprocessResult:
+    """Runs ``cmd`` to completion, streaming its output live, and returns it.
+
+    Args:
+        cmd: the command and its arguments; a leading ``accelerate`` runs the accelerate CLI of this
+            interpreter (so ``get_launch_command(...) + [script]`` tests this install).
+        env: the child's whole environment (default: this process's).
+        stdin: text or bytes written to the child's standard input (default: none, reads get EOF).
+        timeout: seconds before the command and its children are stopped and ``RuntimeError`` raised.
+        quiet: do not echo the child's output lines as they arrive.
+        echo: print the command line before running it.
+
+    Returns:
+        ``SubprocessResult(returncode, stdout, stderr)``, output split into lines.
+
+    Raises:
+        RuntimeError: the command exited with a non-zero code or ran past ``timeout``; the message
+            holds the command and what it wrote to stderr.
+    """
+    args = _resolve(cmd)
+    if echo:
+        print("\nRunning: ", " ".join(args), flush=True)
+    proc = subprocess.Popen(
+        args,
+        env=dict(env) if env is not None else None,
+        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,  # its own process group, so a timeout can stop launched workers too
+    )
+    result = SubprocessResult(returncode=0)
+    if proc.stdout is None or proc.stderr is None:  # cannot happen with PIPE; narrows the types
+        raise RuntimeError("subprocess.Popen returned no output pipes")
+    readers = [
+        threading.Thread(
+            target=_pump, args=(proc.stdout, result.stdout, None if quiet else sys.stdout), daemon=True
+        ),
+        threading.Thread(
+            target=_pump, args=(proc.stderr, result.stderr, None if quiet else sys.stderr), daemon=True
+        ),
+    ]
+    for reader in readers:
+        reader.start()
+    if stdin is not None and proc.stdin is not None:
+        try:
+            proc.stdin.write(stdin.encode() if isinstance(stdin, str) else stdin)
+            proc.stdin.close()
+        except BrokenPipeError:  # the child exited without reading: its exit code tells the story
+            pass
+    timed_out = False
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _stop(proc)
+    for reader in readers:
+        reader.join(timeout=10)
+    result.returncode = proc.returncode
+    command = " ".join(args)
+    stderr = "\n".join(result.stderr)
+    if timed_out:
+        raise RuntimeError(
+            f"'{command}' did not finish within {timeout}s and was stopped.\n\nIts stderr:\n{stderr}"
+        )
+    if result.returncode != 0:
+        raise RuntimeError(
+            f"'{command}' failed with return code {result.returncode}.\n\nIts stderr:\n{stderr}"
+        )
+    return result
+
+
+def run_command(
+    command: Sequence[str | os.PathLike[str]],
+    return_stdout: bool = False,
+    env: Mapping[str, str] | None = None,
+) -> str | None:
+    """Runs ``command`` (stdout and stderr merged) and returns its output if ``return_stdout``.
+
+    Raises:
+        SubprocessCallException: the command exited with a non-zero code; the message holds the
+            command and its output.
+    """
+    args = _resolve(command)
+    try:
+        output = subprocess.check_output(
+            args, stderr=subprocess.STDOUT, env=dict(env) if env is not None else None
+        )
+    except subprocess.CalledProcessError as exc:
+        raise SubprocessCallException(
+            f"Command `{' '.join(args)}` failed with exit code {exc.returncode}:\n"
+            f"{exc.output.decode('utf-8', errors='replace')}"
+        ) from exc
+    except FileNotFoundError as exc:
+        raise SubprocessCallException(f"Command `{' '.join(args)}` could not start: {exc}") from exc
+    return output.decode("utf-8", errors="replace") if return_stdout else None

@@ -1,0 +1,78 @@
+"""Agreeing on a failure across processes: one rank's exception is raised on every rank.
+
+A rank that fails and simply raises leaves the others waiting forever in their next collective.
+Instead every rank calls :func:`agree_on_failure` at the same point with its local exception (or
+None): one ``all_gather_object`` tells everyone who failed and why, and every rank raises the same
+message, so no process hangs and every log names the culprit. The call doubles as the exchange of
+a small per-rank payload (file records, a batch header) when nothing failed, so the agreement costs
+no extra collective.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch.distributed as dist
+
+from accelerate.utils.comm import current_communicator
+
+
+def _world_size() -> int:
+    return current_communicator().world_size
+
+
+def _describe(error: BaseException) -> str:
+    text = str(error)
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def agree_on_failure(
+    error: BaseException | None,
+    *,
+    what: str,
+    payload: Any = None,
+    error_type: type[Exception] = RuntimeError,
+    note: str = "",
+) -> list[Any]:
+    """Raises on every rank if any rank passes an exception; otherwise returns every rank's payload.
+
+    Call it on every process, at the same point, with this process's exception or None.
+
+    Args:
+        error: what this process caught, or None when its part succeeded.
+        what: the operation, for the message (``"save_state to run/ckpt"``).
+        payload: a picklable value to exchange when no rank failed.
+        error_type: the exception raised when a rank failed (its message names the failed ranks and
+            their errors; on a failed rank it is chained to the original exception).
+        note: a sentence appended to that message (what state things were left in).
+
+    Returns:
+        Each rank's payload, in rank order (``[payload]`` in a single process).
+
+    Raises:
+        error: unchanged, in a single process (there is no one to agree with).
+        error_type: on every rank when one or more ranks failed.
+
+    Example:
+        >>> error = None
+        >>> try:
+        ...     write_my_part()
+        ... except OSError as exc:
+        ...     error = exc
+        >>> agree_on_failure(error, what="writing the shards")
+    """
+    world = _world_size()
+    if world == 1:
+        if error is not None:
+            raise error
+        return [payload]
+    gathered: list[Any] = [None] * world
+    dist.all_gather_object(gathered, (_describe(error), None) if error is not None else (None, payload))
+    failed = {rank: report for rank, (report, _) in enumerate(gathered) if report is not None}
+    if failed:
+        ranks = ", ".join(str(rank) for rank in failed)
+        details = "; ".join(f"rank {rank}: {report}" for rank, report in failed.items())
+        noun = "rank" if len(failed) == 1 else "ranks"
+        message = f"{what} failed on {noun} {ranks} ({details})"
+        raise error_type(f"{message}; {note}" if note else message) from error
+    return [item for _, item in gathered]

@@ -1,0 +1,84 @@
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from accelerate.state import PartialState
+from accelerate.utils.agreement import agree_on_failure
+from tests.helpers.pool import WorkerPool
+
+
+class Boom(ValueError):
+    pass
+
+
+def test_single_process_returns_the_payload_or_raises_the_original() -> None:
+    assert agree_on_failure(None, what="nothing", payload={"a": 1}) == [{"a": 1}]
+    original = Boom("disk on fire")
+    with pytest.raises(Boom) as caught:
+        agree_on_failure(original, what="writing", error_type=KeyError)
+    assert caught.value is original  # nobody to agree with: the best error is the original one
+
+
+def agree_on_rank(failing: list[int]) -> dict[str, Any]:
+    rank = PartialState().process_index
+    error = Boom(f"broke on {rank}") if rank in failing else None
+    try:
+        payloads = agree_on_failure(error, what="Writing shards", payload=rank * 10, note="nothing changed")
+    except RuntimeError as exc:
+        return {"message": str(exc), "cause": repr(exc.__cause__)}
+    return {"payloads": payloads}
+
+
+def test_payloads_are_exchanged_when_no_rank_fails(pool2: WorkerPool) -> None:
+    assert pool2.run(agree_on_rank, []) == [{"payloads": [0, 10]}] * 2
+
+
+@pytest.mark.parametrize(
+    ("failing", "named"),
+    [
+        ([1], "failed on rank 1 (rank 1: Boom: broke on 1)"),
+        ([0, 1], "failed on ranks 0, 1 (rank 0: Boom: broke on 0; rank 1: Boom: broke on 1)"),
+    ],
+)
+def test_a_failure_raises_on_every_rank_naming_ranks_and_errors(
+    pool2: WorkerPool, failing: list[int], named: str
+) -> None:
+    results = pool2.run(agree_on_rank, failing)
+    for rank, result in enumerate(results):
+        assert result["message"] == f"Writing shards {named}; nothing changed"
+        # The failed rank keeps its own exception as the cause, for its traceback.
+        assert result["cause"] == (f"Boom('broke on {rank}')" if rank in failing else "None")
+
+
+# --- the three places that agree on failures through it ------------------------------------------
+def save_model_failing_on_the_writer(directory: str) -> str:
+    from accelerate import Accelerator
+
+    accelerator = Accelerator(cpu=True)
+    model = accelerator.prepare(torch.nn.Linear(2, 2))
+    target = Path(directory) / "model"
+    if accelerator.process_index == 0:
+        target.write_text("a file where the folder should go")  # the writer (rank 0) fails
+    accelerator.wait_for_everyone()
+    try:
+        accelerator.save_model(model, str(target))
+    except Exception as exc:  # noqa: BLE001 - returned for the test to read
+        return f"{type(exc).__name__}: {exc}"
+    return "no error"
+
+
+def test_save_model_failure_on_the_writer_raises_everywhere(tmp_path: Path, pool2: WorkerPool) -> None:
+    messages = pool2.run(save_model_failing_on_the_writer, str(tmp_path))
+    for message in messages:
+        assert message.startswith("RuntimeError: save_model to ") and "failed on rank 0 (rank 0: " in message
+
+
+def test_dispatcher_failure_names_process_0(pool2: WorkerPool) -> None:
+    from tests.data.test_distributed import dispatch_failure_on_rank
+
+    for message in pool2.run(dispatch_failure_on_rank):
+        assert message == "Reading the dispatched batch failed on rank 0 (rank 0: RuntimeError: disk on fire)"
