@@ -44,6 +44,9 @@ _LAZY: dict[str, str] = {
     "ProjectConfiguration": "accelerate.utils.dataclasses",
     "find_executable_batch_size": "accelerate.utils",
     "synchronize_rng_states": "accelerate.utils",
+    "is_rich_available": "accelerate.utils.imports",
+    "rich": "accelerate.rich",
+    "prepare_pippy": "accelerate.inference",
 }
 
 __all__ = sorted(_LAZY)

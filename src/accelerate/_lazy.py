@@ -21,7 +21,9 @@ def lazy_exports(package: str, table: dict[str, str]) -> tuple[Callable[[str], A
         module = table.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(module), name)
+        loaded = importlib.import_module(module)
+        # A table entry naming the submodule itself (``"rich": "accelerate.rich"``) exports the module.
+        value = loaded if module == f"{package}.{name}" else getattr(loaded, name)
         setattr(sys.modules[package], name, value)  # later lookups skip __getattr__
         return value
 

@@ -93,7 +93,8 @@ def _rotate_on_two_ranks(project: str) -> dict[str, object]:
     folders = lambda: sorted(p.name for p in (Path(project) / "checkpoints").iterdir())  # noqa: E731
     accelerator.save_state()
     accelerator.save_state()
-    after_two = folders()
+    # Hidden names are staging folders: the other rank may already be staging the next save.
+    after_two = [name for name in folders() if not name.startswith(".")]
     real_capture = training_state.capture_rng_state
 
     def failing_on_rank_one(*args, **kwargs):  # type: ignore[no-untyped-def]
@@ -109,9 +110,10 @@ def _rotate_on_two_ranks(project: str) -> dict[str, object]:
         error = str(exc)
     finally:
         training_state.capture_rng_state = real_capture
-    # Hidden names are staging folders (rank 0 may still be removing its own right now).
+    # Rank 0 may still be removing its staging folder right now.
     after_failure = [name for name in folders() if not name.startswith(".")]
     accelerator.save_state()
+    accelerator.wait_for_everyone()
     return {"after_two": after_two, "error": error, "after_failure": after_failure, "after_retry": folders()}
 
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
@@ -29,3 +32,18 @@ def run_cli(
         accelerate_cmd(*args), env=cli_env(home, **extra), capture_output=True, text=True, timeout=timeout,
         input=stdin,
     )  # fmt: skip
+
+
+@contextlib.contextmanager
+def reserved_port() -> Iterator[int]:
+    """A TCP port held for a launcher by this test until the block ends, so nothing else can take it.
+
+    The socket is bound (never listening) with SO_REUSEADDR: a plain bind() by any other process
+    fails on the port, outgoing connections never get a bound port, yet torch's TCPStore, which
+    binds with SO_REUSEADDR too, can still bind and listen on it. There is no window between
+    choosing the port and the launcher binding it, unlike probing a port and closing the probe.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("", 0))
+        yield int(sock.getsockname()[1])

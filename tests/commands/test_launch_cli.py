@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.commands.helpers import SCRIPTS, accelerate_cmd, cli_env, run_cli
-from tests.helpers.pool import free_port
+from tests.commands.helpers import SCRIPTS, accelerate_cmd, cli_env, reserved_port, run_cli
 
 TRAIN = str(SCRIPTS / "train_regression.py")
 
@@ -23,8 +23,9 @@ def two_process_run(
     """One `accelerate launch --cpu --num_processes 2` run, shared by the tests that inspect it."""
     home = tmp_path_factory.mktemp("home")
     out = home / "params.json"
-    result = run_cli("launch", "--cpu", "--num_processes", "2", "--main_process_port", str(free_port()),
-                     TRAIN, str(out), home=home)  # fmt: skip
+    with reserved_port() as port:
+        result = run_cli("launch", "--cpu", "--num_processes", "2", "--main_process_port", str(port),
+                         TRAIN, str(out), home=home)  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     return result, json.loads(out.read_text())
 
@@ -40,42 +41,28 @@ def test_two_cpu_processes_see_world_size_two(
     assert "no config file" in result.stderr
 
 
-def _two_machine_run(tmp_path: Path, out: Path) -> tuple[list[int], list[str]] | None:
-    """Both machines' launchers on this host; None if they hung (with their outputs printed)."""
-    port = str(free_port())
-    common = ["launch", "--cpu", "--num_processes", "2", "--num_machines", "2", "--main_process_ip", "127.0.0.1",
-              "--main_process_port", port]  # fmt: skip
-    procs = [
-        subprocess.Popen(accelerate_cmd(*common, "--machine_rank", str(rank), TRAIN, str(out)),
-                         env=cli_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for rank in (0, 1)
-    ]  # fmt: skip
-    outputs: list[str] = []
-    try:
-        for p in procs:
-            outputs.append(p.communicate(timeout=90)[0])
-    except subprocess.TimeoutExpired:
-        for q in procs:
-            q.kill()
-        texts = [q.communicate()[0] for q in procs]
-        print("two-machine launch hung; outputs:\n" + "\n---\n".join(texts))
-        return None
-    finally:
-        for p in procs:
-            p.kill()
-    return [p.returncode for p in procs], outputs
-
-
 def test_two_machines_train_like_one(
     tmp_path: Path, two_process_run: tuple[subprocess.CompletedProcess[str], dict]
 ) -> None:
     out = tmp_path / "params.json"
-    # Two "machines" share this host's ports and cores with the rest of the suite: one retry (on a
-    # new port) keeps a rare rendezvous stall here from failing CI; two stalls in a row still fail.
-    run = _two_machine_run(tmp_path, out) or _two_machine_run(tmp_path, out)
-    assert run is not None, "both two-machine launches hung (outputs printed above)"
-    codes, outputs = run
-    assert codes == [0, 0], outputs
+    # The port is held for machine 0's launcher from before either launcher starts until both have
+    # finished (reserved_port), so no other process on this host can take it in between.
+    with reserved_port() as port:
+        common = ["launch", "--cpu", "--num_processes", "2", "--num_machines", "2", "--main_process_ip",
+                  "127.0.0.1", "--main_process_port", str(port)]  # fmt: skip
+        procs = [
+            subprocess.Popen(accelerate_cmd(*common, "--machine_rank", str(rank), TRAIN, str(out)),
+                             env=cli_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for rank in (0, 1)
+        ]  # fmt: skip
+        try:
+            outputs = [p.communicate(timeout=120)[0] for p in procs]
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    print(f"machine launcher {procs.index(p)} hung; its output:\n{p.communicate()[0]}")
+    assert [p.returncode for p in procs] == [0, 0], outputs
     assert "world_size=2 rank=1" in outputs[1]
     result = json.loads(out.read_text())
     assert result["world_size"] == 2
@@ -83,8 +70,9 @@ def test_two_machines_train_like_one(
 
 
 def test_failing_rank_shows_its_traceback_and_the_other_stops(tmp_path: Path) -> None:
-    result = run_cli("launch", "--cpu", "--num_processes", "2", "--main_process_port", str(free_port()),
-                     TRAIN, str(tmp_path / "x.json"), "1", home=tmp_path, timeout=100)  # fmt: skip
+    with reserved_port() as port:
+        result = run_cli("launch", "--cpu", "--num_processes", "2", "--main_process_port", str(port),
+                         TRAIN, str(tmp_path / "x.json"), "1", home=tmp_path, timeout=100)  # fmt: skip
     assert result.returncode == 1
     report = result.stderr[result.stderr.index("accelerate launch: rank 1") :]
     assert "failed with exit code 1" in report.splitlines()[0]
@@ -182,3 +170,138 @@ def test_launch_flags_reach_the_accelerator_in_the_child(tmp_path: Path) -> None
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "REPORT bf16 3 cpu True" in result.stdout
+
+
+# Rank 1 ends after a barrier, while rank 0 is already blocked in an all_reduce that needs it, so
+# rank 0 then fails too ("Connection closed by peer", with a traceback) a moment later.
+_DIE_ON_RANK_ONE = """
+import os, signal, sys
+import torch
+from accelerate import PartialState
+
+state = PartialState()
+torch.distributed.barrier()
+if state.process_index == 1:
+    how = sys.argv[1]
+    if how == "os_exit":
+        os._exit(1)
+    if how == "sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    raise ValueError("rank 1 raised on purpose")
+torch.distributed.all_reduce(torch.ones(1))
+"""
+
+
+@pytest.mark.parametrize(
+    ("how", "code", "status"),
+    [("os_exit", 1, "exit code 1"), ("sigkill", 128 + 9, "signal SIGKILL"), ("raise", 1, "exit code 1")],
+)
+def test_the_rank_that_died_first_is_named_even_without_a_traceback(
+    tmp_path: Path, how: str, code: int, status: str
+) -> None:
+    script = tmp_path / "die.py"
+    script.write_text(_DIE_ON_RANK_ONE)
+    with reserved_port() as port:
+        result = run_cli("launch", "--cpu", "--num_processes", "2", "--main_process_port", str(port),
+                         str(script), how, home=tmp_path, timeout=100)  # fmt: skip
+    assert result.returncode == code, result.stderr
+    report = result.stderr[result.stderr.index("accelerate launch: rank") :].splitlines()
+    assert re.fullmatch(rf"accelerate launch: rank 1 \(pid \d+\) failed with {status} \(the first to fail\).*",
+                        report[0]), report  # fmt: skip
+    if how == "raise":
+        assert "ValueError: rank 1 raised on purpose" in "\n".join(report)
+    else:
+        assert "no Python traceback" in report[1]
+    later = [line for line in report if line.startswith("accelerate launch: rank 0")]
+    assert len(later) == 1 and "after rank 1 failed" in later[0], report
+
+
+def _wait_for(condition: object, what: str, timeout: float = 60) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_sigterm_to_a_two_process_launch_reaches_both_workers(tmp_path: Path) -> None:
+    """scancel / docker stop on a 2-process launch: both training processes end and the launcher says so."""
+    import signal
+
+    script = tmp_path / "sleeper.py"
+    script.write_text(
+        "import os, time\n"
+        f"open(os.path.join({str(tmp_path)!r}, 'rank' + os.environ['RANK'] + '.pid'), 'w').write(str(os.getpid()))\n"
+        "time.sleep(300)\n"
+    )
+    pid_files = [tmp_path / f"rank{rank}.pid" for rank in (0, 1)]
+    with reserved_port() as port:
+        launcher = subprocess.Popen(
+            accelerate_cmd("launch", "--cpu", "--num_processes", "2", "--main_process_port", str(port), str(script)),
+            env=cli_env(tmp_path), stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            _wait_for(lambda: all(f.exists() and f.read_text() for f in pid_files), "both workers to start")
+            workers = [int(f.read_text()) for f in pid_files]
+            launcher.send_signal(signal.SIGTERM)
+            stderr = launcher.communicate(timeout=60)[1]
+            _wait_for(lambda: not any(_alive(pid) for pid in workers), "both workers to end", timeout=30)
+        finally:
+            if launcher.poll() is None:
+                launcher.kill()
+    assert launcher.returncode == 128 + signal.SIGTERM, stderr
+    assert "stopped by" in stderr and "the processes were stopped" in stderr
+
+
+_GPU_CONFIG = (
+    "compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_GPU\nnum_processes: 2\ngpu_ids: all\n"
+)
+
+
+def test_a_multi_gpu_config_on_a_machine_without_gpus_warns_once_and_runs_on_cpu(tmp_path: Path) -> None:
+    config = tmp_path / "gpu_config.yaml"
+    config.write_text(_GPU_CONFIG)
+    script = tmp_path / "where.py"
+    script.write_text(
+        # wait_for_everyone: a rank that exits while its peer still connects would fail the peer.
+        "from accelerate import PartialState\ns = PartialState()\ns.wait_for_everyone()\n"
+        "import sys\nsys.stdout.write(f'RAN {s.process_index} {s.num_processes} {s.device.type} {s.backend}\\n')\n"
+    )
+    with reserved_port() as port:
+        result = run_cli("launch", "--config_file", str(config), "--main_process_port", str(port), str(script),
+                         home=tmp_path, CUDA_VISIBLE_DEVICES="")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert sorted(line for line in result.stdout.splitlines() if line.startswith("RAN")) == [
+        "RAN 0 2 cpu gloo",
+        "RAN 1 2 cpu gloo",
+    ]
+    warnings = [line for line in result.stderr.splitlines() if "warning" in line.lower()]
+    assert warnings == [
+        f"accelerate launch: warning: distributed_type: MULTI_GPU (from config file {config}) asks for GPUs, "
+        "but no GPU is visible on this machine; running 2 CPU processes instead."
+    ]
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [(["--multi_gpu", "--num_processes", "2"], "--multi_gpu"), (["--gpu_ids", "0,1"], "--gpu_ids 0,1")],
+)
+def test_dry_run_gives_the_same_warning_for_gpu_flags_without_gpus(
+    tmp_path: Path, args: list[str], named: str
+) -> None:
+    result = run_cli("launch", "--dry_run", *args, "train.py", home=tmp_path, CUDA_VISIBLE_DEVICES="")
+    assert result.returncode == 0, result.stderr
+    assert (
+        f"Warning: {named} asks for GPUs, but no GPU is visible on this machine; running 2 CPU processes "
+        "instead." in result.stdout.splitlines()
+    )
+    assert "ACCELERATE_USE_CPU=true" in result.stdout and "CUDA_VISIBLE_DEVICES" not in result.stdout

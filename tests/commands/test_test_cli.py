@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.commands.helpers import run_cli
-from tests.helpers.pool import free_port
+from tests.commands.helpers import reserved_port, run_cli
 
 
 # The 2-process run compares training with a 1-process reference (full precision only); the
@@ -15,12 +14,13 @@ from tests.helpers.pool import free_port
 @pytest.mark.parametrize(("processes", "precision"), [(1, "bf16"), (2, "no")])
 def test_self_check_passes(tmp_path: Path, processes: int, precision: str) -> None:
     config = tmp_path / "config.yaml"
-    config.write_text(
-        f"compute_environment: LOCAL_MACHINE\ndistributed_type: {'MULTI_CPU' if processes > 1 else 'NO'}\n"
-        f"num_processes: {processes}\nuse_cpu: true\nmixed_precision: '{precision}'\n"
-        + (f"main_process_port: {free_port()}\n" if processes > 1 else "")
-    )
-    result = run_cli("test", "--config_file", str(config), home=tmp_path, timeout=240)
+    with reserved_port() as port:  # held until the run ends, so no other process can take it
+        config.write_text(
+            f"compute_environment: LOCAL_MACHINE\ndistributed_type: {'MULTI_CPU' if processes > 1 else 'NO'}\n"
+            f"num_processes: {processes}\nuse_cpu: true\nmixed_precision: '{precision}'\n"
+            + (f"main_process_port: {port}\n" if processes > 1 else "")
+        )
+        result = run_cli("test", "--config_file", str(config), home=tmp_path, timeout=240)
     out = result.stdout
     # Every check reports, whatever happened to the ones before it.
     for name in ("processes and ranks", "device", "collectives", "dataloader sharding", "training matches",

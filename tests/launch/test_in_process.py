@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from accelerate.launch.checks import LaunchError
 from accelerate.launch.in_process import LaunchedProcessError, debug_launcher, notebook_launcher
-from tests.helpers.pool import free_port
+from tests.commands.helpers import reserved_port
 
 
 def train(out: str) -> None:
@@ -55,9 +56,10 @@ def test_notebook_launcher_trains_on_two_processes(tmp_path: Path) -> None:
     import signal
 
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    notebook_launcher(
-        train, (str(tmp_path),), num_processes=2, mixed_precision="bf16", use_port=str(free_port())
-    )
+    with reserved_port() as port:
+        notebook_launcher(
+            train, (str(tmp_path),), num_processes=2, mixed_precision="bf16", use_port=str(port)
+        )
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert [r["world"] for r in ranks] == [2, 2]
     assert ranks[0]["params"] == ranks[1]["params"]  # DDP kept the replicas identical
@@ -93,8 +95,13 @@ def test_refuses_when_state_exists_in_the_parent() -> None:
         notebook_launcher(train, ("unused",), num_processes=2)
 
 
-def test_bad_arguments() -> None:
-    with pytest.raises(ValueError, match="mixed_precision='fp32'"):
+def test_bad_arguments_fail_through_the_launch_checks() -> None:
+    # The same checks (and LaunchError, a ValueError) as `accelerate launch`, naming the argument.
+    with pytest.raises(LaunchError, match=r"notebook_launcher\(mixed_precision=...\).*'fp32' is not a mixed"):
         notebook_launcher(train, ("unused",), mixed_precision="fp32")
-    with pytest.raises(ValueError, match="num_processes=0"):
+    with pytest.raises(
+        LaunchError, match=r"fp8 \(from notebook_launcher\(mixed_precision=...\)\).*not available"
+    ):
+        notebook_launcher(train, ("unused",), mixed_precision="fp8")
+    with pytest.raises(ValueError, match=r"num_processes=0 \(from debug_launcher\(num_processes=...\)\)"):
         debug_launcher(train, num_processes=0)

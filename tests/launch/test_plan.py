@@ -158,3 +158,34 @@ def test_user_thread_count_wins() -> None:
         plan({"num_processes": 2, "cpu": True, "num_cpu_threads_per_process": 3}).child_env["OMP_NUM_THREADS"]
         == "3"
     )
+
+
+@pytest.mark.parametrize(
+    ("flags", "config", "named", "procs"),
+    [
+        ({"multi_gpu": True, "num_processes": 2}, None, "--multi_gpu", 2),
+        ({"gpu_ids": "0,1"}, None, "--gpu_ids 0,1", 2),
+        ({}, LaunchConfig(distributed_type="MULTI_GPU", num_processes=2, gpu_ids="all"),
+         f"distributed_type: MULTI_GPU (from config file {CONFIG_PATH})", 2),
+        ({}, LaunchConfig(distributed_type="MULTI_GPU", num_processes=2, gpu_ids="0,1"),
+         f"distributed_type: MULTI_GPU (from config file {CONFIG_PATH}) and gpu_ids: 0,1", 2),
+    ],
+)  # fmt: skip
+def test_gpus_asked_for_without_a_gpu_run_on_cpu_with_one_warning(
+    flags: dict[str, Any], config: LaunchConfig | None, named: str, procs: int
+) -> None:
+    p = plan(flags, config, gpus=0)
+    assert len(p.warnings) == 1 and p.warnings[0].startswith(f"{named}")
+    assert f"no GPU is visible on this machine; running {procs} CPU processes instead." in p.warnings[0]
+    assert (p.value("num_processes"), p.value("cpu"), p.mode) == (procs, True, "torchrun")
+    assert p.child_env["ACCELERATE_USE_CPU"] == "true" and "CUDA_VISIBLE_DEVICES" not in p.child_env
+    assert f"Warning: {p.warnings[0]}" in p.describe()  # --dry_run says the same
+    # With GPUs there, nothing to say.
+    assert plan(flags, config, gpus=2).warnings == []
+
+
+def test_one_process_on_one_gpu_id_without_a_gpu_warns_too() -> None:
+    p = plan({"gpu_ids": "0"}, gpus=0)
+    assert p.mode == "single" and p.warnings == [
+        "--gpu_ids 0 asks for GPUs, but no GPU is visible on this machine; running 1 CPU process instead."
+    ]

@@ -10,19 +10,16 @@ import torch
 
 from accelerate.backends.base import Strategy
 from accelerate.state.process import PartialState
-from accelerate.utils.dataclasses import DistributedDataParallelKwargs
+from accelerate.utils.dataclasses import DistributedDataParallelKwargs, check_mixed_precision
 from accelerate.utils.errors import NotAvailableYetError
 
 
 def resolve_mixed_precision(requested: str | None, launched: str | None, device: torch.device) -> str:
     """The mixed-precision mode: the Accelerator argument wins over the launcher's setting."""
-    mode = (requested or launched or "no").lower()
-    if mode == "fp8":
-        raise NotAvailableYetError(
-            "mixed_precision='fp8' is not available yet in this accelerate; use 'bf16' or 'fp16'."
-        )
-    if mode not in ("no", "fp16", "bf16"):
-        raise ValueError(f"mixed_precision={mode!r} is not valid; choose one of 'no', 'fp16', 'bf16'.")
+    if requested:  # None or "" leaves it to the launcher
+        mode = check_mixed_precision(requested, origin=f"Accelerator(mixed_precision={str(requested)!r})")
+    else:
+        mode = check_mixed_precision(launched, origin="mixed_precision (from ACCELERATE_MIXED_PRECISION)")
     if mode == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
         raise ValueError(
             f"mixed_precision='bf16' needs a GPU with bf16 support; {torch.cuda.get_device_name(device)} has "

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from accelerate.commands.prompts import Prompter, QuestionnaireAborted
+from accelerate.utils.dataclasses import AVAILABLE_MIXED_PRECISION_MODES
 
 HELP = "Write a launch config file (interactive, or `config default`)."
-MIXED_PRECISION_CHOICES = ("no", "fp16", "bf16")  # fp8: not available yet, so not offered
 DYNAMO_BACKEND_CHOICES = ("inductor", "eager", "aot_eager", "cudagraphs", "onnxrt", "tensorrt", "ipex", "tvm")
 
 
@@ -36,7 +36,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     _config_file_arg(default)
     default.add_argument("--mixed_precision", "--mixed-precision", dest="mixed_precision", default="no",
-                         type=str.lower, choices=MIXED_PRECISION_CHOICES, help="Mixed precision mode (default no).")  # fmt: skip
+                         type=str.lower, choices=AVAILABLE_MIXED_PRECISION_MODES, help="Mixed precision mode (default no).")  # fmt: skip
     default.set_defaults(func=run_default)
     update = sub.add_parser(
         "update", help="Rewrite an existing config file in the current schema.", allow_abbrev=False
@@ -115,7 +115,7 @@ def ask_questions(prompter: Prompter, gpu_count: int) -> dict[str, Any]:
     if prompter.confirm("Do you wish to optimize your script with torch dynamo (torch.compile)?", False):
         data["dynamo_config"] = _ask_dynamo(prompter)
     data["mixed_precision"] = prompter.select(
-        "Do you wish to use mixed precision?", [(m, m) for m in MIXED_PRECISION_CHOICES], default="no"
+        "Do you wish to use mixed precision?", [(m, m) for m in AVAILABLE_MIXED_PRECISION_MODES], default="no"
     )
     return data
 

@@ -12,8 +12,9 @@ import os
 import sys
 from typing import Any
 
+from accelerate.utils.dataclasses import MIXED_PRECISION_MODES
+
 HELP = "Run a training script on one or several processes/machines."
-MIXED_PRECISION_CHOICES = ("no", "fp16", "bf16", "fp8")
 DYNAMO_BACKENDS = (
     "no", "eager", "aot_eager", "inductor", "aot_ts_nvfuser", "nvprims_nvfuser", "cudagraphs", "ofi", "fx2trt",
     "onnxrt", "tensorrt", "aot_torchxla_trace_once", "torchxla_trace_once", "ipex", "tvm", "hpu_backend",
@@ -57,7 +58,7 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
     flag("gpu_ids", metavar="IDS", help="Comma-separated GPU ids this machine may use, or 'all'.")
     flag("num_cpu_threads_per_process", type=int, metavar="N", help="OMP_NUM_THREADS of each process "
          "(default: 1 with several processes, unless OMP_NUM_THREADS is set).")  # fmt: skip
-    flag("mixed_precision", type=_lower, choices=MIXED_PRECISION_CHOICES, help="Mixed precision mode.")
+    flag("mixed_precision", type=_lower, choices=MIXED_PRECISION_MODES, help="Mixed precision mode.")
     flag("gradient_accumulation_steps", type=int, metavar="N", help="Default micro-steps per optimizer step.")
     switch("debug", "Check tensor shapes across processes before each collective (finds hangs).")
 
@@ -151,6 +152,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     for note in plan.notes:
         print(f"accelerate launch: {note}", file=sys.stderr)
+    for warning in plan.warnings:
+        print(f"accelerate launch: warning: {warning}", file=sys.stderr)
     from accelerate.launch.runner import run_plan
 
     return run_plan(plan)

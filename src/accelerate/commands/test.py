@@ -42,6 +42,8 @@ def run(args: argparse.Namespace) -> int:
     except (LaunchError, ConfigFileError) as exc:
         print(f"accelerate test: error: {exc}", file=sys.stderr)
         return 2
+    for warning in plan.warnings:
+        print(f"accelerate test: warning: {warning}", file=sys.stderr)
     print(f"accelerate test: running the self-check on {plan.value('num_processes')} process(es) "
           f"({plan.config.description if plan.config else 'no config file'})", flush=True)  # fmt: skip
     code = run_plan(plan)

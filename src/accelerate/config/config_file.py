@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from accelerate.utils.dataclasses import MIXED_PRECISION_MODES
+
 SCHEMA_VERSION = 3
 
 # Values the loader accepts; a value outside these lists is reported with the allowed ones.
@@ -33,7 +35,6 @@ DISTRIBUTED_TYPES = (
     "NO", "MULTI_CPU", "MULTI_GPU", "MULTI_XPU", "MULTI_MPS", "MULTI_NPU", "MULTI_MLU", "MULTI_SDAA",
     "MULTI_MUSA", "MULTI_HPU", "DEEPSPEED", "FSDP", "XLA", "MEGATRON_LM",
 )  # fmt: skip
-MIXED_PRECISIONS = ("no", "fp16", "bf16", "fp8")
 RDZV_BACKENDS = ("static", "c10d", "etcd", "etcd-v2")
 
 
@@ -184,8 +185,8 @@ def _coerce(path: str, key: str, value: Any) -> Any:
         return text
     if key == "mixed_precision":
         text = "no" if value is False else str(value).lower()
-        if text not in MIXED_PRECISIONS:
-            raise bad("one of " + ", ".join(MIXED_PRECISIONS))
+        if text not in MIXED_PRECISION_MODES:
+            raise bad("one of " + ", ".join(MIXED_PRECISION_MODES))
         return text
     if key == "compute_environment":
         text = str(value).upper()

@@ -14,6 +14,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from accelerate.utils.dataclasses import AVAILABLE_MIXED_PRECISION_MODES
+
 
 @dataclass(frozen=True)
 class EnvVar:
@@ -26,7 +28,9 @@ class EnvVar:
 
 
 ENV_CONTRACT: tuple[EnvVar, ...] = (
-    EnvVar("ACCELERATE_MIXED_PRECISION", "mixed_precision", "str", "no | fp16 | bf16"),
+    EnvVar(
+        "ACCELERATE_MIXED_PRECISION", "mixed_precision", "str", " | ".join(AVAILABLE_MIXED_PRECISION_MODES)
+    ),
     EnvVar("ACCELERATE_USE_CPU", "cpu", "bool", "force CPU even when an accelerator is visible"),
     EnvVar(
         "ACCELERATE_DEBUG_MODE", "debug", "bool", "check tensor shapes across ranks before each collective"

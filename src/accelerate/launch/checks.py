@@ -89,29 +89,42 @@ def check_flag_pairs(flags: Mapping[str, Any], module: bool, no_python: bool) ->
 
 
 def check_values(settings: dict[str, Setting]) -> None:
-    from accelerate.config.config_file import RDZV_BACKENDS
+    """Every check on the resolved values, one group of settings per function."""
+    check_process_layout(settings)
+    check_rendezvous(settings)
+    check_mixed_precision_setting(settings["mixed_precision"])
+    check_count(settings["gradient_accumulation_steps"])
+    check_gpu_request(settings)
 
-    backend = settings["rdzv_backend"]
-    if backend.value is not None and str(backend.value) not in RDZV_BACKENDS:
-        raise LaunchError(
-            f"rdzv_backend={backend.value!r} (from {backend.source}) is not a torch.distributed.run rendezvous "
-            f"backend; use one of {', '.join(RDZV_BACKENDS)}."
+
+def _fail(setting: Setting, rule: str) -> LaunchError:
+    return LaunchError(f"{setting.name}={setting.value} (from {setting.source}) {rule}")
+
+
+def check_count(setting: Setting, minimum: int = 1) -> None:
+    """A count (processes, machines, accumulation steps) below ``minimum``; ``None`` means unset."""
+    if setting.value is not None and int(setting.value) < minimum:
+        raise _fail(setting, f"must be at least {minimum}.")
+
+
+def check_mixed_precision_setting(setting: Setting) -> str:
+    """The launcher's (and notebook_launcher's) mixed-precision check, through the one vocabulary."""
+    from accelerate.utils.dataclasses import check_mixed_precision
+    from accelerate.utils.errors import NotAvailableYetError
+
+    try:
+        return check_mixed_precision(
+            setting.value, origin=f"{setting.name}={setting.value} (from {setting.source})"
         )
-    precision = settings["mixed_precision"]
-    if str(precision.value).lower() == "fp8":
-        raise LaunchError(
-            f"mixed_precision=fp8 (from {precision.source}): fp8 mixed precision is not available in this "
-            "version of accelerate yet; use bf16 or fp16."
-        )
+    except (ValueError, NotAvailableYetError) as exc:
+        raise LaunchError(str(exc)) from None
 
-    def fail(name: str, rule: str) -> LaunchError:
-        s = settings[name]
-        return LaunchError(f"{name}={s.value} (from {s.source}) {rule}")
 
-    for name in ("num_processes", "num_machines"):
-        if int(settings[name].value) < 1:
-            raise fail(name, "must be at least 1.")
+def check_process_layout(settings: dict[str, Setting]) -> None:
+    """How many processes on how many machines, and this machine's place among them."""
     procs, machines, rank = settings["num_processes"], settings["num_machines"], settings["machine_rank"]
+    check_count(procs)
+    check_count(machines)
     if not 0 <= int(rank.value) < int(machines.value):
         raise LaunchError(
             f"machine_rank={rank.value} (from {rank.source}) must be between 0 and num_machines - 1, but "
@@ -124,29 +137,44 @@ def check_values(settings: dict[str, Setting]) -> None:
             f"multiple of num_machines={machines.value} (from {machines.source}); every machine runs "
             "num_processes / num_machines processes."
         )
-    grad = settings["gradient_accumulation_steps"]
-    if grad.value is not None and int(grad.value) < 1:
-        raise fail("gradient_accumulation_steps", "must be at least 1.")
-    if int(settings["max_restarts"].value) < 0:
-        raise fail("max_restarts", "must be 0 or more.")
+    if int(machines.value) > 1 and int(rank.value) > 0 and not settings["main_process_ip"].value:
+        raise LaunchError(
+            f"machine_rank={rank.value} (from {rank.source}) joins a {machines.value}-machine run, so it needs "
+            "the address of machine 0: pass --main_process_ip (and --main_process_port if not 29500)."
+        )
+
+
+def check_rendezvous(settings: dict[str, Setting]) -> None:
+    """torch.distributed.run's rendezvous and restart options."""
+    from accelerate.config.config_file import RDZV_BACKENDS
+
+    backend = settings["rdzv_backend"]
+    if backend.value is not None and str(backend.value) not in RDZV_BACKENDS:
+        raise LaunchError(
+            f"rdzv_backend={backend.value!r} (from {backend.source}) is not a torch.distributed.run rendezvous "
+            f"backend; use one of {', '.join(RDZV_BACKENDS)}."
+        )
+    check_count(settings["max_restarts"], minimum=0)
     if float(settings["monitor_interval"].value) <= 0:
-        raise fail("monitor_interval", "must be a positive number of seconds.")
+        raise _fail(settings["monitor_interval"], "must be a positive number of seconds.")
     port = settings["main_process_port"]
     if port.value is not None and not 0 <= int(port.value) <= 65535:
-        raise fail(
-            "main_process_port", "must be a TCP port number (0-65535; 0 picks a free one on one machine)."
-        )
-    if settings["multi_gpu"].from_flag and settings["cpu"].value:
-        cpu = settings["cpu"]
+        raise _fail(port, "must be a TCP port number (0-65535; 0 picks a free one on one machine).")
+
+
+def check_gpu_request(settings: dict[str, Setting]) -> None:
+    """--multi_gpu / --gpu_ids against an explicit CPU request, and gpu_ids against the process count."""
+    cpu = settings["cpu"]
+    if settings["multi_gpu"].from_flag and cpu.value:
         raise LaunchError(
             f"--multi_gpu contradicts cpu=True (from {cpu.source}). Drop --multi_gpu to run on CPU, or set "
             "use_cpu to false."
         )
-    if settings["gpu_ids"].from_flag and settings["cpu"].value:
-        cpu = settings["cpu"]
+    if settings["gpu_ids"].from_flag and cpu.value:
         raise LaunchError(f"--gpu_ids contradicts cpu=True (from {cpu.source}): CPU processes use no GPU.")
     gpu_ids = settings["gpu_ids"].value
-    if gpu_ids not in (None, "all") and not settings["cpu"].value:
+    if gpu_ids not in (None, "all") and not cpu.value:
+        procs, machines = settings["num_processes"], settings["num_machines"]
         count = len([g for g in str(gpu_ids).split(",") if g.strip()])
         per_machine = int(procs.value) // int(machines.value)
         if per_machine > count:
@@ -155,11 +183,25 @@ def check_values(settings: dict[str, Setting]) -> None:
                 f"machine, but gpu_ids={gpu_ids} (from {settings['gpu_ids'].source}) names only {count} "
                 "GPU(s). Use as many processes per machine as GPU ids."
             )
-    if int(machines.value) > 1 and int(rank.value) > 0 and not settings["main_process_ip"].value:
-        raise LaunchError(
-            f"machine_rank={rank.value} (from {rank.source}) joins a {machines.value}-machine run, so it needs "
-            "the address of machine 0: pass --main_process_ip (and --main_process_port if not 29500)."
+
+
+def gpu_request(settings: dict[str, Setting]) -> list[str]:
+    """The settings that ask for GPUs (``--multi_gpu``, ``distributed_type: MULTI_GPU``, gpu ids), as
+    the user spelled them; empty when none does or CPU was asked for."""
+    if settings["cpu"].value:
+        return []
+    asked = []
+    multi = settings["multi_gpu"]
+    if multi.value:
+        asked.append(
+            "--multi_gpu" if multi.from_flag else f"distributed_type: MULTI_GPU (from {multi.source})"
         )
+    ids = settings["gpu_ids"]
+    if ids.value not in (None, "all"):
+        asked.append(
+            f"--gpu_ids {ids.value}" if ids.from_flag else f"gpu_ids: {ids.value} (from {ids.source})"
+        )
+    return asked
 
 
 # Flags that only matter when torchrun starts several processes, or several machines are involved.

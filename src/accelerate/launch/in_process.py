@@ -16,10 +16,15 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from accelerate.config.env import write_launch_env
-from accelerate.launch.plan import find_free_port, port_is_free
-from accelerate.launch.runner import patched_environ, preserved_signals, report_failures
+from accelerate.launch.checks import check_count, check_mixed_precision_setting
+from accelerate.launch.failures import report_failures
+from accelerate.launch.plan import Setting, find_free_port, port_is_free
+from accelerate.launch.runner import patched_environ, preserved_signals
 
-_MIXED_PRECISIONS = ("no", "fp16", "bf16")  # fp8: not available yet
+
+def _argument(launcher: str, name: str, value: Any) -> Setting:
+    """An argument of the launcher as a setting, so it goes through the same checks as `accelerate launch`."""
+    return Setting(name, value, f"{launcher}({name}=...)")
 
 
 class LaunchedProcessError(RuntimeError):
@@ -44,7 +49,7 @@ def _worker(function: Callable[..., Any], args: tuple[Any, ...], single_thread: 
 def _refuse_if_parent_is_initialised(launcher: str) -> None:
     import torch
 
-    from accelerate.state import accelerator_state, process
+    from accelerate.state import state_is_initialized
 
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         raise RuntimeError(
@@ -52,8 +57,7 @@ def _refuse_if_parent_is_initialised(launcher: str) -> None:
             "that use the GPU. Restart the notebook kernel and make sure no cell touches CUDA (moving a "
             "tensor or model to 'cuda', torch.cuda.* calls) before calling the launcher."
         )
-    state = accelerator_state._ACCEL_STATE or process._STATE
-    if state is not None and getattr(state, "_initialized", False):
+    if state_is_initialized():
         raise RuntimeError(
             f"{launcher}: an Accelerator (or PartialState) was already created in this process. Create it "
             "inside the function you launch instead, restart the notebook kernel, and run the launcher "
@@ -159,12 +163,8 @@ def notebook_launcher(
         LaunchedProcessError: a started process raised; the message carries its traceback.
     """
     launcher = "notebook_launcher"
-    if mixed_precision not in _MIXED_PRECISIONS:
-        raise ValueError(
-            f"{launcher}: mixed_precision={mixed_precision!r}; use one of {', '.join(_MIXED_PRECISIONS)}."
-        )
-    if num_processes is not None and num_processes < 1:
-        raise ValueError(f"{launcher}: num_processes={num_processes}; it must be at least 1.")
+    mixed_precision = check_mixed_precision_setting(_argument(launcher, "mixed_precision", mixed_precision))
+    check_count(_argument(launcher, "num_processes", num_processes))
     import torch
 
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -203,8 +203,7 @@ def debug_launcher(function: Callable[..., Any], args: Sequence[Any] = (), num_p
         >>> debug_launcher(training_function, num_processes=2)
     """
     launcher = "debug_launcher"
-    if num_processes < 1:
-        raise ValueError(f"{launcher}: num_processes={num_processes}; it must be at least 1.")
+    check_count(_argument(launcher, "num_processes", num_processes))
     _refuse_if_parent_is_initialised(launcher)
     env = write_launch_env({"cpu": True})
     _launch(

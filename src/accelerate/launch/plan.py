@@ -5,11 +5,13 @@ value. ``accelerate launch --dry_run`` prints it; :mod:`accelerate.launch.runner
 check that can refuse a launch runs here (from :mod:`accelerate.launch.checks`), before anything starts.
 
 Nothing here imports torch at module level; the only torch use is counting visible GPUs when no
-process count was given (and none at all under ``--cpu``).
+process count was given or GPUs were asked for (and none at all under ``--cpu``, or when no GPU
+driver is present).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 import socket
@@ -27,6 +29,7 @@ from accelerate.launch.checks import (
     check_ignored,
     check_unavailable,
     check_values,
+    gpu_request,
 )
 
 DEFAULT_PORT = 29500
@@ -58,6 +61,7 @@ class LaunchPlan:
     child_env: dict[str, str]  # variables set (on top of the inherited environment) for every process
     config: ConfigLocation | None = None
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # said on every launch, dry run included
 
     def value(self, name: str) -> Any:
         return self.settings[name].value
@@ -84,6 +88,7 @@ class LaunchPlan:
         lines += ["", f"Command ({'one process' if self.mode == 'single' else 'torch.distributed.run'}):"]
         lines.append("  " + shlex.join(self.command))
         lines += [f"Note: {note}" for note in self.notes]
+        lines += [f"Warning: {warning}" for warning in self.warnings]
         return "\n".join(lines)
 
 
@@ -207,8 +212,14 @@ def find_free_port() -> int:
     rng = random.Random()
     for _ in range(100):
         port = rng.randrange(20000, 32000)
-        if port_is_free(port):
-            return port
+        # A plain bind, unlike port_is_free: a port another process holds bound (a test's reservation,
+        # a socket in TIME_WAIT) is skipped rather than shared.
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("", port))
+            except OSError:
+                continue
+        return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("", 0))
         return int(sock.getsockname()[1])
@@ -250,8 +261,10 @@ def build_plan(
 
     settings = _resolve(flags, config, config_path, read_launch_env(env))
     notes: list[str] = []
-    _resolve_num_processes(settings, env, gpu_count or (lambda: visible_gpu_count(env)))
+    count_gpus = functools.cache(gpu_count or (lambda: visible_gpu_count(env)))
+    _resolve_num_processes(settings, env, count_gpus)
     check_values(settings)
+    warnings = _fall_back_to_cpu(settings, count_gpus)
     mode = (
         "single"
         if settings["num_processes"].value == 1 and settings["num_machines"].value == 1
@@ -266,7 +279,27 @@ def build_plan(
     torchrun_args = (
         _torchrun_args(settings, script, script_args, module, no_python) if mode == "torchrun" else []
     )
-    return LaunchPlan(settings, mode, program, torchrun_args, child_env, config_location, notes)
+    return LaunchPlan(settings, mode, program, torchrun_args, child_env, config_location, notes, warnings)
+
+
+def _fall_back_to_cpu(settings: dict[str, Setting], gpu_count: Callable[[], int]) -> list[str]:
+    """GPUs asked for (--multi_gpu, distributed_type: MULTI_GPU, gpu_ids) where none is visible.
+
+    A warning, not an error: a config file written on a GPU machine (`accelerate config` there) is
+    routinely carried to a laptop or a CPU CI runner, and the same script should still run there,
+    with the same number of processes (so the same global batch), on CPU. What would be wrong is
+    doing it silently, so one line names the setting and says CPU processes are used; the run is
+    then an ordinary CPU run (ACCELERATE_USE_CPU, gloo), and --dry_run shows the same line.
+    """
+    asked = gpu_request(settings)
+    if not asked or gpu_count() > 0:
+        return []
+    settings["cpu"] = Setting("cpu", True, "default (no GPU visible)")
+    procs = settings["num_processes"].value
+    return [
+        f"{' and '.join(asked)} asks for GPUs, but no GPU is visible on this machine; running {procs} CPU "
+        f"process{'es' if int(procs) > 1 else ''} instead."
+    ]
 
 
 def _resolve_num_processes(
@@ -285,10 +318,8 @@ def _resolve_num_processes(
         )
     else:
         count = gpu_count()
-        if count > 1:
-            settings["num_processes"] = Setting("num_processes", count, f"default ({count} visible GPUs)")
-        else:
-            settings["num_processes"] = Setting("num_processes", 1, "default")
+        seen = "no GPU visible" if count == 0 else f"{count} visible GPU{'s' if count > 1 else ''}"
+        settings["num_processes"] = Setting("num_processes", max(count, 1), f"default ({seen})")
 
 
 def _resolve_endpoint(

@@ -16,11 +16,19 @@ from typing import Any
 
 import torch
 
-from accelerate.utils.dataclasses import AutocastKwargs, GradScalerKwargs
+from accelerate.utils.dataclasses import (
+    AutocastKwargs,
+    GradScalerKwargs,
+    PrecisionType,
+    check_mixed_precision,
+)
 from accelerate.utils.modeling import ORIGINAL_FORWARD
 from accelerate.utils.tree import recursively_apply
 
-_DTYPES: dict[str, torch.dtype] = {"fp16": torch.float16, "bf16": torch.bfloat16}
+_DTYPES: dict[str, torch.dtype] = {
+    PrecisionType.FP16.value: torch.float16,
+    PrecisionType.BF16.value: torch.bfloat16,
+}
 
 
 def _to_fp32(tensor: torch.Tensor) -> torch.Tensor:
@@ -38,7 +46,7 @@ def convert_outputs_to_fp32(forward: Callable[..., Any]) -> Callable[..., Any]:
 
 
 class Precision:
-    """Mixed-precision behaviour for one device: ``mode`` is ``"no"``, ``"fp16"`` or ``"bf16"``."""
+    """Mixed-precision behaviour for one device: ``mode`` is one of ``AVAILABLE_MIXED_PRECISION_MODES``."""
 
     def __init__(
         self,
@@ -48,14 +56,12 @@ class Precision:
         autocast_kwargs: AutocastKwargs | None = None,
         scaler_kwargs: GradScalerKwargs | None = None,
     ) -> None:
-        if mode not in ("no", "fp16", "bf16"):
-            raise ValueError(f"mixed_precision={mode!r} is not supported; use 'no', 'fp16' or 'bf16'")
-        self.mode = mode
+        self.mode = check_mixed_precision(mode, origin=f"Precision(mode={str(mode)!r})")
         self.device = device
         self.autocast_kwargs = autocast_kwargs or AutocastKwargs()
-        self.dtype: torch.dtype | None = _DTYPES.get(mode)
+        self.dtype: torch.dtype | None = _DTYPES.get(self.mode)
         self.scaler: torch.amp.GradScaler | None = None
-        if mode == "fp16":
+        if self.mode == PrecisionType.FP16.value:
             kwargs = (scaler_kwargs or GradScalerKwargs()).to_kwargs()
             self.scaler = torch.amp.GradScaler(device.type, **kwargs)
         self._unscaled: set[int] = set()  # optimizers unscaled and not yet stepped

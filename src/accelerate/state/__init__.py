@@ -13,6 +13,17 @@ from accelerate.state.gradient import GradientState, reset_gradient_state
 from accelerate.state.process import PartialState, reset_process_state, split_for_process
 
 
+def state_is_initialized() -> bool:
+    """True once a PartialState (or an Accelerator, which makes one) exists in this process.
+
+    For launchers that fork: a child would inherit that state, process group included.
+    """
+    from accelerate.state import accelerator_state, process
+
+    state = accelerator_state._ACCEL_STATE or process._STATE
+    return state is not None and bool(getattr(state, "_initialized", False))
+
+
 def reset_state(destroy_process_group: bool = False) -> None:
     """Forgets every per-process state object (for tests and notebooks)."""
     reset_accelerator_state()
@@ -31,4 +42,5 @@ __all__ = [
     "detect_environment",
     "reset_state",
     "split_for_process",
+    "state_is_initialized",
 ]

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import enum
 
+from accelerate.utils.dataclasses import PrecisionType  # defined with the rest of the vocabulary
+
+__all__ = ["ComputeEnvironment", "DistributedType", "PrecisionType"]
+
 
 class DistributedType(str, enum.Enum):
     """How the current run is distributed (upstream-compatible names and ``str()``).
@@ -30,16 +34,6 @@ class DistributedType(str, enum.Enum):
     MEGATRON_LM = "MEGATRON_LM"
     # The quick tour still writes DistributedType.TPU; an alias keeps that working.
     TPU = "XLA"
-
-
-class PrecisionType(str, enum.Enum):
-    NO = "no"
-    FP16 = "fp16"
-    BF16 = "bf16"
-    FP8 = "fp8"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class ComputeEnvironment(str, enum.Enum):

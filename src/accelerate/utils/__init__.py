@@ -65,6 +65,63 @@ _register(
     "disk_offload",
 )
 
+# Probes, constants, environment helpers and the hardware-only faces (issue 10).
+_register(
+    "accelerate.utils.imports",
+    "deepspeed_required", "is_4bit_bnb_available", "is_8bit_bnb_available", "is_aim_available",
+    "is_amdsmi_available", "is_bitsandbytes_multi_backend_available", "is_bnb_available", "is_boto3_available",
+    "is_clearml_available", "is_comet_ml_available", "is_datasets_available", "is_dvclive_available",
+    "is_fp16_available", "is_fp8_available", "is_habana_gaudi1", "is_hpu_available", "is_import_timer_available",
+    "is_lomo_available", "is_matplotlib_available", "is_megatron_lm_available", "is_mlu_available",
+    "is_mps_available", "is_msamp_available", "is_musa_available", "is_neuron_available", "is_npu_available",
+    "is_pandas_available", "is_peft_available", "is_pippy_available", "is_pynvml_available",
+    "is_pytest_available", "is_rich_available", "is_rocm_available", "is_sagemaker_available",
+    "is_schedulefree_available", "is_sdaa_available", "is_swanlab_available", "is_timm_available",
+    "is_torchao_available", "is_torchdata_available", "is_torchdata_stateful_dataloader_available",
+    "is_torchvision_available", "is_trackio_available", "is_transformer_engine_available",
+    "is_transformer_engine_mxfp8_available", "is_transformers_available", "is_triton_available",
+    "is_weights_only_available", "is_xccl_available", "is_xpu_available", "torchao_required",
+)  # fmt: skip
+_register(
+    "accelerate.utils.constants",
+    "MITA_PROFILING_AVAILABLE_PYTORCH_VERSION", "MODEL_NAME", "OPTIMIZER_NAME", "PROFILE_PATTERN_NAME",
+    "RNG_STATE_NAME", "SAFE_MODEL_NAME", "SAFE_WEIGHTS_INDEX_NAME", "SAFE_WEIGHTS_NAME", "SAFE_WEIGHTS_PATTERN_NAME",
+    "SAMPLER_NAME", "SCALER_NAME", "SCHEDULER_NAME", "TORCH_DISTRIBUTED_OPERATION_TYPES", "TORCH_LAUNCH_PARAMS",
+    "WEIGHTS_INDEX_NAME", "WEIGHTS_NAME", "WEIGHTS_PATTERN_NAME", "XPU_PROFILING_AVAILABLE_PYTORCH_VERSION",
+)  # fmt: skip
+_register(
+    "accelerate.utils.environment",
+    "are_libraries_initialized", "check_cuda_fp8_capability", "check_cuda_p2p_ib_support", "clear_environment",
+    "convert_dict_to_env_variables", "get_cpu_distributed_information", "get_current_device_type",
+    "get_gpu_info", "get_int_from_env", "parse_choice_from_env", "parse_flag_from_env", "patch_environment",
+    "purge_accelerate_environment", "set_numa_affinity", "str_to_bool",
+)  # fmt: skip
+_register("accelerate.utils.versions", "compare_versions", "is_torch_version")
+# Imported, not lazy: the function shares its module's name, and a lazy entry would be shadowed by the
+# submodule once anything imports `accelerate.utils.tqdm` directly. The module is import-free.
+_register("accelerate.utils.tqdm", "tqdm")
+from accelerate.utils.tqdm import tqdm  # noqa: E402, F401, I001
+_register(
+    "accelerate.utils.dataclasses",
+    "AORecipeKwargs", "BnbQuantizationConfig", "FP8RecipeKwargs", "MSAMPRecipeKwargs", "TERecipeKwargs",
+    "add_model_config_to_megatron_parser",
+)  # fmt: skip
+_register(
+    "accelerate.utils.megatron_lm",
+    "AbstractTrainStep", "BertTrainStep", "GPTTrainStep", "MegatronEngine", "MegatronLMDummyDataLoader",
+    "MegatronLMDummyScheduler", "MegatronLMOptimizerWrapper", "MegatronLMSchedulerWrapper", "T5TrainStep",
+    "avg_losses_across_data_parallel_group", "gather_across_data_parallel_groups", "megatron_lm_initialize",
+    "megatron_lm_prepare_data_loader", "megatron_lm_prepare_model_optimizer_scheduler",
+    "megatron_lm_prepare_optimizer", "megatron_lm_prepare_scheduler",
+)  # fmt: skip
+_register("accelerate.utils.bnb", "has_4bit_bnb_layers", "load_and_quantize_model")
+_register(
+    "accelerate.utils.transformer_engine",
+    "apply_fp8_autowrap", "contextual_fp8_autocast", "convert_model", "has_transformer_engine_layers",
+)  # fmt: skip
+_register("accelerate.utils.ao", "convert_model_to_fp8_ao", "filter_first_and_last_linear_layers", "has_ao_layers")
+_register("accelerate.utils.torch_xla", "install_xla")
+
 __all__ = sorted(_LAZY)
 
 

@@ -1,4 +1,5 @@
-"""Configuration dataclasses users pass to the Accelerator: kwargs handlers and plugins.
+"""Configuration dataclasses users pass to the Accelerator: kwargs handlers and plugins, and the
+mixed-precision vocabulary (:class:`PrecisionType`, :func:`check_mixed_precision`).
 
 Pure data: nothing here reads ``os.environ`` or imports torch at module import.
 """
@@ -8,7 +9,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field, fields
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Any
+
+from accelerate.utils.errors import NotAvailableYetError
 
 
 class KwargsHandler:
@@ -242,7 +245,54 @@ class DynamoPlugin:
         return kwargs
 
 
-MixedPrecision = Literal["no", "fp16", "bf16"]
+# --- the mixed-precision vocabulary, defined once ------------------------------------------------
+# Every other place (the config-file schema, the CLI's choices, the launcher's checks,
+# notebook_launcher, the Accelerator, Precision) derives its list from PrecisionType and validates
+# through check_mixed_precision. Torch-free, so the CLI can use it at start-up.
+class PrecisionType(str, enum.Enum):
+    """The mixed-precision modes a config file, a flag or ``Accelerator(mixed_precision=...)`` may name."""
+
+    NO = "no"
+    FP16 = "fp16"
+    BF16 = "bf16"
+    FP8 = "fp8"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# Every spelling the config-file schema and `accelerate launch --mixed_precision` accept. fp8 is in it
+# so a config written for upstream loads and then gets the "not available yet" error, not "unknown".
+MIXED_PRECISION_MODES: tuple[str, ...] = tuple(mode.value for mode in PrecisionType)
+# The modes this release can run (what `accelerate config` offers).
+AVAILABLE_MIXED_PRECISION_MODES: tuple[str, ...] = tuple(
+    mode.value for mode in PrecisionType if mode is not PrecisionType.FP8
+)
+
+
+def check_mixed_precision(value: object, *, origin: str = "mixed_precision") -> str:
+    """Returns ``value`` as one of :data:`AVAILABLE_MIXED_PRECISION_MODES` (lower-cased), or raises.
+
+    Args:
+        value: a mode name or :class:`PrecisionType` member; ``None`` means ``"no"``.
+        origin: how the messages name where the value came from, e.g.
+            ``"mixed_precision=fp8 (from flag --mixed_precision)"`` or ``"Accelerator(mixed_precision=...)"``.
+
+    Raises:
+        NotAvailableYetError: fp8, which this release does not run yet.
+        ValueError: any other name.
+    """
+    mode = "no" if value is None else str(value.value if isinstance(value, PrecisionType) else value).lower()
+    if mode == PrecisionType.FP8.value:
+        raise NotAvailableYetError(
+            f"{origin}: fp8 mixed precision is not available in this version of accelerate yet; use bf16 or fp16."
+        )
+    if mode not in AVAILABLE_MIXED_PRECISION_MODES:
+        raise ValueError(
+            f"{origin}: {value!r} is not a mixed-precision mode; use one of "
+            f"{', '.join(repr(m) for m in AVAILABLE_MIXED_PRECISION_MODES)}."
+        )
+    return mode
 
 
 class _UnavailablePlugin:
@@ -272,10 +322,6 @@ class FullyShardedDataParallelPlugin(_UnavailablePlugin):
     backend, flag = "FSDP", "--use_fsdp"
 
 
-class MegatronLMPlugin(_UnavailablePlugin):
-    backend, flag = "Megatron-LM", "--use_megatron_lm"
-
-
 _HANDLER_TYPES: tuple[type, ...] = (
     DistributedDataParallelKwargs,
     GradScalerKwargs,
@@ -289,6 +335,9 @@ def collect_kwargs_handlers(handlers: Any) -> dict[type, Any]:
     found: dict[type, Any] = {}
     for handler in handlers or ():
         kind = type(handler)
+        refuse = getattr(handler, "refuse_use", None)  # hardware-only configs (fp8 recipes, ...)
+        if refuse is not None:
+            raise refuse("Accelerator(kwargs_handlers=...)")
         if kind not in _HANDLER_TYPES:
             known = ", ".join(t.__name__ for t in _HANDLER_TYPES)
             raise TypeError(
@@ -302,3 +351,26 @@ def collect_kwargs_handlers(handlers: Any) -> dict[type, Any]:
             )
         found[kind] = handler
     return found
+
+
+# Hardware-only configuration objects live in their own module; this is their public home.
+from accelerate.utils.hardware_dataclasses import (  # noqa: E402, F401  (re-exports)
+    MODEL_CONFIGS_TO_MEGATRON_PARSERS,
+    AmaxComputeAlgorithm,
+    AORecipeKwargs,
+    Backend,
+    BnbQuantizationConfig,
+    FP8BackendType,
+    FP8Format,
+    FP8RecipeKwargs,
+    MegatronLMPlugin,
+    MSAMPRecipeKwargs,
+    OptLevel,
+    TERecipeKwargs,
+    add_model_config_to_megatron_parser,
+    parse_bert_config,
+    parse_glm4_moe_config,
+    parse_gpt2_config,
+    parse_llama_config,
+    parse_t5_config,
+)

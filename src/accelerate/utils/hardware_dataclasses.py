@@ -1,0 +1,330 @@
+"""Configuration objects of hardware- or service-only features: fp8 recipes, bitsandbytes, Megatron-LM.
+
+They can be built, printed and compared like any configuration (a script that creates them still
+imports and runs up to the point of use), but handing one to the ``Accelerator`` raises the one
+hardware error (:func:`accelerate.utils.errors.requires_hardware`) naming what the feature needs.
+Their public home is ``accelerate.utils.dataclasses``, which re-exports everything here.
+
+Pure data: nothing here reads ``os.environ`` or imports torch at module import.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Any, Literal, TypeVar
+
+from accelerate.utils.errors import NotAvailableYetError, hardware_only, requires_hardware
+
+FP8Format = Literal["HYBRID", "E4M3", "E5M2"]
+AmaxComputeAlgorithm = Literal["max", "most_recent"]
+OptLevel = Literal["O1", "O2"]
+Backend = Literal["MSAMP", "TE"]
+
+_FP8_NEEDS = (
+    "an NVIDIA GPU with fp8 support (Ada/Hopper or newer) and one of transformer-engine, msamp or torchao"
+)
+_BNB_NEEDS = "a CUDA GPU and `pip install bitsandbytes`"
+_MEGATRON_NEEDS = "NVIDIA GPUs and `pip install megatron-core`"
+
+
+class FP8BackendType(str, enum.Enum):
+    """The libraries that can run fp8 training."""
+
+    NO = "NO"
+    TE = "TE"
+    MSAMP = "MSAMP"
+    AO = "AO"
+
+
+class _HardwareConfig:
+    """What the hardware-only configuration objects share: ``to_dict`` / ``to_kwargs`` like the kwargs
+    handlers, and :meth:`refuse_use`, the error the Accelerator raises when given one.
+    """
+
+    feature = "this feature"
+    needs = "hardware this machine lacks"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]
+
+    def to_kwargs(self) -> dict[str, Any]:
+        """Only the fields that differ from a default-constructed object."""
+        default = type(self)().to_dict()
+        return {k: v for k, v in self.to_dict().items() if v != default[k]}
+
+    def refuse_use(self, where: str) -> NotAvailableYetError:
+        return requires_hardware(f"{self.feature} ({where} got {type(self).__name__})", self.needs)
+
+
+def _check_choice(owner: str, name: str, value: Any, allowed: tuple[Any, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"{owner}({name}={value!r}) must be one of {', '.join(map(repr, allowed))}.")
+
+
+@dataclass
+class TERecipeKwargs(_HardwareConfig):
+    """Transformer Engine's fp8 recipe (``Accelerator(mixed_precision="fp8", kwargs_handlers=[...])``).
+
+    Unset fields take Transformer Engine's usual defaults: margin 0, interval 1, ``HYBRID`` format,
+    1024 steps of amax history computed with ``most_recent``, no precision overrides.
+    """
+
+    feature, needs = "fp8 training with Transformer Engine", _FP8_NEEDS
+
+    use_autocast_during_eval: bool | None = None
+    margin: int | None = None
+    interval: int | None = None
+    fp8_format: FP8Format | None = None
+    amax_history_len: int | None = None
+    amax_compute_algo: AmaxComputeAlgorithm | None = None
+    override_linear_precision: tuple[bool, bool, bool] | None = None
+    use_mxfp8_block_scaling: bool | None = None
+
+    def __post_init__(self) -> None:
+        defaults: dict[str, Any] = {
+            "use_autocast_during_eval": False,
+            "margin": 0,
+            "interval": 1,
+            "fp8_format": "HYBRID",
+            "amax_history_len": 1024,
+            "amax_compute_algo": "most_recent",
+            "override_linear_precision": (False, False, False),
+            "use_mxfp8_block_scaling": False,
+        }
+        for name, value in defaults.items():
+            if getattr(self, name) is None:
+                setattr(self, name, value)
+        self.fp8_format = self.fp8_format.upper()  # type: ignore[union-attr, assignment]
+        _check_choice(type(self).__name__, "fp8_format", self.fp8_format, ("HYBRID", "E4M3", "E5M2"))
+        _check_choice(
+            type(self).__name__, "amax_compute_algo", self.amax_compute_algo, ("max", "most_recent")
+        )
+
+
+@dataclass
+class MSAMPRecipeKwargs(_HardwareConfig):
+    """MS-AMP's fp8 optimisation level (``O1``: fp8 weights and gradients; ``O2``: also the optimizer)."""
+
+    feature, needs = "fp8 training with MS-AMP", _FP8_NEEDS
+
+    opt_level: OptLevel | None = None
+
+    def __post_init__(self) -> None:
+        if self.opt_level is None:
+            self.opt_level = "O2"
+        _check_choice(type(self).__name__, "opt_level", self.opt_level, ("O1", "O2"))
+
+
+@dataclass
+class AORecipeKwargs(_HardwareConfig):
+    """torchao's float8 training settings (``config`` is a ``torchao.float8.Float8LinearConfig``)."""
+
+    feature, needs = "fp8 training with torchao", _FP8_NEEDS
+
+    config: Any = None
+    module_filter_func: Callable[..., bool] | None = None
+    pad_inner_dim: bool | None = None
+    enable_fsdp_float8_all_gather: bool | None = None
+
+
+@dataclass
+class FP8RecipeKwargs(_HardwareConfig):
+    """The older single fp8 recipe: ``backend="TE"`` or ``"MSAMP"`` picks which fields matter."""
+
+    feature, needs = "fp8 training", _FP8_NEEDS
+
+    opt_level: OptLevel | None = None
+    use_autocast_during_eval: bool | None = None
+    margin: int | None = None
+    interval: int | None = None
+    fp8_format: FP8Format | None = None
+    amax_history_len: int | None = None
+    amax_compute_algo: AmaxComputeAlgorithm | None = None
+    override_linear_precision: tuple[bool, bool, bool] | None = None
+    use_mxfp8_block_scaling: bool | None = None
+    backend: Backend | None = None
+
+    def __post_init__(self) -> None:
+        if self.backend is not None:
+            self.backend = self.backend.upper()  # type: ignore[assignment]
+            _check_choice(type(self).__name__, "backend", self.backend, ("MSAMP", "TE"))
+
+
+@dataclass
+class BnbQuantizationConfig(_HardwareConfig):
+    """How ``load_and_quantize_model`` quantizes with bitsandbytes: 8-bit (LLM.int8) or 4-bit (fp4/nf4).
+
+    ``bnb_4bit_compute_dtype`` and ``torch_dtype`` may be given as "fp32"/"fp16"/"bf16" or torch dtypes;
+    the compute dtype is kept as a string here and turned into a torch dtype where it is used.
+    """
+
+    feature, needs = "bitsandbytes quantization", _BNB_NEEDS
+
+    load_in_8bit: bool = False
+    llm_int8_threshold: float = 6.0
+    load_in_4bit: bool = False
+    bnb_4bit_quant_type: str = "fp4"
+    bnb_4bit_use_double_quant: bool = False
+    bnb_4bit_compute_dtype: Any = "fp16"
+    torch_dtype: Any = None
+    skip_modules: list[str] | None = None
+    keep_in_fp32_modules: list[str] | None = None
+
+    def __post_init__(self) -> None:
+        owner = type(self).__name__
+        for name in ("load_in_8bit", "load_in_4bit", "bnb_4bit_use_double_quant"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{owner}({name}={getattr(self, name)!r}) must be True or False.")
+        if self.load_in_8bit and self.load_in_4bit:
+            raise ValueError(f"{owner}: choose one of load_in_8bit=True or load_in_4bit=True, not both.")
+        if not isinstance(self.llm_int8_threshold, (int, float)):
+            raise TypeError(f"{owner}(llm_int8_threshold={self.llm_int8_threshold!r}) must be a number.")
+        _check_choice(owner, "bnb_4bit_quant_type", self.bnb_4bit_quant_type, ("fp4", "nf4"))
+        if isinstance(self.bnb_4bit_compute_dtype, str):
+            _check_choice(
+                owner, "bnb_4bit_compute_dtype", self.bnb_4bit_compute_dtype, ("fp32", "fp16", "bf16")
+            )
+        for name in ("skip_modules", "keep_in_fp32_modules"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+                raise TypeError(f"{owner}({name}={value!r}) must be a list of module names or None.")
+
+
+# ---- Megatron-LM. ----
+
+MODEL_CONFIGS_TO_MEGATRON_PARSERS: dict[str, Callable[..., Any]] = {}
+
+_P = TypeVar("_P", bound=Callable[..., Any])
+
+
+def add_model_config_to_megatron_parser(model_type: str) -> Callable[[_P], _P]:
+    """Decorator: registers a function that fills a MegatronLMPlugin from a ``model_type`` model's config."""
+
+    def register(parser: _P) -> _P:
+        MODEL_CONFIGS_TO_MEGATRON_PARSERS[model_type] = parser
+        return parser
+
+    return register
+
+
+_megatron = hardware_only("Megatron-LM", _MEGATRON_NEEDS)
+
+
+@add_model_config_to_megatron_parser("megatron-bert")
+@_megatron
+def parse_bert_config(megatron_lm_plugin: Any, model: Any, batch_data: Any) -> Any: ...
+
+
+@add_model_config_to_megatron_parser("gpt2")
+@_megatron
+def parse_gpt2_config(megatron_lm_plugin: Any, model: Any, batch_data: Any) -> Any: ...
+
+
+@add_model_config_to_megatron_parser("t5")
+@_megatron
+def parse_t5_config(megatron_lm_plugin: Any, model: Any, batch_data: Any) -> Any: ...
+
+
+@add_model_config_to_megatron_parser("llama")
+@_megatron
+def parse_llama_config(megatron_lm_plugin: Any, model: Any, batch_data: Any) -> Any: ...
+
+
+@add_model_config_to_megatron_parser("glm4_moe")
+@_megatron
+def parse_glm4_moe_config(megatron_lm_plugin: Any, model: Any, batch_data: Any) -> Any: ...
+
+
+@dataclass
+class MegatronLMPlugin(_HardwareConfig):
+    """Megatron-LM's tensor/pipeline/sequence parallel settings.
+
+    Holds the configuration only: ``Accelerator(megatron_lm_plugin=...)`` and the ``set_*`` methods
+    raise the hardware error, since Megatron-LM needs NVIDIA GPUs and megatron-core.
+    """
+
+    feature, needs = "Megatron-LM", _MEGATRON_NEEDS
+
+    tp_degree: Any = None
+    pp_degree: Any = None
+    use_custom_fsdp: Any = None
+    overlap_cpu_optimizer_d2h_h2d: Any = None
+    no_load_optim: Any = None
+    eod_mask_loss: Any = None
+    no_save_optim: Any = None
+    optimizer_cpu_offload: Any = None
+    use_precision_aware_optimizer: Any = None
+    decoder_last_pipeline_num_layers: Any = None
+    recompute_granularity: Any = None
+    recompute_method: Any = None
+    recompute_num_layers: Any = None
+    attention_backend: Any = None
+    expert_model_parallel_size: Any = None
+    context_parallel_size: Any = None
+    attention_dropout: Any = None
+    hidden_dropout: Any = None
+    attention_softmax_in_fp32: Any = None
+    expert_tensor_parallel_size: Any = None
+    calculate_per_token_loss: Any = None
+    use_rotary_position_embeddings: Any = None
+    num_micro_batches: Any = None
+    gradient_clipping: Any = None
+    sequence_parallelism: Any = None
+    recompute_activations: Any = None
+    use_distributed_optimizer: Any = None
+    pipeline_model_parallel_split_rank: Any = None
+    num_layers_per_virtual_pipeline_stage: Any = None
+    is_train_batch_min: bool = True
+    train_iters: Any = None
+    train_samples: Any = None
+    weight_decay_incr_style: str = "constant"
+    start_weight_decay: Any = None
+    end_weight_decay: Any = None
+    lr_decay_style: str = "linear"
+    lr_decay_iters: Any = None
+    lr_decay_samples: Any = None
+    lr_warmup_iters: Any = None
+    lr_warmup_samples: Any = None
+    lr_warmup_fraction: Any = None
+    min_lr: int = 0
+    consumed_samples: Any = None
+    no_wd_decay_cond: Any = None
+    scale_lr_cond: Any = None
+    lr_mult: float = 1.0
+    megatron_dataset_flag: bool = False
+    seq_length: Any = None
+    encoder_seq_length: Any = None
+    decoder_seq_length: Any = None
+    tensorboard_dir: Any = None
+    set_all_logging_options: bool = False
+    eval_iters: int = 100
+    eval_interval: int = 1000
+    return_logits: bool = False
+    custom_train_step_class: Any = None
+    custom_train_step_kwargs: Any = None
+    custom_model_provider_function: Any = None
+    custom_prepare_model_function: Any = None
+    custom_megatron_datasets_provider_function: Any = None
+    custom_get_batch_function: Any = None
+    custom_loss_function: Any = None
+    other_megatron_args: Any = None
+
+    @_megatron
+    def set_network_size_args(self, model: Any, batch_data: Any = None) -> Any: ...
+
+    @_megatron
+    def set_mixed_precision(self, mixed_precision: str) -> Any: ...
+
+    @_megatron
+    def set_training_args(self, micro_batch_size: int, dp_degree: int) -> Any: ...
+
+    @_megatron
+    def set_optimizer_type(self, optimizer: Any) -> Any: ...
+
+    @_megatron
+    def set_scheduler_args(self, scheduler: Any) -> Any: ...
+
+    @_megatron
+    def set_tensorboard_logging_options(self) -> Any: ...

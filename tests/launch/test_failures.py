@@ -1,0 +1,72 @@
+"""Which rank the launcher names as the first failure, from the facts torch's agent hands over.
+
+The end-to-end runs (tests/commands/test_launch_cli.py) cover real os._exit / SIGKILL / raise; these
+pin the rule on the interleavings a real run produces only sometimes.
+"""
+
+from __future__ import annotations
+
+import io
+import signal
+from types import SimpleNamespace
+
+from accelerate.launch.failures import report_failures
+
+
+def _failure(pid: int, exitcode: int, raised_at: float | None = None, error: str = "") -> SimpleNamespace:
+    data = {}
+    if raised_at is not None:
+        text = f"Traceback (most recent call last):\n  ...\n{error}\n"
+        data = {"message": {"message": error, "extraInfo": {"py_callstack": text, "time": raised_at}}}
+    return SimpleNamespace(pid=pid, exitcode=exitcode, error_file_data=data)
+
+
+def _report(failures: dict[int, SimpleNamespace], ended_at: dict[int, float]) -> tuple[int, list[str]]:
+    out = io.StringIO()
+    code = report_failures(failures, out, ended_at)
+    return code, [line for line in out.getvalue().splitlines() if line.startswith("accelerate launch")]
+
+
+def test_a_rank_that_ended_without_a_traceback_is_first_even_if_its_peer_wrote_one_sooner() -> None:
+    # The launcher saw rank 1's end at 10.004, after rank 0 had already written its "connection
+    # closed" traceback (10.002): ends are compared with ends, and rank 1 ended first.
+    failures = {
+        0: _failure(100, -signal.SIGTERM, raised_at=10.002, error="RuntimeError: Connection closed by peer"),
+        1: _failure(101, -signal.SIGKILL),
+    }
+    code, lines = _report(failures, {101: 10.004, 100: 10.050})
+    assert code == 128 + signal.SIGKILL
+    assert lines[0] == "accelerate launch: rank 1 (pid 101) failed with signal SIGKILL (the first to fail)"
+    assert lines[1].startswith(
+        "accelerate launch: rank 0 ended with signal SIGTERM (stopped by the launcher)"
+    )
+    assert lines[1].endswith("its last error: RuntimeError: Connection closed by peer")
+
+
+def test_a_rank_that_raised_first_is_first_even_if_its_peer_ended_sooner() -> None:
+    failures = {
+        0: _failure(100, 1, raised_at=20.5, error="RuntimeError: Connection closed by peer"),
+        1: _failure(101, -signal.SIGTERM, raised_at=20.1, error="ValueError: the real bug"),
+    }
+    code, lines = _report(failures, {100: 20.6, 101: 20.7})
+    assert code == 1  # its own status, not the launcher's SIGTERM that caught it shutting down
+    assert lines[0].startswith(
+        "accelerate launch: rank 1 (pid 101) failed with exit code 1 (the first to fail)"
+    )
+    assert lines[1].startswith("accelerate launch: rank 0 ended with exit code 1 after rank 1 failed")
+
+
+def test_os_exit_status_is_the_launchers_exit_code() -> None:
+    failures = {0: _failure(100, -signal.SIGTERM), 1: _failure(101, 3)}
+    code, lines = _report(failures, {101: 1.0, 100: 1.2})
+    assert code == 3
+    assert lines[0] == "accelerate launch: rank 1 (pid 101) failed with exit code 3 (the first to fail)"
+
+
+def test_without_end_times_the_earliest_traceback_is_first() -> None:
+    failures = {
+        0: _failure(100, 1, raised_at=5.0, error="KeyError: 'x'"),
+        1: _failure(101, 1, 4.0, "OSError"),
+    }
+    code, lines = _report(failures, {})
+    assert code == 1 and lines[0].startswith("accelerate launch: rank 1 ")
