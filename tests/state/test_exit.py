@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.commands.helpers import REPO, accelerate_cmd, cli_env
-from tests.helpers.pool import free_port
+from tests.commands.helpers import REPO, accelerate_cmd, cli_env, reserved_port
 from tests.helpers.terminal import run_in_terminal
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
@@ -22,8 +21,9 @@ LAUNCH = ("launch", "--cpu", "--num_processes", "2")
 
 
 def _launch(tmp_path: Path, *script_and_args: str) -> str:
-    cmd = accelerate_cmd(*LAUNCH, "--main_process_port", str(free_port()), *script_and_args)
-    code, output = run_in_terminal(cmd, env=cli_env(tmp_path / "home"), cwd=str(REPO), timeout=180)
+    with reserved_port() as port:
+        cmd = accelerate_cmd(*LAUNCH, "--main_process_port", str(port), *script_and_args)
+        code, output = run_in_terminal(cmd, env=cli_env(tmp_path / "home"), cwd=str(REPO), timeout=180)
     assert code == 0, f"accelerate launch exited {code}:\n{output}"
     return output
 
