@@ -60,6 +60,7 @@ def _worker(rank: int, world_size: int, port: int, conn: Connection) -> None:
         }
     )
     import torch
+    import torch.distributed as dist
 
     torch.set_num_threads(1)
     from accelerate.state import reset_state
@@ -69,10 +70,14 @@ def _worker(rank: int, world_size: int, port: int, conn: Connection) -> None:
         message = conn.recv()
         if message is None:
             break
-        module, qualname, args, kwargs, env, path = message
+        module, qualname, args, kwargs, env, path, next_port = message
         for entry in reversed(path):
             if entry not in sys.path:
                 sys.path.insert(0, entry)
+        if not dist.is_initialized():
+            # An earlier call destroyed the group: the next one meets on a port no earlier group's
+            # store may still hold (the ranks tear groups down at slightly different times).
+            base_env["MASTER_PORT"] = os.environ["MASTER_PORT"] = str(next_port)
         os.environ.update(env)
         try:
             target: Any = importlib.import_module(module)
@@ -135,7 +140,8 @@ class WorkerPool:
         """Runs ``fn(*args, **kwargs)`` on every rank and returns the results, rank order."""
         if not self._procs:
             self._start()
-        message = (fn.__module__, fn.__qualname__, args, kwargs, dict(env or {}), list(sys.path))
+        next_port = free_port()  # used only if the workers have no group left to reuse
+        message = (fn.__module__, fn.__qualname__, args, kwargs, dict(env or {}), list(sys.path), next_port)
         for conn in self._conns:
             conn.send(message)
         results: list[Any] = []

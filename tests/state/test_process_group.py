@@ -86,3 +86,31 @@ def test_own_group_with_a_different_request_is_reported(pool2: WorkerPool) -> No
         assert result["backend"] == "gloo"
         (message,) = result["warnings"]
         assert "timeout=0:00:07" in message and "already exists" in message
+
+
+def _destroyed_group_is_let_go_once_unused() -> tuple[bool, bool]:
+    import gc
+    import weakref
+
+    import torch
+
+    from accelerate import Accelerator
+    from accelerate.state.process_group import release_unused_groups
+
+    accelerator = Accelerator(cpu=True)
+    model = accelerator.prepare(torch.nn.Linear(2, 2))
+    group = weakref.ref(dist.group.WORLD)
+    accelerator.end_training()
+    gc.collect()
+    release_unused_groups()
+    # The DDP wrapper still references the destroyed group, so accelerate keeps holding it: the
+    # wrapper's death must never be what runs the group's destructor (under the GIL).
+    held_while_used = group() is not None
+    del model, accelerator
+    gc.collect()
+    release_unused_groups()
+    return held_while_used, group() is not None
+
+
+def test_destroyed_group_is_held_while_a_wrapper_uses_it(pool2: WorkerPool) -> None:
+    assert pool2.run(_destroyed_group_is_let_go_once_unused) == [(True, False)] * 2

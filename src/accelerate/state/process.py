@@ -19,7 +19,7 @@ import torch.distributed as dist
 from accelerate.config.env import read_launch_env
 from accelerate.state.distributed_type import DistributedType
 from accelerate.state.environment import ClusterEnvironment, detect_environment
-from accelerate.state.process_group import GroupRequest, init_or_adopt
+from accelerate.state.process_group import GroupRequest, init_or_adopt, release_unused_groups
 from accelerate.state.teardown import stop_background_work
 from accelerate.utils.collectives import check_arrival
 from accelerate.utils.comm import bind_communicator, make_communicator
@@ -277,6 +277,7 @@ class PartialState:
         stop_background_work()
         if dist.is_available() and dist.is_initialized():
             dist.destroy_process_group()
+        release_unused_groups()
 
 
 def split_for_process(inputs: Any, num_processes: int, index: int, apply_padding: bool = False) -> Any:
@@ -317,5 +318,6 @@ def reset_process_state(destroy_process_group: bool = False) -> None:
     global _STATE
     if destroy_process_group and dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+        release_unused_groups()
     _STATE = None
     bind_communicator(None)

@@ -10,6 +10,7 @@ warning, once per process. Either way the caller gets the group's real backend.
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 import warnings
 from dataclasses import dataclass
@@ -76,6 +77,9 @@ def _create(env: ClusterEnvironment, request: GroupRequest, default_backend: str
         kwargs["init_method"] = "env://"
     else:
         kwargs["init_method"] = f"tcp://{env.master_addr}:{env.master_port}"
+    # A destroyed group of ours that nothing uses any more goes first: its store may still hold
+    # the port the new group is about to bind.
+    release_unused_groups()
     dist.init_process_group(**kwargs)
     with _LOCK:
         _OWN_GROUPS.append(dist.group.WORLD)
@@ -102,6 +106,26 @@ def finish_own_groups() -> None:
         _OWN_GROUPS.clear()
     while groups:
         groups.pop()  # no other reference is left here: each destructor runs on this pop
+
+
+def release_unused_groups() -> None:
+    """Lets go of the groups accelerate created that are destroyed and referenced by nothing else.
+
+    Dropping our reference is only safe when it is the last one: the destructor then runs here,
+    from Python, with the GIL released. A group still held elsewhere (a live, or not yet
+    collected, DDP wrapper) stays held until exit.
+    """
+    with _LOCK:
+        candidates = [g for g in _OWN_GROUPS if not (dist.is_initialized() and g is dist.group.WORLD)]
+        for group in candidates:
+            _OWN_GROUPS.remove(group)
+    while candidates:
+        group = candidates.pop()
+        # References: `group` and getrefcount's argument. Any more, and someone else holds it.
+        if sys.getrefcount(group) > 2:
+            with _LOCK:
+                _OWN_GROUPS.append(group)
+        del group  # the last reference when it was not kept: the destructor runs here
 
 
 def _group_timeout() -> timedelta | None:
