@@ -31,7 +31,7 @@ _LAZY: dict[str, str] = {
     "load_checkpoint_in_model": "accelerate.checkpointing.model_loading",
     "load_custom_state": "accelerate.checkpointing.functional",
     "load_state_dict_file": "accelerate.checkpointing.model_files",
-    "load_training_state": "accelerate.checkpointing.training_state",
+    "load_training_state": "accelerate.checkpointing.training_state_load",
     "next_iteration": "accelerate.checkpointing.project",
     "parse_size": "accelerate.checkpointing.sizes",
     "read_manifest": "accelerate.checkpointing.atomic",

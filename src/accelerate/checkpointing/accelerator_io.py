@@ -234,7 +234,7 @@ def save_state(
 def load_state(objects: TrainingObjects, input_dir: str | None, *, strict: bool, **kwargs: Any) -> Outcome:
     """Restores what :func:`save_state` wrote; without a path, the latest committed checkpoint."""
     from accelerate.checkpointing.project import latest_checkpoint
-    from accelerate.checkpointing.training_state import load_training_state
+    from accelerate.checkpointing.training_state_load import load_training_state
 
     _no_extra("load_state", kwargs)
     project = _project_dir(objects.project, input_dir, "load_state")

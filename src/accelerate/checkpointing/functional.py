@@ -23,13 +23,8 @@ from torch import nn
 
 from accelerate.checkpointing.atomic import AtomicCheckpoint, FileRecord, read_manifest, save_torch
 from accelerate.checkpointing.durable_io import fsync_dir
-from accelerate.checkpointing.training_state import (
-    _open_folder,
-    _Reader,
-    custom_name,
-    load_training_state,
-    save_training_state,
-)
+from accelerate.checkpointing.training_state import custom_name, save_training_state
+from accelerate.checkpointing.training_state_load import _open_folder, _Reader, load_training_state
 
 logger = logging.getLogger(__name__)
 
