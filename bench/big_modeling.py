@@ -4,7 +4,8 @@
 - ``load_checkpoint_and_dispatch`` into an empty model vs a meta-built model + ``load_file`` +
   ``load_state_dict(assign=True)``, each then running one forward: raw/acc wall time to the first
   output >= 0.9 (ours reads each tensor into its own memory; ``load_file`` maps the file);
-- forward with every block offloaded to disk vs in memory: informational (the price of offload).
+- forward with every block offloaded to disk (read from the checkpoint's safetensors file) vs a
+  hand-written loop reading each block's weights from the same file: raw/acc CPU time >= 0.9.
 """
 
 from __future__ import annotations
@@ -32,9 +33,9 @@ def _rows() -> list[Row]:
                     load["raw"], load["accel"], combine=speed_ratio, compare="raw/acc time", op=">=", target=0.9,
                     unit="s", note="ours copies each tensor into fresh memory (page faults dominate on this VM); "
                     "load_file maps the file, so its tensors stay tied to the file on disk"),
-        Row(**{**compare_row(BENCH, "forward with all blocks on disk vs in memory", disk["raw"], disk["accel"],
-                             combine=speed_ratio, compare="raw/acc time", op=">=", target=0.0, unit="ms",
-                             scale=1000).__dict__, "target": None}),
+        compare_row(BENCH, "disk-offloaded forward vs hand-written safe_open loop over the same file",
+                    disk["raw"], disk["accel"], combine=speed_ratio, compare="raw/acc time", op=">=", target=0.9,
+                    unit="ms", scale=1000),
     ]  # fmt: skip
 
 

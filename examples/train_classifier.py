@@ -32,14 +32,16 @@ def main() -> None:
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--mixed_precision", default=None, choices=["no", "fp16", "bf16"])
+    parser.add_argument("--train_samples", type=int, default=2048)
+    parser.add_argument("--eval_samples", type=int, default=500)
     args = parser.parse_args()
 
     accelerator = Accelerator(mixed_precision=args.mixed_precision)
     set_seed(42)
     num_features, num_classes = 20, 4
     centers = torch.randn(num_classes, num_features, generator=torch.Generator().manual_seed(0))
-    train_data = make_data(2048, centers, seed=1)
-    eval_data = make_data(500, centers, seed=2)  # 500: not a multiple of the batch size
+    train_data = make_data(args.train_samples, centers, seed=1)
+    eval_data = make_data(args.eval_samples, centers, seed=2)  # 500 by default: not a multiple of 64
     train_loader = DataLoader(train_data, batch_size=args.batch_size, shuffle=True)
     eval_loader = DataLoader(eval_data, batch_size=64)
 

@@ -279,7 +279,8 @@ def _fresh_group_with_timeout() -> dict[str, object]:
 
     import torch.distributed as dist
 
-    dist.destroy_process_group()  # the pool made one; start over so PartialState creates it
+    if dist.is_initialized():  # an earlier call made one; start over so PartialState creates it
+        dist.destroy_process_group()
     accelerator = Accelerator(
         kwargs_handlers=[InitProcessGroupKwargs(timeout=datetime.timedelta(seconds=77))]
     )

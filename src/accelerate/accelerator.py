@@ -8,7 +8,6 @@ backend runs is decided once, in ``accelerate.backends.resolve``; nothing here b
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -16,28 +15,21 @@ import torch
 
 from accelerate import preparation
 from accelerate.accelerator_facts import AcceleratorFacts
-from accelerate.backends.resolve import check_unavailable, resolve_mixed_precision, resolve_strategy
 from accelerate.checkpointing import accelerator_io as checkpoint_io
-from accelerate.config.env import read_launch_env
+from accelerate.connector import connect
 from accelerate.optimizer import AcceleratedOptimizer
-from accelerate.precision.amp import Precision
 from accelerate.scheduler import AcceleratedScheduler
-from accelerate.state import AcceleratorState, GradientState, PartialState
-from accelerate.state.parallelism import ParallelismConfig, device_mesh_for
+from accelerate.state.parallelism import ParallelismConfig
 from accelerate.state.trigger import ProcessTrigger
 from accelerate.utils import collectives
 from accelerate.utils.dataclasses import (
     AutocastKwargs,
     DataLoaderConfiguration,
-    DistributedDataParallelKwargs,
     GradientAccumulationPlugin,
-    GradScalerKwargs,
-    InitProcessGroupKwargs,
     KwargsHandler,
     ProfileKwargs,
     ProjectConfiguration,
     TorchDynamoPlugin,
-    collect_kwargs_handlers,
 )
 from accelerate.utils.memory import release_memory
 from accelerate.utils.modeling import extract_model_from_parallel
@@ -82,79 +74,52 @@ class Accelerator(AcceleratorFacts):
         use_seedable_sampler: bool | None = None,
         dispatch_batches: bool | None = None,
     ) -> None:
-        check_unavailable(
+        setup = connect(
+            split_batches=split_batches,
+            mixed_precision=mixed_precision,
+            gradient_accumulation_steps=gradient_accumulation_steps,
+            cpu=cpu,
+            dataloader_config=dataloader_config,
             deepspeed_plugin=deepspeed_plugin,
             fsdp_plugin=fsdp_plugin,
-            megatron_lm_plugin=megatron_lm_plugin,
             torch_tp_plugin=torch_tp_plugin,
+            megatron_lm_plugin=megatron_lm_plugin,
+            rng_types=rng_types,
+            log_with=log_with,
+            project_dir=project_dir,
+            project_config=project_config,
+            gradient_accumulation_plugin=gradient_accumulation_plugin,
+            kwargs_handlers=kwargs_handlers,
+            dynamo_backend=dynamo_backend,
+            dynamo_plugin=dynamo_plugin,
             deepspeed_plugins=deepspeed_plugins,
             parallelism_config=parallelism_config,
-        )
-        if log_with is not None and log_with != [] and log_with != "none":
-            from accelerate.tracking import check_trackers
-
-            self.log_with = check_trackers(log_with)
-        else:
-            self.log_with = []
-        launch = read_launch_env()
-        handlers = collect_kwargs_handlers(kwargs_handlers)
-        pg: InitProcessGroupKwargs | None = handlers.get(InitProcessGroupKwargs)
-        partial = PartialState(
-            cpu,
-            backend=pg.backend if pg else None,
-            timeout=pg.timeout if pg else None,
-            init_method=pg.init_method if pg else None,
-        )
-        self.partial_state = partial
-        mode = resolve_mixed_precision(mixed_precision, launch.mixed_precision, partial.device)
-        # Raises, naming both values, if an earlier Accelerator in this process chose differently.
-        self.state = AcceleratorState(mixed_precision=mode, cpu=cpu)
-
-        self.precision = Precision(
-            mode,
-            partial.device,
-            autocast_kwargs=handlers.get(AutocastKwargs),
-            scaler_kwargs=handlers.get(GradScalerKwargs),
-        )
-        self.strategy = resolve_strategy(partial, ddp_kwargs=handlers.get(DistributedDataParallelKwargs))
-        self.ddp_handler = handlers.get(DistributedDataParallelKwargs)
-        self.scaler_handler = handlers.get(GradScalerKwargs)
-        self.autocast_handler = handlers.get(AutocastKwargs)
-        self.init_handler = pg
-
-        self.gradient_state = GradientState(
-            _accumulation_plugin(
-                gradient_accumulation_plugin, gradient_accumulation_steps, launch.gradient_accumulation_steps
-            )
-        )
-        self.dataloader_config = _dataloader_config(
-            dataloader_config,
-            split_batches=split_batches,
             even_batches=even_batches,
             use_seedable_sampler=use_seedable_sampler,
             dispatch_batches=dispatch_batches,
         )
+        self.partial_state = setup.partial_state
+        self.state = setup.state
+        self.precision = setup.precision
+        self.strategy = setup.strategy
+        self.gradient_state = setup.gradient_state
+        self.dataloader_config = setup.dataloader_config
+        self.dynamo_plugin = setup.dynamo_plugin
+        self.project_configuration = setup.project_configuration
+        self.log_with = setup.log_with
+        self.rng_types = setup.rng_types
+        self.ddp_handler = setup.ddp_handler
+        self.scaler_handler = setup.scaler_handler
+        self.autocast_handler = setup.autocast_handler
+        self.init_handler = setup.init_handler
+        self.profile_handler: ProfileKwargs | None = setup.profile_handler
+        # Plain data parallelism only (checked in connect); the mesh is a 1-D one over the process group.
+        self.parallelism_config = parallelism_config
+        self._trigger = ProcessTrigger(self.partial_state.device)
         self.device_placement = device_placement
         self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
-        self.rng_types = list(rng_types) if rng_types is not None else ["generator"]
-        self.dynamo_plugin = _dynamo_plugin(dynamo_plugin, dynamo_backend, launch)
-        self.state.dynamo_plugin = self.dynamo_plugin
-        self.state.dynamo_backend = str(self.dynamo_plugin.backend)
-        self.profile_handler: ProfileKwargs | None = handlers.get(ProfileKwargs)
 
-        if project_config is not None and project_dir is not None:
-            raise ValueError(
-                "Accelerator got both project_dir and project_config; set the directory inside "
-                "ProjectConfiguration(project_dir=...) and pass only project_config."
-            )
-        self.project_configuration = project_config or ProjectConfiguration(project_dir=project_dir)
-        # Plain data parallelism only (checked above); the mesh is a 1-D one over the process group.
-        self.parallelism_config = parallelism_config
-        self.state.parallelism_config = parallelism_config
-        self.state.device_mesh = device_mesh_for(parallelism_config, partial.num_processes, partial.device.type)
-        self._trigger = ProcessTrigger(partial.device)
-
-        self.step = 0  # micro-step counter for gradient accumulation
+        self.step = 0  # a new Accelerator starts a new accumulation window
         self._models: list[torch.nn.Module] = []
         self._optimizers: list[AcceleratedOptimizer] = []
         self._schedulers: list[AcceleratedScheduler] = []
@@ -273,14 +238,17 @@ class Accelerator(AcceleratorFacts):
             loss = loss / self.gradient_state.num_steps
         self.precision.backward(loss, **kwargs)
 
+    @property
+    def step(self) -> int:
+        """Micro-steps since the last sync (kept by ``GradientState``, saved in checkpoints)."""
+        return self.gradient_state.micro_step
+
+    @step.setter
+    def step(self, value: int) -> None:
+        self.gradient_state.micro_step = int(value)
+
     def _do_sync(self) -> None:
-        state = self.gradient_state
-        if state.sync_with_dataloader and state.end_of_dataloader:
-            self.step = 0
-            state._set_sync_gradients(True)
-        else:
-            self.step += 1
-            state._set_sync_gradients(self.step % state.num_steps == 0)
+        self.gradient_state.begin_micro_step()
 
     @contextlib.contextmanager
     def accumulate(self, *models: torch.nn.Module) -> Iterator[None]:
@@ -512,63 +480,3 @@ def _as_list(parameters: Any) -> list[torch.Tensor]:
     return list(parameters)
 
 
-def _accumulation_plugin(
-    plugin: GradientAccumulationPlugin | None, steps: int, launched_steps: int | None
-) -> GradientAccumulationPlugin:
-    if plugin is not None:
-        if steps != 1:
-            raise ValueError(
-                f"Accelerator got gradient_accumulation_steps={steps} and gradient_accumulation_plugin="
-                f"{plugin}; set num_steps inside the plugin and drop gradient_accumulation_steps."
-            )
-        return plugin
-    if steps == 1 and launched_steps is not None:
-        steps = launched_steps
-    if not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"gradient_accumulation_steps must be an integer >= 1, got {steps!r}")
-    return GradientAccumulationPlugin(num_steps=steps)
-
-
-def _dynamo_plugin(plugin: TorchDynamoPlugin | None, backend: str | None, launch: Any) -> TorchDynamoPlugin:
-    """The ``torch.compile`` settings: what the caller set, the launcher's settings for the rest."""
-    if plugin is not None and backend is not None and str(plugin.backend or backend).lower() != backend.lower():
-        raise ValueError(
-            f"Accelerator got dynamo_backend={backend!r} and dynamo_plugin with backend={plugin.backend!r}; "
-            "set the backend in one place (the plugin is preferred)."
-        )
-    plugin = dataclasses.replace(plugin) if plugin is not None else TorchDynamoPlugin()
-    if plugin.use_regional_compilation:
-        from accelerate.utils.errors import NotAvailableYetError
-
-        raise NotAvailableYetError(
-            "TorchDynamoPlugin(use_regional_compilation=True) is not available in this accelerate yet; "
-            "drop it to compile the whole model."
-        )
-    plugin.backend = plugin.backend or backend or launch.dynamo_backend or "no"
-    if plugin.mode is None:
-        plugin.mode = launch.dynamo_mode
-    if plugin.fullgraph is None:
-        plugin.fullgraph = bool(launch.dynamo_use_fullgraph)
-    if plugin.dynamic is None:
-        plugin.dynamic = launch.dynamo_use_dynamic
-    return plugin
-
-
-def _dataloader_config(
-    config: DataLoaderConfiguration | None, **legacy: bool | None
-) -> DataLoaderConfiguration:
-    """Merges the older top-level data arguments into a DataLoaderConfiguration."""
-    given = {k: v for k, v in legacy.items() if v is not None}
-    if config is None:
-        return DataLoaderConfiguration(**given)
-    config = dataclasses.replace(config)  # the Accelerator's own copy: the caller's object stays as given
-    defaults = DataLoaderConfiguration()
-    for key, value in given.items():
-        current = getattr(config, key)
-        if current != getattr(defaults, key) and current != value:
-            raise ValueError(
-                f"Accelerator({key}={value}) contradicts dataloader_config.{key}={current}; "
-                "set it in one place (DataLoaderConfiguration is preferred)."
-            )
-        setattr(config, key, value)
-    return config

@@ -16,6 +16,34 @@ from accelerate.state.gradient import GradientState
 from accelerate.utils.tree import send_to_device
 
 
+def move_to_device(state: Any, device: torch.device | str | int) -> Any:
+    """An optimizer state (dict) with every tensor in it moved to ``device``, structure unchanged.
+
+    Example:
+        >>> optimizer.load_state_dict(move_to_device(optimizer.state_dict(), "cuda:0"))
+    """
+    return send_to_device(state, device)
+
+
+def patch_optimizer_step(accelerated_optimizer: Any, method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method`` wrapped to record, on ``accelerated_optimizer``, that a step was really called.
+
+    Each call sets ``accelerated_optimizer._accelerate_step_called = True`` and then calls ``method``;
+    code that must know whether the underlying step ran (a GradScaler may skip it) resets the flag
+    before and reads it after.
+
+    Example:
+        >>> optimizer.optimizer.step = patch_optimizer_step(optimizer, optimizer.optimizer.step)
+    """
+
+    def patched_step(*args: Any, **kwargs: Any) -> Any:
+        accelerated_optimizer._accelerate_step_called = True
+        return method(*args, **kwargs)
+
+    patched_step.__wrapped__ = method  # type: ignore[attr-defined]
+    return patched_step
+
+
 class AcceleratedOptimizer(torch.optim.Optimizer):
     """Wraps a user's optimizer.
 
@@ -42,7 +70,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self._step_was_skipped = False
         if device_placement and device is not None and optimizer.state:
             # State loaded before prepare (a resumed run) must live where the parameters now are.
-            optimizer.load_state_dict(send_to_device(optimizer.state_dict(), device))
+            optimizer.load_state_dict(move_to_device(optimizer.state_dict(), device))
 
     # --- pass-through attributes ----------------------------------------------------------
     @property

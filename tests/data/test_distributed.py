@@ -152,13 +152,17 @@ def test_dispatcher_failure_on_process_0_raises_everywhere(pool2):
 
 def _make(kind: str) -> Any:
     if kind == "dispatch":
-        return prepare_data_loader(DataLoader(Stream(21), batch_size=2))
+        return prepare_data_loader(DataLoader(Stream(21), batch_size=2), use_stateful_dataloader=True)
     if kind == "generator":  # the user's own generator: its state is synchronised and saved
         generator = torch.Generator().manual_seed(7)
         loader = DataLoader(IndexDataset(21), batch_size=2, shuffle=True, generator=generator)
-        return prepare_data_loader(loader)
+        return prepare_data_loader(loader, use_stateful_dataloader=True)
     # "torch": PyTorch's order (the default); "seedable": (seed, epoch) order.
-    return prepare_data_loader(index_loader(21, 2, shuffle=True), use_seedable_sampler=kind == "seedable")
+    return prepare_data_loader(
+        index_loader(21, 2, shuffle=True),
+        use_seedable_sampler=kind == "seedable",
+        use_stateful_dataloader=True,
+    )
 
 
 def interrupted_on_rank(kind: str, stop_epoch: int, stop_batch: int | None) -> dict[str, Any]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 from torch.utils.data import DataLoader
@@ -10,6 +12,9 @@ from accelerate.data.metrics import gather_for_metrics
 from accelerate.data_loader import DataLoaderShard, prepare_data_loader, skip_first_batches
 from accelerate.state import GradientState
 from tests.data.helpers import IndexDataset, Pair, Record, Stream, flat, index_loader, single_process_order
+
+# Upstream's default is use_stateful_dataloader=False (only the epoch is restored); these tests resume positions.
+stateful_loader = functools.partial(prepare_data_loader, use_stateful_dataloader=True)
 
 
 def _collate_nested(samples: list[int]) -> dict:
@@ -106,7 +111,7 @@ def test_resume_in_one_process_is_exact(seedable, stop_epoch, stop_batch):
     """Stop after ``stop_batch`` batches of ``stop_epoch`` (None: after the epoch's loop), resume afresh."""
 
     def make():
-        return prepare_data_loader(
+        return stateful_loader(
             index_loader(23, 4, shuffle=True), num_processes=1, process_index=0, use_seedable_sampler=seedable
         )
 
@@ -164,9 +169,7 @@ def test_state_dict_at_the_last_batch_points_to_next_epoch():
 def test_mid_epoch_state_is_resplit_for_another_process_count():
     def shards(n):
         return [
-            prepare_data_loader(
-                index_loader(30, 3, shuffle=True), num_processes=n, process_index=p, data_seed=5
-            )
+            stateful_loader(index_loader(30, 3, shuffle=True), num_processes=n, process_index=p, data_seed=5)
             for p in range(n)
         ]
 
@@ -184,7 +187,7 @@ def test_mid_epoch_state_is_resplit_for_another_process_count():
 
 def test_iterable_mid_epoch_state_with_other_process_count_is_refused():
     loaders = [
-        prepare_data_loader(
+        stateful_loader(
             DataLoader(Stream(9), batch_size=2), num_processes=2, process_index=p, dispatch_batches=False
         )
         for p in range(2)
@@ -192,10 +195,10 @@ def test_iterable_mid_epoch_state_with_other_process_count_is_refused():
     it = iter(loaders[0])
     next(it)
     state = loaders[0].state_dict()
-    other = prepare_data_loader(DataLoader(Stream(9), batch_size=2), num_processes=1, process_index=0)
+    other = stateful_loader(DataLoader(Stream(9), batch_size=2), num_processes=1, process_index=0)
     with pytest.raises(ValueError, match="same number of processes"):
         other.load_state_dict(state)
-    same = prepare_data_loader(
+    same = stateful_loader(
         DataLoader(Stream(9), batch_size=2), num_processes=2, process_index=0, dispatch_batches=False
     )
     same.load_state_dict(state)
@@ -203,7 +206,7 @@ def test_iterable_mid_epoch_state_with_other_process_count_is_refused():
 
 
 def test_restored_position_past_the_end_is_a_clear_error():
-    loader = prepare_data_loader(index_loader(6, 2), num_processes=1, process_index=0)
+    loader = stateful_loader(index_loader(6, 2), num_processes=1, process_index=0)
     loader.load_state_dict({"epoch": 0, "batches_yielded": 5, "num_processes": 1})
     with pytest.raises(ValueError, match="past the end"):
         list(loader)

@@ -3,8 +3,10 @@
 Starting N Python processes that import torch and form a gloo group costs seconds, so a pool keeps
 N workers alive for the whole session. ``pool.run(fn, *args)`` runs ``fn`` on every rank (``fn`` is
 sent by module and qualified name, so it must be a top-level function of an importable module)
-and returns each rank's result. Between calls every worker resets accelerate's per-process state
-and restores its environment; the process group itself is kept.
+and returns each rank's result. Workers only set the variables a launcher sets (RANK, WORLD_SIZE,
+MASTER_ADDR, ...): the code under test creates the process group, so its real initialisation is
+what the tests exercise. Between calls every worker resets accelerate's per-process state and
+restores its environment; the process group itself is kept for the next call.
 
 A call that does not finish within its timeout, or a worker that dies, tears the pool down (the
 next call starts a fresh one) and fails the test with what each rank said — never a hang.
@@ -44,6 +46,8 @@ def free_port() -> int:
 
 
 def _worker(rank: int, world_size: int, port: int, conn: Connection) -> None:
+    # The variables torchrun would set: the code under test (PartialState) creates the process
+    # group from them on first use, exactly as in a launched script, and later calls reuse it.
     os.environ.update(
         {
             "RANK": str(rank),
@@ -59,10 +63,6 @@ def _worker(rank: int, world_size: int, port: int, conn: Connection) -> None:
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    if world_size > 1:
-        dist.init_process_group(
-            "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size
-        )
     from accelerate.state import reset_state
 
     base_env = dict(os.environ)
@@ -70,10 +70,14 @@ def _worker(rank: int, world_size: int, port: int, conn: Connection) -> None:
         message = conn.recv()
         if message is None:
             break
-        module, qualname, args, kwargs, env, path = message
+        module, qualname, args, kwargs, env, path, next_port = message
         for entry in reversed(path):
             if entry not in sys.path:
                 sys.path.insert(0, entry)
+        if not dist.is_initialized():
+            # An earlier call destroyed the group: the next one meets on a port no earlier group's
+            # store may still hold (the ranks tear groups down at slightly different times).
+            base_env["MASTER_PORT"] = os.environ["MASTER_PORT"] = str(next_port)
         os.environ.update(env)
         try:
             target: Any = importlib.import_module(module)
@@ -83,16 +87,13 @@ def _worker(rank: int, world_size: int, port: int, conn: Connection) -> None:
         except BaseException as exc:  # noqa: BLE001 - every failure goes back to the test
             conn.send(("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
         finally:
+            # The process group survives (creating one costs a rendezvous); a test that destroyed
+            # it gets a new one from the next PartialState().
             reset_state()
             os.environ.clear()
             os.environ.update(base_env)
             torch.set_num_threads(1)
-            if world_size > 1 and not dist.is_initialized():
-                dist.init_process_group(
-                    "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size
-                )
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    # Exit runs accelerate's own teardown (stop background work, destroy the group it created).
 
 
 class DistributedFailure(AssertionError):
@@ -139,7 +140,8 @@ class WorkerPool:
         """Runs ``fn(*args, **kwargs)`` on every rank and returns the results, rank order."""
         if not self._procs:
             self._start()
-        message = (fn.__module__, fn.__qualname__, args, kwargs, dict(env or {}), list(sys.path))
+        next_port = free_port()  # used only if the workers have no group left to reuse
+        message = (fn.__module__, fn.__qualname__, args, kwargs, dict(env or {}), list(sys.path), next_port)
         for conn in self._conns:
             conn.send(message)
         results: list[Any] = []

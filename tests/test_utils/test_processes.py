@@ -29,7 +29,10 @@ if state.num_processes > 1:
     objs = [None] * state.num_processes
     dist.all_gather_object(objs, state.process_index)
     total = objs
-print(f"rank {state.process_index} of {state.num_processes} saw {sorted(total)}", flush=True)
+import os
+# One write per line: print() writes the text and the newline separately, so two processes sharing
+# the pipe could interleave them.
+os.write(1, f"rank {state.process_index} of {state.num_processes} saw {sorted(total)}\\n".encode())
 """
 
 

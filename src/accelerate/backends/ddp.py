@@ -11,6 +11,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from accelerate.backends.base import Strategy
 from accelerate.state.distributed_type import DistributedType
+from accelerate.state.teardown import release_at_exit
 from accelerate.utils.dataclasses import DistributedDataParallelKwargs
 
 
@@ -29,6 +30,7 @@ class DDPStrategy(Strategy):
     def setup_module(self, model: torch.nn.Module, *, device_placement: bool) -> torch.nn.Module:
         model = super().setup_module(model, device_placement=device_placement)
         if isinstance(model, DistributedDataParallel):
+            release_at_exit(model, release_process_group)
             return model
         if not any(p.requires_grad for p in model.parameters()):
             # DDP refuses modules without trainable parameters (frozen teachers, metrics):
@@ -40,6 +42,7 @@ class DDPStrategy(Strategy):
             kwargs.setdefault("output_device", self.device.index or 0)
         ddp = DistributedDataParallel(model, **kwargs)
         self.ddp_kwargs.register_comm_hook(ddp)
+        release_at_exit(ddp, release_process_group)
         return ddp
 
     def unwrap(self, model: torch.nn.Module) -> torch.nn.Module:
@@ -64,3 +67,13 @@ class DDPStrategy(Strategy):
             yield
         finally:
             model.require_backward_grad_sync, model.require_forward_param_sync = old_backward, old_forward
+
+
+def release_process_group(ddp: DistributedDataParallel) -> None:
+    """Drops the wrapper's references to its process group (at exit; the wrapper is unusable after).
+
+    Until they go, the group (and gloo's worker threads) outlive destroy_process_group(); see
+    accelerate.state.teardown for why the threads must end before the interpreter finalises.
+    """
+    for name in ("logger", "reducer", "process_group"):
+        ddp.__dict__.pop(name, None)

@@ -63,16 +63,17 @@ def _checkpoint_files(checkpoint: str | os.PathLike[str]) -> list[Path]:
 
 def _with_tied_names(
     weights: Iterator[tuple[str, torch.Tensor]], partners: Mapping[str, list[str]]
-) -> Iterator[tuple[str, torch.Tensor]]:
-    """Each weight, then the same tensor under the names tied to it (checkpoints often store one name).
+) -> Iterator[tuple[str, torch.Tensor, str]]:
+    """Each weight, then the same tensor under the names tied to it (checkpoints often store one name),
+    with the name the file stores it under.
 
     Tied names can sit on different devices in a device map (one on disk, one in RAM), so each must
     be placed, not only the name the file happens to use.
     """
     for name, value in weights:
-        yield name, value
+        yield name, value, name
         for partner in partners.get(name, ()):
-            yield partner, value
+            yield partner, value, name
 
 
 def _keeps_fp32(name: str, keep_in_fp32_modules: Sequence[str] | None) -> bool:
@@ -155,19 +156,30 @@ def load_checkpoint_in_model(
     try:
         partners = {name: [p for p in group if p != name] for group in tied for name in group}
         for file in files:
-            for name, value in _with_tied_names(iter_weights(file), partners):
+            in_place = Path(file).name.endswith(".safetensors")
+            for name, value, stored_as in _with_tied_names(iter_weights(file), partners):
                 if name not in expected:
                     unexpected.append(name)
                     continue
                 loaded.add(name)
                 target_dtype = torch.float32 if _keeps_fp32(name, keep_in_fp32_modules) else wanted
+                stored_dtype = value.dtype
                 if target_dtype is not None and value.is_floating_point():
                     value = value.to(target_dtype)
                 device: DeviceLike = (device_of(name, device_map) if device_map is not None else None) or (
                     "cpu" if expected[name].device.type == "meta" else expected[name].device
                 )
                 if device == "disk" and (name not in buffers or offload_buffers):
-                    offload_weight(value, name, offload_folder, index=disk_index)  # type: ignore[arg-type]
+                    if in_place and value.dtype == stored_dtype:
+                        # A safetensors checkpoint is read where it is: the index points into the file,
+                        # no copy is written (the checkpoint must stay in place while the model is used).
+                        disk_index[name] = {
+                            "safetensors_file": os.fspath(Path(file).resolve()),
+                            "weight_name": stored_as,
+                            "dtype": str(value.dtype).removeprefix("torch."),
+                        }
+                    else:
+                        offload_weight(value, name, offload_folder, index=disk_index)  # type: ignore[arg-type]
                     continue
                 if device == "disk":
                     device = "cpu"

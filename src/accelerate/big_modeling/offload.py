@@ -8,8 +8,10 @@ is how a checkpoint is used in place without writing a copy.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import struct
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -49,20 +51,34 @@ def offload_weight(
 
 
 def load_offloaded_weight(weight_file: str | os.PathLike[str], weight_info: Mapping[str, Any]) -> torch.Tensor:
-    """Reads one tensor written by :func:`offload_weight` (only that file's bytes are read)."""
-    import numpy as np
+    """Reads one tensor written by :func:`offload_weight` (only that file's bytes are read).
 
+    The tensor maps the file privately (copy-on-write): nothing is copied up front, and writing to
+    the tensor never changes the file. It reads the file while alive, so the offload folder must
+    stay as written while the tensor is in use (the offload hooks hold it for one forward).
+    """
     shape = tuple(int(d) for d in weight_info["shape"])
     dtype_name = str(weight_info["dtype"]).removeprefix("torch.")
-    stored = "int16" if dtype_name == "bfloat16" else dtype_name
+    dtype = getattr(torch, dtype_name)
     if 0 in shape:
-        return torch.empty(shape, dtype=getattr(torch, dtype_name))
-    mapped = np.memmap(weight_file, dtype=stored, mode="r", shape=shape or (1,))
-    tensor = torch.from_numpy(np.array(mapped))  # copies this tensor only, detached from the file
-    del mapped
+        return torch.empty(shape, dtype=dtype)
+    stored = torch.int16 if dtype == torch.bfloat16 else dtype  # numpy has no bfloat16 (see offload_weight)
+    count = 1
+    for dim in shape:
+        count *= dim
+    needed = count * stored.itemsize
+    size = os.path.getsize(weight_file)
+    if size != needed:
+        raise OSError(
+            f"offloaded weight {weight_file} holds {size} bytes, but {dtype_name}{list(shape)} needs "
+            f"{needed}: the offload folder is damaged; offload the model again"
+        )
+    # A private, copy-on-write mapping: no bytes are copied, pages come from the page cache as the
+    # forward reads them, and the mapping goes away with the tensor (the hooks drop it after use).
+    tensor = torch.from_file(os.fspath(weight_file), shared=False, size=count, dtype=stored).view(shape or (1,))
     if not shape:
         tensor = tensor[0]
-    if dtype_name == "bfloat16":
+    if dtype == torch.bfloat16:
         tensor = tensor.view(torch.bfloat16)
     return tensor
 
@@ -84,6 +100,45 @@ def offload_state_dict(save_dir: str | os.PathLike[str], state_dict: Mapping[str
     for name, tensor in state_dict.items():
         offload_weight(tensor, name, save_dir, index=index)
     save_offload_index(index, save_dir)
+
+
+@functools.lru_cache(maxsize=64)
+def _safetensors_layout(path: str, mtime_ns: int) -> tuple[int, dict[str, tuple[str, tuple[int, ...], int, int]]]:
+    """The data offset and ``name -> (dtype code, shape, begin, end)`` of a safetensors file.
+
+    Parsed once per file (and again if the file changes): re-reading the header for every tensor of
+    every forward would cost time growing with the number of tensors in the file.
+    """
+    with open(path, "rb") as handle:
+        (length,) = struct.unpack("<Q", handle.read(8))
+        header = json.loads(handle.read(length))
+    header.pop("__metadata__", None)
+    entries = {
+        name: (str(info["dtype"]), tuple(int(d) for d in info["shape"]), *map(int, info["data_offsets"]))
+        for name, info in header.items()
+    }
+    return 8 + length, entries  # type: ignore[return-value]
+
+
+def _mapped_safetensor(path: str, name: str) -> torch.Tensor:
+    """One tensor of a safetensors file, mapped privately (copy-on-write) rather than read.
+
+    Nothing is copied up front; the pages come from the page cache as they are used, and the mapping
+    (with whatever of it became resident) goes away with the tensor.
+    """
+    import numpy as np
+
+    from accelerate.checkpointing.safetensors_io import dtype_from_code
+
+    start, entries = _safetensors_layout(path, os.stat(path).st_mtime_ns)
+    if name not in entries:
+        raise KeyError(f"{name!r} is not in {path} (the offload index points at a tensor the file lacks)")
+    code, shape, begin, end = entries[name]
+    dtype = dtype_from_code(code, source=path)
+    if end == begin:
+        return torch.empty(shape, dtype=dtype)
+    raw = np.memmap(path, dtype=np.uint8, mode="c", offset=start + begin, shape=(end - begin,))
+    return torch.from_numpy(raw).view(dtype).reshape(shape)
 
 
 class PrefixedDataset(Mapping[str, Any]):
@@ -142,16 +197,17 @@ class OffloadedWeightsLoader(Mapping[str, torch.Tensor]):
             return self._from_safetensors(info, key)
         if self.save_folder is None:
             raise KeyError(f"{key!r} is in the offload index as a .dat file but no save_folder was given")
-        return load_offloaded_weight(Path(self.save_folder) / f"{key}.dat", info)
+        # os.path.join, not pathlib: this runs for every offloaded tensor of every forward.
+        return load_offloaded_weight(os.path.join(self.save_folder, f"{key}.dat"), info)
 
     def _from_safetensors(self, info: Mapping[str, Any], key: str) -> torch.Tensor:
-        from safetensors import safe_open
+        if self.device not in (None, "cpu") and str(self.device) != "cpu":
+            from safetensors import safe_open
 
-        device = "cpu" if self.device is None else self.device
-        if isinstance(device, torch.device):
-            device = str(device)
-        with safe_open(info["safetensors_file"], framework="pt", device=device) as handle:
-            tensor: torch.Tensor = handle.get_tensor(info.get("weight_name", key))
+            with safe_open(info["safetensors_file"], framework="pt", device=str(self.device)) as handle:
+                tensor: torch.Tensor = handle.get_tensor(info.get("weight_name", key))
+        else:
+            tensor = _mapped_safetensor(info["safetensors_file"], info.get("weight_name", key))
         wanted = info.get("dtype")
         if wanted is not None:
             dtype = getattr(torch, str(wanted).removeprefix("torch."))

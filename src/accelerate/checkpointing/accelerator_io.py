@@ -63,14 +63,17 @@ def get_state_dict(
 
 
 def save_object(accelerator: Accelerator, obj: Any, f: Any, *, safe_serialization: bool) -> None:
-    if not accelerator.is_main_process:
-        return
-    if safe_serialization:
-        from safetensors.torch import save_file
+    """``Accelerator.save``: the main process (each node's, with ``save_on_each_node``) writes ``f`` durably."""
+    from accelerate.checkpointing.single_file import save_object as write
 
-        save_file(obj, f, metadata={"format": "pt"})
-    else:
-        torch.save(obj, f)
+    state = accelerator.partial_state
+    writer = (
+        state.is_local_main_process
+        if accelerator.project_configuration.save_on_each_node
+        else state.is_main_process
+    )
+    if writer:
+        write(obj, f, safe_serialization=safe_serialization)
 
 
 def save_model(
@@ -231,7 +234,7 @@ def save_state(
 def load_state(objects: TrainingObjects, input_dir: str | None, *, strict: bool, **kwargs: Any) -> Outcome:
     """Restores what :func:`save_state` wrote; without a path, the latest committed checkpoint."""
     from accelerate.checkpointing.project import latest_checkpoint
-    from accelerate.checkpointing.training_state import load_training_state
+    from accelerate.checkpointing.training_state_load import load_training_state
 
     _no_extra("load_state", kwargs)
     project = _project_dir(objects.project, input_dir, "load_state")

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import IO, Any, cast
 
 from accelerate.checkpointing.errors import CheckpointError, DiskFullError
+from accelerate.state.teardown import on_shutdown
 
 _xxhash: Any
 try:  # xxHash's XXH3 runs at ~10 GB/s (10x zlib's CRC-32 here), so verifying costs almost nothing.
@@ -44,7 +45,21 @@ def _helper() -> ThreadPoolExecutor:
     with _EXECUTOR_LOCK:
         if _EXECUTOR is None:
             _EXECUTOR = ThreadPoolExecutor(max_workers=2, thread_name_prefix="accelerate-checksum")
+            on_shutdown(shutdown_helper)
         return _EXECUTOR
+
+
+def shutdown_helper() -> None:
+    """Finishes the queued work and joins the helper threads; the next use starts new ones.
+
+    Called before the process group is destroyed (``end_training()``, exit), so no library thread
+    outlives it.
+    """
+    global _EXECUTOR
+    with _EXECUTOR_LOCK:
+        executor, _EXECUTOR = _EXECUTOR, None
+    if executor is not None:
+        executor.shutdown(wait=True)
 
 
 class Hasher:

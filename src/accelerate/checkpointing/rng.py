@@ -106,7 +106,8 @@ def _as_tuple(value: Any) -> Any:
     return tuple(_as_tuple(v) for v in value) if isinstance(value, list | tuple) else value
 
 
-def _numpy_globals() -> list[Any]:
+def numpy_safe_globals() -> list[Any]:
+    """NumPy's array reconstructor, ``ndarray``, ``dtype`` and the dtype classes a random state uses."""
     reconstruct = np.ndarray.__reduce__(np.zeros(1))[0]  # numpy.core/_core.multiarray._reconstruct
     dtype_classes = {type(np.dtype(t)) for t in (np.uint32, np.uint8, np.int64, np.float64)}
     return [reconstruct, np.ndarray, np.dtype, *dtype_classes]
@@ -119,7 +120,7 @@ def load_rng_file(path: Path) -> dict[str, Any]:
             state = torch.load(path, map_location="cpu", weights_only=True)
         except pickle.UnpicklingError:
             # An upstream file: allow NumPy's array types only, still with the restricted unpickler.
-            with torch.serialization.safe_globals(_numpy_globals()):
+            with torch.serialization.safe_globals(numpy_safe_globals()):
                 state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         raise CheckpointError(

@@ -49,6 +49,14 @@ _CODES: dict[str, torch.dtype] = {code: dtype for dtype, code in _DTYPES.items()
 _MAX_HEADER = 100 * 1024 * 1024
 
 
+def dtype_from_code(code: str, *, source: str) -> torch.dtype:
+    """The torch dtype of a safetensors dtype code (``"F32"``, ``"BF16"``, ...)."""
+    try:
+        return _CODES[code]
+    except KeyError:
+        raise CheckpointError(f"{source}: unknown safetensors dtype {code!r}") from None
+
+
 def tensor_bytes(tensor: torch.Tensor) -> memoryview:
     """The bytes of a CPU contiguous tensor, without copying."""
     if tensor.numel() == 0:

@@ -31,47 +31,33 @@ import logging
 import os
 import shutil
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
 
 import torch
-from torch import nn
 
 from accelerate.checkpointing.atomic import (
-    MANIFEST_NAME,
     AtomicCheckpoint,
     FileRecord,
-    Manifest,
     SyncGroup,
-    checkpoint_file,
-    checkpoint_folder,
-    load_verified,
     read_manifest,
     save_torch,
 )
 from accelerate.checkpointing.errors import CheckpointError, DiskFullError
 from accelerate.checkpointing.model_files import (
-    _torch_load,
-    load_state_dict_file,
     prepare_state_dict,
     write_weights_file,
 )
-from accelerate.checkpointing.model_loading import fill_tied_keys
 from accelerate.checkpointing.objects import check_checkpointable
-from accelerate.checkpointing.project import looks_like_checkpoint, own_traces
 from accelerate.checkpointing.rng import (
-    PENDING_GRADIENTS,
     capture_rng_state,
-    load_rng_file,
-    restore_rng_state,
     rng_file_name,
 )
 from accelerate.utils.agreement import agree_on_failure
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["check_checkpointable", "load_training_state", "save_training_state"]
+__all__ = ["check_checkpointable", "save_training_state"]
 
 SAFE_MODEL_NAME = "model"
 MODEL_NAME = "pytorch_model"
@@ -355,237 +341,3 @@ def save_training_state(
     }
     _commit(ckpt, gathered, writer=writer, node=node, step=step, world_size=state.num_processes, extra=extra)
     return ckpt.target
-
-
-# --- loading ----------------------------------------------------------------------------------------
-_CONTENTS = (
-    f"{MANIFEST_NAME}, model.safetensors or pytorch_model.bin, optimizer.bin, scheduler.bin, "
-    "dl_state_dict.bin, scaler.pt, custom_checkpoint_0.pkl, random_states_0.pkl"
-)
-
-
-def _open_folder(input_dir: str | os.PathLike[str]) -> Path:
-    """The folder to read for ``input_dir``, or a clear error when there is none."""
-    directory = Path(input_dir)
-    if str(input_dir) == "":
-        raise CheckpointError("load_state got an empty string; pass the folder save_state wrote")
-    if directory.is_file():
-        raise CheckpointError(
-            f"{directory} is a file, not a checkpoint folder; pass the folder that save_state wrote "
-            "(for a single weights file use load_checkpoint_in_model)"
-        )
-    folder = checkpoint_folder(directory)
-    if not folder.is_dir():
-        raise FileNotFoundError(f"Checkpoint folder {directory} does not exist")
-    if folder != directory:
-        logger.warning(
-            "Checkpoint %s is missing but the complete previous checkpoint is at %s (a save replacing it "
-            "was interrupted); loading that one",
-            directory,
-            folder,
-        )
-    return folder
-
-
-class _Reader:
-    """Finds files in a checkpoint folder and verifies them against its manifest (when it has one)."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self.manifest: Manifest | None = read_manifest(directory)
-        if self.manifest is None:
-            self._check_unverified()
-
-    def _check_unverified(self) -> None:
-        if not looks_like_checkpoint(self.directory):
-            raise CheckpointError(
-                f"No checkpoint in {self.directory}: it holds none of the files save_state writes "
-                f"({_CONTENTS}). Pass the folder that save_state wrote."
-            )
-        traces = own_traces(self.directory)
-        if traces is not None:
-            raise CheckpointError(
-                f"Checkpoint {self.directory} has no {MANIFEST_NAME} although {traces}: its save did not "
-                "complete or the manifest was removed, so its files cannot be trusted. Load an earlier "
-                "checkpoint."
-            )
-        logger.warning(
-            "Loading checkpoint %s unverified: it has no %s (saved by upstream Accelerate or another "
-            "tool), so a truncated or corrupted file cannot be detected",
-            self.directory,
-            MANIFEST_NAME,
-        )
-
-    def path(self, name: str) -> Path:
-        return checkpoint_file(self.directory, name)
-
-    def has(self, name: str) -> bool:
-        if self.manifest is not None:
-            return name in self.manifest.files
-        return (self.directory / name).is_file()
-
-    def record(self, name: str) -> FileRecord | None:
-        return self.manifest.files.get(name) if self.manifest is not None else None
-
-    def require(self, name: str, what: str) -> Path:
-        if not self.has(name):
-            raise CheckpointError(f"Checkpoint {self.directory} has no {name} for {what}")
-        return self.path(name)
-
-    def torch_file(self, name: str, what: str) -> Any:
-        path = self.require(name, what)
-        record = self.record(name)
-        if record is None and not path.is_file():
-            raise CheckpointError(f"Checkpoint file {path} is missing")
-        return load_verified(path, record, _torch_load)
-
-
-def _load_models(reader: _Reader, models: Sequence[nn.Module], strict: bool) -> None:
-    for i, model in enumerate(models):
-        names = [n for n in model_names(i) if reader.has(n)]
-        if not names:
-            raise CheckpointError(
-                f"Checkpoint {reader.directory} has no weights for model {i} (looked for {' or '.join(model_names(i))}); "
-                "was it saved with fewer models?"
-            )
-        state_dict = load_state_dict_file(reader.path(names[0]), reader.record(names[0]))
-        fill_tied_keys(model, state_dict)
-        try:
-            model.load_state_dict(state_dict, strict=strict)
-        except RuntimeError as exc:
-            raise CheckpointError(
-                f"Loading {names[0]} into model {i} ({type(model).__name__}): {exc}"
-            ) from exc
-
-
-def _load_optional(reader: _Reader, name: str, obj: Any, what: str, strict: bool) -> None:
-    if reader.has(name):
-        obj.load_state_dict(reader.torch_file(name, what))
-    elif strict and reader.manifest is not None:
-        # Only our own checkpoints always carry these files; upstream writes a loader's state only
-        # for stateful loaders (not its default), so a folder it saved must load without them.
-        raise CheckpointError(
-            f"Checkpoint {reader.directory} has no {name} for {what} (pass strict=False to skip it)"
-        )
-    else:
-        logger.warning("Checkpoint %s has no %s; %s keeps its current state", reader.directory, name, what)
-
-
-def _restore_pending_gradients(
-    pending: Any, models: Sequence[nn.Module], reader: _Reader, state: ProcessInfo, directory: Path
-) -> None:
-    """Puts back the gradients of an unfinished accumulation window (see ``save_training_state``)."""
-    if not pending:
-        return
-    saved_world = reader.manifest.world_size if reader.manifest is not None else None
-    if saved_world is not None and saved_world != state.num_processes:
-        logger.warning(
-            "Checkpoint %s was saved in the middle of a gradient accumulation window by %d processes; "
-            "their local gradients cannot be split over %d, so the window restarts without them",
-            directory,
-            saved_world,
-            state.num_processes,
-        )
-        return
-    if len(pending) != len(models):
-        raise CheckpointError(
-            f"Checkpoint {directory} holds accumulated gradients of {len(pending)} models, but "
-            f"{len(models)} are prepared; prepare the same models as when saving."
-        )
-    with torch.no_grad():
-        for index, (grads, model) in enumerate(zip(pending, models, strict=True)):
-            params = dict(model.named_parameters())
-            unknown = sorted(set(grads) - set(params))
-            if unknown:
-                raise CheckpointError(
-                    f"Checkpoint {directory}: accumulated gradients of model {index} name parameters the "
-                    f"model lacks: {unknown[:5]}"
-                )
-            for name, grad in grads.items():
-                param = params[name]
-                param.grad = grad.to(device=param.device, dtype=param.dtype)
-
-
-def load_training_state(
-    input_dir: str | os.PathLike[str],
-    *,
-    state: ProcessInfo,
-    models: Sequence[nn.Module] = (),
-    optimizers: Sequence[Any] = (),
-    schedulers: Sequence[Any] = (),
-    dataloaders: Sequence[Any] = (),
-    scaler: Any = None,
-    custom_objects: Sequence[Any] = (),
-    strict: bool = True,
-) -> dict[str, Any]:
-    """Restores everything :func:`save_training_state` wrote; call it on every process.
-
-    Works on folders saved by upstream Accelerate too (no manifest: loaded without checksum checks).
-
-    Args:
-        strict: passed to each model's ``load_state_dict``; also, a dataloader or scaler given here
-            whose state is absent from the checkpoint raises instead of logging a warning.
-
-    Returns:
-        ``{"step": int, "verified": bool, "world_size": int | None}``; ``verified`` says whether
-        checksums were checked (False for folders without our manifest).
-
-    Raises:
-        CheckpointError: naming the missing, truncated or corrupted file.
-    """
-    directory = _open_folder(input_dir)
-    reader = _Reader(directory)
-    # Optimizer files (usually the largest) are read on a thread while the models load: both reads
-    # release the GIL, so on a machine with a spare core the two overlap.
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="accelerate-load") as pool:
-        pending = [
-            pool.submit(reader.torch_file, indexed_name(OPTIMIZER_NAME, i, "bin"), f"optimizer {i}")
-            for i in range(len(optimizers))
-        ]
-        _load_models(reader, models, strict)
-        for optimizer, state_future in zip(optimizers, pending, strict=True):
-            optimizer.load_state_dict(state_future.result())
-    for i, scheduler in enumerate(schedulers):
-        name = indexed_name(SCHEDULER_NAME, i, "bin")
-        scheduler.load_state_dict(reader.torch_file(name, f"scheduler {i}"))
-    for i, loader in enumerate(dataloaders):
-        if callable(getattr(loader, "load_state_dict", None)):
-            _load_optional(
-                reader, indexed_name(DATALOADER_STATE_NAME, i, "bin"), loader, f"dataloader {i}", strict
-            )
-    if scaler is not None:
-        _load_optional(reader, SCALER_NAME, scaler, "the GradScaler", strict)
-    for i, obj in enumerate(custom_objects):
-        obj.load_state_dict(
-            reader.torch_file(custom_name(i), f"registered object {i} ({type(obj).__name__})")
-        )
-    step = reader.manifest.step if reader.manifest is not None else None
-    rng_name = rng_file_name(state.process_index)
-    if reader.has(rng_name):
-        rng_state = load_verified(reader.path(rng_name), reader.record(rng_name), load_rng_file)
-        restore_rng_state(rng_state, dataloaders)
-        _restore_pending_gradients(rng_state.get(PENDING_GRADIENTS), models, reader, state, directory)
-        saved_step = rng_state.get("step")
-        if step is None:
-            step = int(saved_step or 0)
-        elif saved_step is not None and int(saved_step) != step:
-            # The random-states file is checksummed; the manifest's step alone could have been edited.
-            raise CheckpointError(
-                f"Checkpoint {directory}: {MANIFEST_NAME} says step {step} but the verified {rng_name} "
-                f"says {int(saved_step)}; the manifest was edited. Load an earlier checkpoint."
-            )
-    else:
-        saved = reader.manifest.world_size if reader.manifest is not None else "an unknown number of"
-        logger.warning(
-            "Checkpoint %s has no %s (saved by %s processes, loading on %d); this process's random "
-            "generators are not restored",
-            directory,
-            rng_name,
-            saved,
-            state.num_processes,
-        )
-    return {
-        "step": int(step or 0),
-        "verified": reader.manifest is not None,
-        "world_size": reader.manifest.world_size if reader.manifest is not None else None,
-    }

@@ -2,13 +2,14 @@
 
 Modules, each with one job: `samplers` (seedable shuffle, batch sampler shard), `iterable`
 (iterable dataset shard), `base` (what prepared loaders share: epoch, position, RNG sync, state),
-`shard_loader` (`DataLoaderShard`), `dispatcher` (`DataLoaderDispatcher`), `resume`
+`shard_loader` (`DataLoaderShard`), `adapter` (`DataLoaderAdapter`), `dispatcher` (`DataLoaderDispatcher`), `resume`
 (`skip_first_batches`), `prepare` (`prepare_data_loader`) and `metrics` (`gather_for_metrics`).
 The public import path is `accelerate.data_loader`.
 """
 
 from __future__ import annotations
 
+from accelerate.data.adapter import DataLoaderAdapter
 from accelerate.data.dispatcher import DataLoaderDispatcher
 from accelerate.data.iterable import IterableDatasetShard, is_sharded_by_rank
 from accelerate.data.metrics import gather_for_metrics
@@ -19,6 +20,7 @@ from accelerate.data.shard_loader import DataLoaderShard
 
 __all__ = [
     "BatchSamplerShard",
+    "DataLoaderAdapter",
     "DataLoaderDispatcher",
     "DataLoaderShard",
     "IterableDatasetShard",

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from accelerate.data.samplers import SeedableRandomSampler, TorchOrderRandomSampler
+from accelerate.data.samplers import SeedableRandomSampler, TorchOrderRandomSampler, get_sampler, set_sampler
 from accelerate.state.gradient import GradientState
 from accelerate.utils.collectives import broadcast_object_list
 from accelerate.utils.comm import current_communicator
@@ -42,6 +42,17 @@ def preserve_global_rng(active: bool) -> Iterator[None]:
 
 
 STATE_FORMAT = 1
+
+
+def check_no_device_mesh(torch_device_mesh: Any, owner: str) -> None:
+    """Tensor/context-parallel data loading (batches shared within a mesh dimension) is not implemented."""
+    if torch_device_mesh is not None:
+        from accelerate.utils.errors import NotAvailableYetError
+
+        raise NotAvailableYetError(
+            f"{owner}(torch_device_mesh=...) shares batches across a tensor/context-parallel device mesh, which "
+            "this release does not support; leave torch_device_mesh=None (data parallel over all processes)."
+        )
 
 
 def _seed_of_process_zero(seed: int) -> int:
@@ -71,20 +82,60 @@ class LoaderProgress:
     generator_state_at_epoch_start: torch.Tensor | None = None
 
 
-class PreparedLoaderMixin:
+class DataLoaderStateMixin:
+    """Tells ``GradientState`` when an iteration begins and ends, and keeps the end-of-data facts.
+
+    ``end_of_dataloader`` is True while the epoch's last batch is in use and ``remainder`` is the
+    number of samples duplicated into the last round (-1 while unknown); gradient accumulation and
+    ``gather_for_metrics`` read them through ``GradientState``. A custom loader calls ``begin()``
+    before its first batch and ``end()`` after its last (also when the iteration is abandoned).
+    """
+
+    end_of_dataloader: bool = False
+    _remainder: int = -1
+    gradient_state: GradientState
+
+    @property
+    def remainder(self) -> int:
+        """Samples duplicated into the last round of the epoch (-1 while unknown)."""
+        return self._remainder
+
+    @remainder.setter
+    def remainder(self, value: int) -> None:
+        self._remainder = int(value)
+
+    def reset(self) -> None:
+        """Forgets the previous epoch's end: not at the end, remainder unknown."""
+        self.end_of_dataloader = False
+        self._remainder = -1
+
+    def begin(self) -> None:
+        """Resets, and makes this loader the one ``GradientState`` follows."""
+        self.reset()
+        self._state_for_gradients()._add_dataloader(self)
+
+    def end(self) -> None:
+        """Hands ``GradientState`` back to the enclosing loader (if any)."""
+        self._state_for_gradients()._remove_dataloader(self)
+
+    def _state_for_gradients(self) -> GradientState:
+        state = getattr(self, "gradient_state", None)
+        if state is None:  # a custom loader that never set one
+            state = self.gradient_state = GradientState()
+        return state
+
+
+class PreparedLoaderMixin(DataLoaderStateMixin):
     """Behaviour common to `DataLoaderShard` and `DataLoaderDispatcher` (both DataLoader subclasses)."""
 
     device: torch.device | None
     rng_types: list[str] | None
     synchronized_generator: torch.Generator | None
-    gradient_state: GradientState
     use_stateful_dataloader: bool
     base_dataloader: Any
-    end_of_dataloader: bool
     _progress: LoaderProgress
     _non_blocking: bool
     _view_skip: int | None
-    _remainder: int
     _step_base_batches: int
 
     def _init_prepared(
@@ -129,10 +180,13 @@ class PreparedLoaderMixin:
         return None
 
     # --- public attributes ----------------------------------------------------------------------
-    @property
-    def remainder(self) -> int:
-        """Samples duplicated into the last round of the epoch (-1 while unknown)."""
-        return self._remainder
+    def get_sampler(self) -> Any:
+        """The index sampler under this loader's (sharded) batch sampler; see `get_sampler`."""
+        return get_sampler(self)
+
+    def set_sampler(self, sampler: Any) -> None:
+        """Makes ``sampler`` the index sampler this loader's batches are drawn from (next epoch on)."""
+        set_sampler(self, sampler)
 
     @property
     def iteration(self) -> int:
@@ -256,6 +310,12 @@ class PreparedLoaderMixin:
                 synchronize_rng_states(others)
 
     # --- state ------------------------------------------------------------------------------------------
+    def adjust_state_dict_for_prefetch(self) -> None:
+        """Nothing to adjust: `state_dict` counts the batches handed out, never the one fetched ahead.
+
+        (Upstream corrects a torchdata state for its prefetching here; ours is exact as it is.)
+        """
+
     def state_dict(self) -> dict[str, Any]:
         """The loader's position: a plain dict of ints / tensors, safe to `torch.save`.
 

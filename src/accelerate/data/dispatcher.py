@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader
 
-from accelerate.data.base import PreparedLoaderMixin, preserve_global_rng
+from accelerate.data.base import PreparedLoaderMixin, check_no_device_mesh, preserve_global_rng
 from accelerate.data.batches import batch_length, pad_batch, slice_batch
 from accelerate.state.gradient import GradientState
 from accelerate.utils.agreement import agree_on_failure
@@ -62,10 +62,13 @@ class DataLoaderDispatcher(PreparedLoaderMixin, DataLoader):
         dataset: Any,
         split_batches: bool = False,
         skip_batches: int = 0,
-        use_stateful_dataloader: bool = True,
+        use_stateful_dataloader: bool = False,
         _drop_last: bool = False,
         _non_blocking: bool = False,
         slice_fn: Callable[[Any, slice], Any] | None = None,
+        torch_device_mesh: Any = None,
+        iteration: int = 0,
+        *,
         even_batches: bool = True,
         num_processes: int | None = None,
         process_index: int | None = None,
@@ -75,10 +78,12 @@ class DataLoaderDispatcher(PreparedLoaderMixin, DataLoader):
         gradient_state: GradientState | None = None,
         **kwargs: Any,
     ) -> None:
+        check_no_device_mesh(torch_device_mesh, "DataLoaderDispatcher")
         super().__init__(dataset, **kwargs)
         self._init_prepared(
             device, rng_types, synchronized_generator, _non_blocking, use_stateful_dataloader, gradient_state
         )
+        self._progress.epoch = int(iteration)
         if num_processes is None or process_index is None:
             from accelerate.state import PartialState
 
@@ -223,7 +228,7 @@ class DataLoaderDispatcher(PreparedLoaderMixin, DataLoader):
     # --- iteration ------------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         start, restoring = self._begin_iteration()
-        self.gradient_state._add_dataloader(self)
+        self.begin()
         reader = (
             self._read(start.batches, restoring and start.batches > 0) if self.process_index == 0 else None
         )
@@ -245,4 +250,4 @@ class DataLoaderDispatcher(PreparedLoaderMixin, DataLoader):
                     break
             self._finish_iteration()
         finally:
-            self.gradient_state._remove_dataloader(self)
+            self.end()

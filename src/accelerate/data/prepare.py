@@ -9,6 +9,7 @@ from typing import Any
 import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler
 
+from accelerate.data.base import check_no_device_mesh
 from accelerate.data.dispatcher import DataLoaderDispatcher
 from accelerate.data.iterable import IterableDatasetShard, is_sharded_by_rank
 from accelerate.data.samplers import BatchSamplerShard, SeedableRandomSampler, TorchOrderRandomSampler
@@ -85,7 +86,9 @@ def prepare_data_loader(
     use_seedable_sampler: bool = False,
     data_seed: int | None = None,
     non_blocking: bool = False,
-    use_stateful_dataloader: bool = True,
+    use_stateful_dataloader: bool = False,
+    torch_device_mesh: Any = None,
+    *,
     gradient_state: GradientState | None = None,
 ) -> DataLoaderShard | DataLoaderDispatcher:
     """Shards ``dataloader`` for this process; ``Accelerator.prepare`` calls it for every loader.
@@ -109,7 +112,9 @@ def prepare_data_loader(
         data_seed: the seedable sampler's seed; giving one implies ``use_seedable_sampler=True``
             (a seed that nothing would use is never ignored silently).
         non_blocking: copy batches to the device asynchronously (helps with ``pin_memory=True``).
-        use_stateful_dataloader: ``load_state_dict`` restores the position as well as the epoch.
+        use_stateful_dataloader: ``load_state_dict`` restores the position as well as the epoch
+            (``Accelerator.prepare`` passes ``DataLoaderConfiguration.use_stateful_dataloader``).
+        torch_device_mesh: tensor/context-parallel data loading; not available (anything but None raises).
         gradient_state: told when iteration starts and ends (default: ``GradientState()``).
 
     Raises:
@@ -119,6 +124,7 @@ def prepare_data_loader(
     Example:
         >>> loader = prepare_data_loader(DataLoader(ds, batch_size=8, shuffle=True), put_on_device=True)
     """
+    check_no_device_mesh(torch_device_mesh, "prepare_data_loader")
     if isinstance(dataloader, DataLoaderShard | DataLoaderDispatcher):
         raise ValueError(
             "this DataLoader was already prepared (it is a DataLoaderShard/DataLoaderDispatcher); preparing it "

@@ -15,8 +15,10 @@ from typing import Any
 
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset
 
+from accelerate.data.base import DataLoaderStateMixin
 from accelerate.data.dispatcher import DataLoaderDispatcher
 from accelerate.data.shard_loader import DataLoaderShard
+from accelerate.state.gradient import GradientState
 
 
 class SkipBatchSampler(BatchSampler):
@@ -39,20 +41,71 @@ class SkipBatchSampler(BatchSampler):
         return max(len(self.batch_sampler) - self.skip_batches, 0)
 
 
-class SkipDataLoader(DataLoader):
-    """A plain `DataLoader` that drops its first ``skip_batches`` batches (for iterable datasets)."""
+class SkipDataLoader(DataLoaderStateMixin, DataLoader):
+    """A plain `DataLoader` that drops its first ``skip_batches`` batches (for iterable datasets).
 
-    def __init__(self, dataset: Any, skip_batches: int = 0, **kwargs: Any) -> None:
+    It tells ``GradientState`` when it starts and ends and marks its last batch (``end_of_dataloader``),
+    so gradient accumulation syncs there as with a prepared loader. With
+    ``use_stateful_dataloader=True`` its position can be saved (``state_dict``) and restored
+    (``load_state_dict``: the next iteration starts there); without it those raise.
+    """
+
+    def __init__(
+        self, dataset: Any, skip_batches: int = 0, use_stateful_dataloader: bool = False, **kwargs: Any
+    ):
         super().__init__(dataset, **kwargs)
         self.skip_batches = skip_batches
+        self.use_stateful_dataloader = use_stateful_dataloader
+        self.gradient_state = GradientState()
+        self._position: int | None = None  # batches of the epoch consumed (skipped + handed out), mid-epoch
+        self._resume_at: int | None = None  # set by load_state_dict for the next iteration
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
-        for index, batch in enumerate(super().__iter__()):
-            if index >= self.skip_batches:
-                yield batch
+        start = self.skip_batches if self._resume_at is None else self._resume_at
+        self._resume_at = None
+        self._position = start
+        self.begin()
+        try:
+            iterator = super().__iter__()
+            for _ in range(start):
+                if next(iterator, _END) is _END:
+                    break
+            current = next(iterator, _END)
+            while current is not _END:
+                following = next(iterator, _END)  # one ahead: the last batch is known as it goes out
+                if following is _END:
+                    self.end_of_dataloader = True
+                    self.remainder = 0
+                self._position += 1
+                yield current
+                current = following
+            self._position = None
+        finally:
+            self.end()
 
     def __len__(self) -> int:
         return max(super().__len__() - self.skip_batches, 0)
+
+    def _require_state(self, call: str) -> None:
+        if not self.use_stateful_dataloader:
+            raise ValueError(
+                f"SkipDataLoader.{call}(): this loader keeps no position; create it with use_stateful_dataloader=True"
+            )
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"batches_consumed": n}``: where the next iteration would start after `load_state_dict`."""
+        self._require_state("state_dict")
+        return {"batches_consumed": self.skip_batches if self._position is None else self._position}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._require_state("load_state_dict")
+        self._resume_at = int(state_dict["batches_consumed"])
+
+    def adjust_state_dict_for_prefetch(self) -> None:
+        """Nothing to adjust: the batch fetched ahead is not counted in `state_dict`."""
+
+
+_END: Any = object()
 
 
 def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoader:

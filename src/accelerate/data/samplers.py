@@ -397,4 +397,52 @@ def base_batch_sampler(batch_sampler: Any) -> Any:
     return batch_sampler.batch_sampler if isinstance(batch_sampler, BatchSamplerShard) else batch_sampler
 
 
-__all__ = ["BatchSampler", "BatchSamplerShard", "SeedableRandomSampler", "base_batch_sampler"]
+def _innermost_batch_sampler(dataloader: Any) -> Any:
+    batch_sampler = getattr(dataloader, "batch_sampler", None)
+    # Through shards and skip wrappers (each keeps the one it wraps as `.batch_sampler`).
+    while batch_sampler is not None and hasattr(batch_sampler, "batch_sampler"):
+        batch_sampler = batch_sampler.batch_sampler
+    return batch_sampler
+
+
+def get_sampler(dataloader: Any) -> Any:
+    """The sampler that orders ``dataloader``'s samples (a `RandomSampler` when it shuffles).
+
+    Looks through the wrappers accelerate puts around the user's batch sampler (`BatchSamplerShard`,
+    `SkipBatchSampler`); for a loader built with ``batch_size=None`` it is the loader's ``sampler``,
+    and for one given a `BatchSampler` as ``sampler`` it is that batch sampler's sampler.
+
+    Example:
+        >>> get_sampler(accelerator.prepare(DataLoader(ds, shuffle=True)))
+        <...RandomSampler object at ...>
+    """
+    reader = _sampler_reader(dataloader)
+    return getattr(reader, "sampler", None) if reader is not None else getattr(dataloader, "sampler", None)
+
+
+def _sampler_reader(dataloader: Any) -> Any:
+    """The batch sampler whose ``sampler`` attribute :func:`get_sampler` returns (None: the loader's own)."""
+    reader = _innermost_batch_sampler(dataloader)
+    if reader is None:
+        current = getattr(dataloader, "sampler", None)
+        return current if isinstance(current, BatchSampler) else None
+    # A BatchSampler given as `sampler`: the loader batches its batches; the inner one orders the samples.
+    inner = getattr(reader, "sampler", None)
+    return inner if isinstance(inner, BatchSampler) else reader
+
+
+def set_sampler(dataloader: Any, sampler: Any) -> None:
+    """Replaces the sampler :func:`get_sampler` returns, in the batch sampler that reads it."""
+    reader = _sampler_reader(dataloader)
+    if reader is None:
+        raise ValueError(
+            "set_sampler: this loader has no batch sampler (it was built with batch_size=None) and a "
+            "DataLoader's own `sampler` cannot change after it is created; build a new DataLoader with "
+            "sampler=... instead"
+        )
+    reader.sampler = sampler
+
+
+__all__ = [
+    "BatchSampler", "BatchSamplerShard", "SeedableRandomSampler", "base_batch_sampler", "get_sampler", "set_sampler",
+]  # fmt: skip

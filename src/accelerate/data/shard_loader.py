@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, RandomSampler
 
-from accelerate.data.base import PreparedLoaderMixin, preserve_global_rng
+from accelerate.data.base import PreparedLoaderMixin, check_no_device_mesh, preserve_global_rng
 from accelerate.data.iterable import IterableDatasetShard
 from accelerate.data.samplers import (
     BatchSamplerShard,
@@ -38,6 +38,9 @@ class DataLoaderShard(PreparedLoaderMixin, DataLoader):
         synchronized_generator: the sampler's generator, synchronised and saved for exact resume.
         skip_batches: batches to skip at the start of every iteration (see `skip_first_batches`).
         use_stateful_dataloader: `load_state_dict` restores the position, not only the epoch.
+        torch_device_mesh: for tensor/context-parallel data loading, not available in this release
+            (anything but None raises).
+        iteration: the epoch the first iteration is (as `set_epoch` would set it).
         gradient_state: told when iteration starts/ends (defaults to ``GradientState()``).
         **kwargs: the usual `DataLoader` arguments.
 
@@ -53,16 +56,21 @@ class DataLoaderShard(PreparedLoaderMixin, DataLoader):
         rng_types: Sequence[str] | None = None,
         synchronized_generator: torch.Generator | None = None,
         skip_batches: int = 0,
-        use_stateful_dataloader: bool = True,
+        use_stateful_dataloader: bool = False,
         _drop_last: bool = False,
         _non_blocking: bool = False,
+        torch_device_mesh: Any = None,
+        iteration: int = 0,
+        *,
         gradient_state: GradientState | None = None,
         **kwargs: Any,
     ) -> None:
+        check_no_device_mesh(torch_device_mesh, "DataLoaderShard")
         super().__init__(dataset, **kwargs)
         self._init_prepared(
             device, rng_types, synchronized_generator, _non_blocking, use_stateful_dataloader, gradient_state
         )
+        self._progress.epoch = int(iteration)
         self._drop_last = _drop_last
         if skip_batches:
             self._view_skip = int(skip_batches)
@@ -136,7 +144,7 @@ class DataLoaderShard(PreparedLoaderMixin, DataLoader):
             self._check_skip(base)
             self.batch_sampler.skip_base_batches = base
             loader_skip = 0  # skipped as index lists, before any sample is loaded
-        self.gradient_state._add_dataloader(self)
+        self.begin()
         try:
             with preserve_global_rng(restoring and start.batches > 0):
                 iterator = super().__iter__()
@@ -159,7 +167,7 @@ class DataLoaderShard(PreparedLoaderMixin, DataLoader):
                 self._remainder = self._epoch_duplicates()
             self._finish_iteration()
         finally:
-            self.gradient_state._remove_dataloader(self)
+            self.end()
 
     def _check_skip(self, base: int) -> None:
         sampler = self.batch_sampler

@@ -22,27 +22,13 @@ from accelerate.utils.dataclasses import (
     PrecisionType,
     check_mixed_precision,
 )
+from accelerate.utils.fp32_outputs import convert_outputs_to_fp32
 from accelerate.utils.modeling import ORIGINAL_FORWARD
-from accelerate.utils.tree import recursively_apply
 
 _DTYPES: dict[str, torch.dtype] = {
     PrecisionType.FP16.value: torch.float16,
     PrecisionType.BF16.value: torch.bfloat16,
 }
-
-
-def _to_fp32(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor.float() if tensor.dtype in (torch.float16, torch.bfloat16) else tensor
-
-
-def convert_outputs_to_fp32(forward: Callable[..., Any]) -> Callable[..., Any]:
-    """Wraps ``forward`` so half-precision floating outputs come back as fp32."""
-
-    @functools.wraps(forward)
-    def wrapped(*args: Any, **kwargs: Any) -> Any:
-        return recursively_apply(_to_fp32, forward(*args, **kwargs))
-
-    return wrapped
 
 
 class Precision:

@@ -19,6 +19,8 @@ class GradientState:
             optimizer step should apply.
         end_of_dataloader: True while the active dataloader yields its last batch.
         remainder: duplicated samples in the last round of the active dataloader (-1 if unknown).
+        micro_step: micro-steps since the last sync (what ``Accelerator.step`` reads and
+            checkpoints save); this object is its one owner.
     """
 
     _initialized: bool = False
@@ -39,6 +41,7 @@ class GradientState:
     def __init__(self, gradient_accumulation_plugin: Any | None = None) -> None:
         if not self._initialized:
             self.sync_gradients = True
+            self.micro_step = 0
             self.num_steps = 1
             self.adjust_scheduler = True
             self.sync_with_dataloader = True
@@ -81,6 +84,16 @@ class GradientState:
 
     def _set_sync_gradients(self, sync_gradients: bool) -> None:
         self.sync_gradients = sync_gradients
+
+    def begin_micro_step(self) -> None:
+        """Counts a micro-step and decides whether it syncs: every ``num_steps``-th does, and so does
+        the last batch of a prepared dataloader (a partial window at the epoch's end)."""
+        if self.sync_with_dataloader and self.end_of_dataloader:
+            self.micro_step = 0
+            self.sync_gradients = True
+        else:
+            self.micro_step += 1
+            self.sync_gradients = self.micro_step % self.num_steps == 0
 
     def _add_dataloader(self, dataloader: Any) -> None:
         """A prepared loader calls this when its iteration starts (loaders may nest)."""

@@ -7,7 +7,6 @@ receives this object as an argument; tests call :func:`reset_process_state` betw
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import functools
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -20,7 +19,9 @@ import torch.distributed as dist
 from accelerate.config.env import read_launch_env
 from accelerate.state.distributed_type import DistributedType
 from accelerate.state.environment import ClusterEnvironment, detect_environment
+from accelerate.state.process_group import GroupRequest, init_or_adopt, release_unused_groups
 from accelerate.state.shared import SharedStateView, fork_launched, set_device
+from accelerate.state.teardown import stop_background_work
 from accelerate.utils.collectives import check_arrival
 from accelerate.utils.comm import bind_communicator, make_communicator
 
@@ -108,8 +109,10 @@ class PartialState:
         self.backend: str | None = None
         self.distributed_type = _distributed_type(self.device, env.world_size)
         if env.is_distributed:
-            self.backend = backend or _default_backend(self.device)
-            self._init_process_group(env, self.backend, timeout, init_method)
+            # The group's real backend, also when an existing group was adopted (that warns,
+            # naming each requested setting it could not apply).
+            request = GroupRequest(backend=backend, timeout=timeout, init_method=init_method)
+            self.backend = init_or_adopt(env, request, _default_backend(self.device))
         # The collectives learn the group's facts from here, not from torch.distributed globals.
         bind_communicator(
             make_communicator(
@@ -134,25 +137,6 @@ class PartialState:
                 f"The process group already uses backend {self.backend!r}; a later call asked for "
                 f"{backend!r}. Pass the backend to the first Accelerator/PartialState only."
             )
-
-    @staticmethod
-    def _init_process_group(
-        env: ClusterEnvironment, backend: str, timeout: timedelta | None, init_method: str | None
-    ) -> None:
-        if dist.is_initialized():
-            # A user (or a test harness) set it up already: adopt it.
-            return
-        kwargs: dict[str, Any] = {"backend": backend, "world_size": env.world_size, "rank": env.rank}
-        if timeout is not None:
-            kwargs["timeout"] = timeout
-        if init_method is not None:
-            kwargs["init_method"] = init_method
-        elif env.source == "torchrun":
-            kwargs["init_method"] = "env://"
-        else:
-            kwargs["init_method"] = f"tcp://{env.master_addr}:{env.master_port}"
-        dist.init_process_group(**kwargs)
-        atexit.register(_destroy_at_exit)
 
     # --- facts ----------------------------------------------------------------------------
     @property
@@ -300,12 +284,21 @@ class PartialState:
         yield split_for_process(inputs, self.num_processes, self.process_index, apply_padding)
 
     def destroy_process_group(self, group: Any = None) -> None:
-        """Tears the process group down (safe to call more than once)."""
-        if group is not None:  # a subgroup the caller made: only that one goes
+        """Stops the library's background work, then destroys the process group (safe to repeat).
+
+        With ``group`` (a subgroup the caller made) only that group is destroyed.
+
+        Wrappers such as DistributedDataParallel may keep the group's threads alive after this;
+        the exit handler (:mod:`accelerate.state.teardown`) releases them before the interpreter
+        finalises.
+        """
+        if group is not None:
             dist.destroy_process_group(group)
             return
+        stop_background_work()
         if dist.is_available() and dist.is_initialized():
             dist.destroy_process_group()
+        release_unused_groups()
 
 
 def split_for_process(inputs: Any, num_processes: int, index: int, apply_padding: bool = False) -> Any:
@@ -341,16 +334,11 @@ def _length(value: Any, where: str) -> int:
     )
 
 
-def _destroy_at_exit() -> None:
-    with contextlib.suppress(Exception):
-        if dist.is_initialized():
-            dist.destroy_process_group()
-
-
 def reset_process_state(destroy_process_group: bool = False) -> None:
     """Forgets the per-process state (tests). The process group survives unless asked."""
     global _STATE
     if destroy_process_group and dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+        release_unused_groups()
     _STATE = None
     bind_communicator(None)

@@ -20,14 +20,36 @@ _register(
 )  # fmt: skip
 _register(
     "accelerate.utils.collectives",
-    "DistributedOperationException", "broadcast", "broadcast_object_list", "gather", "gather_object",
-    "pad_across_processes", "reduce", "verify_operation",
+    "CannotPadNestedTensorWarning", "DistributedOperationException", "broadcast", "broadcast_object_list",
+    "gather", "gather_object", "pad_across_processes", "reduce", "verify_operation",
 )  # fmt: skip
 _register(
     "accelerate.utils.tree",
-    "concatenate", "find_batch_size", "get_data_structure", "honor_type", "is_namedtuple", "is_torch_tensor",
-    "listify", "recursively_apply", "send_to_device", "slice_tensors",
+    "concatenate", "find_batch_size", "get_data_structure", "honor_type", "ignorant_find_batch_size",
+    "is_namedtuple", "is_torch_tensor", "listify", "merge_dicts", "pad_input_tensors", "recursively_apply",
+    "send_to_device", "slice_tensors",
 )  # fmt: skip
+_register(
+    "accelerate.utils.tensor_info",
+    "TensorInformation", "find_device", "initialize_tensors", "is_tensor_information",
+)  # fmt: skip
+_register("accelerate.utils.owned_tensor", "copy_tensor_to_devices")
+_register("accelerate.utils.fp32_outputs", "convert_outputs_to_fp32", "convert_to_fp32")
+_register("accelerate.utils.gathered_parameters", "GatheredParameters")
+_register(
+    "accelerate.utils.regional_compilation",
+    "compile_regions", "compile_regions_deepspeed", "compile_regions_fsdp2", "has_compiled_regions",
+    "is_compiled_module",
+)  # fmt: skip
+_register(
+    "accelerate.utils.module_inspection",
+    "get_model_tp_size", "get_module_children_bottom_up", "model_has_dtensor", "recursive_getattr",
+)  # fmt: skip
+_register("accelerate.utils.ports", "is_port_in_use")
+_register("accelerate.utils.text", "convert_bytes", "get_pretty_name")
+_register("accelerate.utils.kernel_check", "check_os_kernel")
+_register("accelerate.checkpointing.single_file", "clean_state_dict_for_safetensors", "load", "save")
+_register("accelerate.utils.other", "wait_for_everyone")
 _register("accelerate.utils.errors", "NotAvailableYetError")
 _register("accelerate.utils.random", "set_seed", "synchronize_rng_state", "synchronize_rng_states")
 _register(

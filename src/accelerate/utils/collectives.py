@@ -8,7 +8,10 @@ instead of hanging inside the collective. Without debug mode no extra communicat
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+import warnings
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -18,15 +21,24 @@ from accelerate.utils.comm import current_communicator
 from accelerate.utils.tree import check_tensor_leaves, recursively_apply
 
 __all__ = [
+    "CannotPadNestedTensorWarning",
     "DistributedOperationException",
     "broadcast",
     "broadcast_object_list",
     "gather",
     "gather_object",
     "pad_across_processes",
+    "chained_operation",
     "reduce",
     "verify_operation",
 ]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class CannotPadNestedTensorWarning(UserWarning):
+    """``pad_across_processes`` met a nested (jagged) tensor: it has no single size to pad, so it is left as is."""
+
 
 # torch 2.13 renamed all_gather_into_tensor (now deprecated, with a warning on every call).
 _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -56,12 +68,80 @@ def _signature(data: Any, dims_only: bool = False) -> list[str]:
     return out
 
 
-def verify_operation(operation: str, data: Any, *, dims_only: bool = False) -> None:
+def check_operation_inputs(operation: str, data: Any, *, dims_only: bool = False) -> None:
     """Raises on every process unless all reached ``operation`` with the same structure, shapes, dtypes.
 
-    What debug mode runs before each collective (see :mod:`accelerate.utils.collective_checks`).
+    Checks whether or not debug mode is on (call it on every process); :func:`verify_operation`
+    is the decorator that runs it only in debug mode. See :mod:`accelerate.utils.collective_checks`.
     """
     check_collective(current_communicator(), operation, _signature(data, dims_only))
+
+
+def verify_operation(function: F) -> F:
+    """Decorator: in debug mode, checks the first argument (or ``tensor=``) across processes first.
+
+    Before ``function`` runs, every process compares the structure, shapes and dtypes of the tensors
+    it passes; a mismatch raises :class:`DistributedOperationException` on every process, listing each
+    one's shapes, instead of hanging inside the collective. Without debug mode (or in one process)
+    the function is called directly, with no communication.
+
+    Example:
+        >>> @verify_operation
+        ... def my_all_gather(tensor): ...
+    """
+    operation = f"{function.__module__}.{function.__qualname__}"
+
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        comm = current_communicator()
+        if comm.debug and comm.world_size > 1:
+            if "tensor" in kwargs:
+                data = kwargs["tensor"]
+            elif args:
+                data = args[0]
+            else:
+                raise TypeError(
+                    f"{operation}() needs the tensor(s) to check as its first argument or `tensor=`"
+                )
+            _check_device(operation, data, comm.device)
+            check_collective(comm, operation, _signature(data))
+        return function(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _check_device(operation: str, data: Any, device: torch.device) -> None:
+    """NCCL only moves GPU tensors: a CPU tensor there would fail deep inside the backend."""
+    if device.type == "cpu":
+        return
+    from accelerate.utils.tensor_info import find_device
+
+    found = find_device(data)
+    if found is not None and found.type != device.type:
+        raise DistributedOperationException(
+            f"`{operation}` got tensors on {found.type} but this process group communicates on {device.type}; "
+            f"move them first (e.g. `send_to_device(data, {str(device)!r})`)."
+        )
+
+
+def chained_operation(function: F) -> F:
+    """Decorator for an operation built on checked collectives: their mismatch error names it too.
+
+    A :class:`DistributedOperationException` raised inside ``function`` (by a collective it calls)
+    is raised again naming ``function``, with the original error as its cause.
+    """
+    operation = f"{function.__module__}.{function.__qualname__}"
+
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(*args, **kwargs)
+        except DistributedOperationException as exc:
+            raise DistributedOperationException(
+                f"`{operation}` failed in one of the collectives it makes: {exc}"
+            ) from exc
+
+    return wrapper  # type: ignore[return-value]
 
 
 def _checked(operation: str, data: Any, dims_only: bool = False) -> None:
@@ -169,6 +249,14 @@ def pad_across_processes(tensor: Any, dim: int = 0, pad_index: int = 0, pad_firs
         return tensor
 
     def _pad(t: torch.Tensor) -> torch.Tensor:
+        if t.is_nested:
+            warnings.warn(
+                "pad_across_processes cannot pad a nested tensor (its entries have different sizes); it is "
+                "returned unchanged. Pad its entries (t.unbind()) or convert it with t.to_padded_tensor(0.0).",
+                CannotPadNestedTensorWarning,
+                stacklevel=4,
+            )
+            return t
         if dim >= t.dim() or dim < -t.dim():
             return t
         axis = dim % t.dim()

@@ -608,6 +608,7 @@ _ELSEWHERE = {
     "DistributedType": "accelerate.state.distributed_type",
     "ComputeEnvironment": "accelerate.state.distributed_type",
     "CustomDtype": "accelerate.big_modeling.sizes",
+    "TensorInformation": "accelerate.utils.tensor_info",
 }
 
 

@@ -14,12 +14,12 @@ from typing import Any, cast
 import torch
 
 
-def is_torch_tensor(value: Any) -> bool:
-    return isinstance(value, torch.Tensor)
+def is_torch_tensor(tensor: Any) -> bool:
+    return isinstance(tensor, torch.Tensor)
 
 
-def is_namedtuple(value: Any) -> bool:
-    return isinstance(value, tuple) and hasattr(value, "_fields")
+def is_namedtuple(data: Any) -> bool:
+    return isinstance(data, tuple) and hasattr(data, "_fields")
 
 
 def honor_type(obj: Any, generator: Any) -> Any:
@@ -191,6 +191,14 @@ def find_batch_size(data: Any) -> int | None:
     return None
 
 
+def ignorant_find_batch_size(data: Any) -> int | None:
+    """:func:`find_batch_size` for data that may hold no tensor at all: never raises, None then."""
+    try:
+        return find_batch_size(data)
+    except (TypeError, ValueError):  # an exotic container whose iteration fails
+        return None
+
+
 def concatenate(data: Sequence[Any], dim: int = 0) -> Any:
     """Concatenates a list of same-structured batches along ``dim``, leaf by leaf."""
     if len(data) == 0:
@@ -216,6 +224,53 @@ def slice_tensors(
     them); the slice alone decides the result.
     """
     return recursively_apply(lambda t: t[tensor_slice], data)
+
+
+def pad_input_tensors(tensor: Any, batch_size: int, num_processes: int, dim: int = 0) -> Any:
+    """Pads each tensor with zeros along ``dim`` up to the next multiple of ``num_processes``.
+
+    For splitting a batch of ``batch_size`` samples evenly between processes (each then gets
+    ``padded // num_processes``); drop the padding after gathering the results. A batch that already
+    divides evenly is returned as it is.
+
+    Example:
+        >>> pad_input_tensors(torch.ones(5, 2), batch_size=5, num_processes=2).shape
+        torch.Size([6, 2])
+    """
+    if num_processes < 1:
+        raise ValueError(f"pad_input_tensors(num_processes={num_processes}) needs at least one process")
+    if batch_size % num_processes == 0:
+        return tensor
+    target = batch_size + num_processes - batch_size % num_processes
+
+    def _pad(t: torch.Tensor) -> torch.Tensor:
+        if t.dim() == 0 or t.shape[dim] != batch_size:
+            return t  # not batched along dim: nothing to split, nothing to pad
+        shape = list(t.shape)
+        shape[dim] = target
+        out = t.new_zeros(shape)
+        out.narrow(dim, 0, batch_size).copy_(t)
+        return out
+
+    return recursively_apply(_pad, tensor)
+
+
+def merge_dicts(source: Mapping[Any, Any], destination: dict[Any, Any]) -> dict[Any, Any]:
+    """Merges ``source`` into ``destination`` in place, nested dicts key by key; returns ``destination``.
+
+    Example:
+        >>> merge_dicts({"a": {"x": 1}}, {"a": {"y": 2}, "b": 3})
+        {'a': {'y': 2, 'x': 1}, 'b': 3}
+    """
+    for key, value in source.items():
+        if isinstance(value, Mapping):
+            node = destination.get(key)
+            if not isinstance(node, dict):
+                node = destination[key] = {}
+            merge_dicts(value, node)
+        else:
+            destination[key] = value
+    return destination
 
 
 def listify(data: Any) -> Any:

@@ -1,0 +1,227 @@
+"""Turns ``Accelerator(...)``'s arguments and the launcher's environment into what it runs with.
+
+``backends/resolve.py`` decides the strategy and precision; this module wires everything else
+together once: the process state, the kwargs handlers, gradient accumulation, the data and
+compile settings, the project folder and the trackers. The Accelerator takes the result as it is,
+so its constructor stays a list of assignments and each rule (which source wins, which
+combination is an error) lives in one function here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from accelerate.backends.base import Strategy
+from accelerate.backends.resolve import check_unavailable, resolve_mixed_precision, resolve_strategy
+from accelerate.config.env import LaunchEnv, read_launch_env
+from accelerate.precision.amp import Precision
+from accelerate.state import AcceleratorState, GradientState, PartialState
+from accelerate.state.parallelism import device_mesh_for
+from accelerate.utils.dataclasses import (
+    AutocastKwargs,
+    DataLoaderConfiguration,
+    DistributedDataParallelKwargs,
+    GradientAccumulationPlugin,
+    GradScalerKwargs,
+    InitProcessGroupKwargs,
+    KwargsHandler,
+    ProfileKwargs,
+    ProjectConfiguration,
+    TorchDynamoPlugin,
+    collect_kwargs_handlers,
+)
+
+
+@dataclasses.dataclass
+class Connection:
+    """Everything an Accelerator holds besides the objects it prepares."""
+
+    partial_state: PartialState
+    state: AcceleratorState
+    precision: Precision
+    strategy: Strategy
+    gradient_state: GradientState
+    dataloader_config: DataLoaderConfiguration
+    dynamo_plugin: TorchDynamoPlugin
+    project_configuration: ProjectConfiguration
+    log_with: list[Any]
+    rng_types: list[str]
+    ddp_handler: DistributedDataParallelKwargs | None
+    scaler_handler: GradScalerKwargs | None
+    autocast_handler: AutocastKwargs | None
+    init_handler: InitProcessGroupKwargs | None
+    profile_handler: ProfileKwargs | None
+
+
+def connect(
+    *,
+    split_batches: bool | None,
+    mixed_precision: str | None,
+    gradient_accumulation_steps: int,
+    cpu: bool,
+    dataloader_config: DataLoaderConfiguration | None,
+    deepspeed_plugin: Any,
+    fsdp_plugin: Any,
+    torch_tp_plugin: Any,
+    megatron_lm_plugin: Any,
+    rng_types: Sequence[str] | None,
+    log_with: Any,
+    project_dir: str | None,
+    project_config: ProjectConfiguration | None,
+    gradient_accumulation_plugin: GradientAccumulationPlugin | None,
+    kwargs_handlers: Sequence[KwargsHandler] | None,
+    dynamo_backend: str | None,
+    dynamo_plugin: TorchDynamoPlugin | None,
+    deepspeed_plugins: Any,
+    parallelism_config: Any,
+    even_batches: bool | None,
+    use_seedable_sampler: bool | None,
+    dispatch_batches: bool | None,
+) -> Connection:
+    """Validates the arguments (before any process group is created) and builds the Connection."""
+    check_unavailable(
+        deepspeed_plugin=deepspeed_plugin,
+        fsdp_plugin=fsdp_plugin,
+        megatron_lm_plugin=megatron_lm_plugin,
+        torch_tp_plugin=torch_tp_plugin,
+        deepspeed_plugins=deepspeed_plugins,
+        parallelism_config=parallelism_config,
+    )
+    trackers = _trackers(log_with)
+    project = _project(project_dir, project_config)
+    launch = read_launch_env()
+    handlers = collect_kwargs_handlers(kwargs_handlers)
+    pg: InitProcessGroupKwargs | None = handlers.get(InitProcessGroupKwargs)
+    partial = PartialState(
+        cpu,
+        backend=pg.backend if pg else None,
+        timeout=pg.timeout if pg else None,
+        init_method=pg.init_method if pg else None,
+    )
+    mode = resolve_mixed_precision(mixed_precision, launch.mixed_precision, partial.device)
+    # Raises, naming both values, if an earlier Accelerator in this process chose differently.
+    state = AcceleratorState(mixed_precision=mode, cpu=cpu)
+    precision = Precision(
+        mode,
+        partial.device,
+        autocast_kwargs=handlers.get(AutocastKwargs),
+        scaler_kwargs=handlers.get(GradScalerKwargs),
+    )
+    ddp_handler = handlers.get(DistributedDataParallelKwargs)
+    strategy = resolve_strategy(partial, ddp_kwargs=ddp_handler)
+    gradient_state = GradientState(
+        accumulation_plugin(
+            gradient_accumulation_plugin, gradient_accumulation_steps, launch.gradient_accumulation_steps
+        )
+    )
+    dynamo = _dynamo_plugin(dynamo_plugin, dynamo_backend, launch)
+    state.dynamo_plugin = dynamo
+    state.dynamo_backend = str(dynamo.backend)
+    # Plain data parallelism only (check_unavailable refused the rest): a 1-D mesh over the group.
+    state.parallelism_config = parallelism_config
+    state.device_mesh = device_mesh_for(parallelism_config, partial.num_processes, partial.device.type)
+    return Connection(
+        partial_state=partial,
+        state=state,
+        precision=precision,
+        strategy=strategy,
+        gradient_state=gradient_state,
+        dataloader_config=merge_dataloader_config(
+            dataloader_config,
+            split_batches=split_batches,
+            even_batches=even_batches,
+            use_seedable_sampler=use_seedable_sampler,
+            dispatch_batches=dispatch_batches,
+        ),
+        dynamo_plugin=dynamo,
+        project_configuration=project,
+        log_with=trackers,
+        rng_types=list(rng_types) if rng_types is not None else ["generator"],
+        ddp_handler=ddp_handler,
+        scaler_handler=handlers.get(GradScalerKwargs),
+        autocast_handler=handlers.get(AutocastKwargs),
+        init_handler=pg,
+        profile_handler=handlers.get(ProfileKwargs),
+    )
+
+
+def _trackers(log_with: Any) -> list[Any]:
+    if log_with is None or log_with == [] or log_with == "none":
+        return []
+    from accelerate.tracking import check_trackers
+
+    return check_trackers(log_with)
+
+
+def _project(project_dir: str | None, project_config: ProjectConfiguration | None) -> ProjectConfiguration:
+    if project_config is not None and project_dir is not None:
+        raise ValueError(
+            "Accelerator got both project_dir and project_config; set the directory inside "
+            "ProjectConfiguration(project_dir=...) and pass only project_config."
+        )
+    return project_config or ProjectConfiguration(project_dir=project_dir)
+
+
+def _dynamo_plugin(plugin: TorchDynamoPlugin | None, backend: str | None, launch: LaunchEnv) -> TorchDynamoPlugin:
+    """The ``torch.compile`` settings: what the caller set, the launcher's settings for the rest."""
+    if plugin is not None and backend is not None and str(plugin.backend or backend).lower() != backend.lower():
+        raise ValueError(
+            f"Accelerator got dynamo_backend={backend!r} and dynamo_plugin with backend={plugin.backend!r}; "
+            "set the backend in one place (the plugin is preferred)."
+        )
+    plugin = dataclasses.replace(plugin) if plugin is not None else TorchDynamoPlugin()
+    if plugin.use_regional_compilation:
+        from accelerate.utils.errors import NotAvailableYetError
+
+        raise NotAvailableYetError(
+            "TorchDynamoPlugin(use_regional_compilation=True) is not available in this accelerate yet; "
+            "drop it to compile the whole model."
+        )
+    plugin.backend = plugin.backend or backend or launch.dynamo_backend or "no"
+    if plugin.mode is None:
+        plugin.mode = launch.dynamo_mode
+    if plugin.fullgraph is None:
+        plugin.fullgraph = bool(launch.dynamo_use_fullgraph)
+    if plugin.dynamic is None:
+        plugin.dynamic = launch.dynamo_use_dynamic
+    return plugin
+
+
+def accumulation_plugin(
+    plugin: GradientAccumulationPlugin | None, steps: int, launched_steps: int | None
+) -> GradientAccumulationPlugin:
+    """The plugin, or one built from ``gradient_accumulation_steps`` (the launcher's value when unset)."""
+    if plugin is not None:
+        if steps != 1:
+            raise ValueError(
+                f"Accelerator got gradient_accumulation_steps={steps} and gradient_accumulation_plugin="
+                f"{plugin}; set num_steps inside the plugin and drop gradient_accumulation_steps."
+            )
+        return plugin
+    if steps == 1 and launched_steps is not None:
+        steps = launched_steps
+    if not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"gradient_accumulation_steps must be an integer >= 1, got {steps!r}")
+    return GradientAccumulationPlugin(num_steps=steps)
+
+
+def merge_dataloader_config(
+    config: DataLoaderConfiguration | None, **legacy: bool | None
+) -> DataLoaderConfiguration:
+    """Merges the older top-level data arguments into a DataLoaderConfiguration."""
+    given = {k: v for k, v in legacy.items() if v is not None}
+    if config is None:
+        return DataLoaderConfiguration(**given)
+    config = dataclasses.replace(config)  # the Accelerator's own copy: the caller's object stays as given
+    defaults = DataLoaderConfiguration()
+    for key, value in given.items():
+        current = getattr(config, key)
+        if current != getattr(defaults, key) and current != value:
+            raise ValueError(
+                f"Accelerator({key}={value}) contradicts dataloader_config.{key}={current}; "
+                "set it in one place (DataLoaderConfiguration is preferred)."
+            )
+        setattr(config, key, value)
+    return config
