@@ -13,7 +13,6 @@ import torch
 
 from accelerate.state.distributed_type import DistributedType
 from accelerate.utils.errors import requires_hardware
-from accelerate.utils.hardware_dataclasses import FP8BackendType
 
 _MULTI_DEVICE = frozenset(
     {
@@ -28,6 +27,7 @@ if TYPE_CHECKING:
     from accelerate.state import AcceleratorState, GradientState, PartialState
     from accelerate.state.trigger import ProcessTrigger
     from accelerate.utils.dataclasses import DataLoaderConfiguration, ProjectConfiguration
+    from accelerate.utils.hardware_dataclasses import FP8BackendType
 
 
 class AcceleratorFacts:
@@ -218,6 +218,8 @@ class AcceleratorFacts:
 
     @property
     def fp8_backend(self) -> FP8BackendType:
+        from accelerate.utils.hardware_dataclasses import FP8BackendType  # many dataclasses: not at start-up
+
         return FP8BackendType.NO
 
     def lomo_backward(self, loss: torch.Tensor, learning_rate: float) -> None:

@@ -99,3 +99,15 @@ def test_guarded_turns_a_failure_into_a_skip_row() -> None:
     (row,) = guarded("2-proc", "launch", broken)
     assert row.status == "skip"
     assert "accelerate.launch" in row.note
+
+
+def test_accelerator_import_skips_hardware_only_configs() -> None:
+    """`from accelerate import Accelerator` loads no hardware-only config classes (dozens of dataclasses)."""
+    probe = (
+        "import sys\nfrom accelerate import Accelerator\n"
+        "print('accelerate.utils.hardware_dataclasses' in sys.modules)"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELERATE_")}
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "False"

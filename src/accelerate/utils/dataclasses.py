@@ -580,31 +580,28 @@ def collect_kwargs_handlers(handlers: Any) -> dict[type, Any]:
     return found
 
 
-# Hardware-only configuration objects live in their own module; this is their public home.
-from accelerate.utils.hardware_dataclasses import (  # noqa: E402, F401  (re-exports)
-    MODEL_CONFIGS_TO_MEGATRON_PARSERS,
-    AmaxComputeAlgorithm,
-    AORecipeKwargs,
-    Backend,
-    BnbQuantizationConfig,
-    FP8BackendType,
-    FP8Format,
-    FP8RecipeKwargs,
-    MegatronLMPlugin,
-    MSAMPRecipeKwargs,
-    OptLevel,
-    TERecipeKwargs,
-    add_model_config_to_megatron_parser,
-    parse_bert_config,
-    parse_glm4_moe_config,
-    parse_gpt2_config,
-    parse_llama_config,
-    parse_t5_config,
-)
-
-# Defined with the process state or the big-model sizes (which import torch); loaded on first use so
-# this module stays torch-free.
+# Defined elsewhere (the process state and big-model sizes import torch; the hardware-only configs
+# are many dataclasses nobody needs at start-up); loaded on first use.
 _ELSEWHERE = {
+    # Hardware-only configuration objects: their own module, loaded only when one is asked for.
+    "MODEL_CONFIGS_TO_MEGATRON_PARSERS": "accelerate.utils.hardware_dataclasses",
+    "AmaxComputeAlgorithm": "accelerate.utils.hardware_dataclasses",
+    "AORecipeKwargs": "accelerate.utils.hardware_dataclasses",
+    "Backend": "accelerate.utils.hardware_dataclasses",
+    "BnbQuantizationConfig": "accelerate.utils.hardware_dataclasses",
+    "FP8BackendType": "accelerate.utils.hardware_dataclasses",
+    "FP8Format": "accelerate.utils.hardware_dataclasses",
+    "FP8RecipeKwargs": "accelerate.utils.hardware_dataclasses",
+    "MegatronLMPlugin": "accelerate.utils.hardware_dataclasses",
+    "MSAMPRecipeKwargs": "accelerate.utils.hardware_dataclasses",
+    "OptLevel": "accelerate.utils.hardware_dataclasses",
+    "TERecipeKwargs": "accelerate.utils.hardware_dataclasses",
+    "add_model_config_to_megatron_parser": "accelerate.utils.hardware_dataclasses",
+    "parse_bert_config": "accelerate.utils.hardware_dataclasses",
+    "parse_glm4_moe_config": "accelerate.utils.hardware_dataclasses",
+    "parse_gpt2_config": "accelerate.utils.hardware_dataclasses",
+    "parse_llama_config": "accelerate.utils.hardware_dataclasses",
+    "parse_t5_config": "accelerate.utils.hardware_dataclasses",
     "DistributedType": "accelerate.state.distributed_type",
     "ComputeEnvironment": "accelerate.state.distributed_type",
     "CustomDtype": "accelerate.big_modeling.sizes",
