@@ -17,7 +17,7 @@ import torch
 
 from accelerate.data.samplers import SeedableRandomSampler, TorchOrderRandomSampler, get_sampler, set_sampler
 from accelerate.state.gradient import GradientState
-from accelerate.utils.collectives import broadcast_object_list
+from accelerate.utils.collectives import broadcast, broadcast_object_list
 from accelerate.utils.comm import current_communicator
 from accelerate.utils.random import synchronize_rng_states
 from accelerate.utils.tree import send_to_device
@@ -56,9 +56,10 @@ def check_no_device_mesh(torch_device_mesh: Any, owner: str) -> None:
 
 
 def _seed_of_process_zero(seed: int) -> int:
-    payload = [seed]
-    broadcast_object_list(payload, from_process=0)
-    return int(payload[0])
+    # One int64 broadcast per epoch (an object broadcast would pickle and send twice).
+    holder = torch.tensor([seed], dtype=torch.int64, device=current_communicator().device)
+    broadcast(holder, from_process=0)
+    return int(holder.item())
 
 
 @dataclasses.dataclass
