@@ -288,6 +288,8 @@ def build_plan(
     check_ignored(settings, mode)
     if mode != "single":
         _resolve_endpoint(settings, notes, check_port)
+    if mode == "torchrun":
+        _rendezvous_for_restarts(settings, notes)
 
     program = _program(script, script_args, module, no_python)
     child_env = _child_env(settings, env, mode)
@@ -300,6 +302,26 @@ def build_plan(
     return LaunchPlan(
         settings, mode, program, torchrun_args, child_env, config_location, notes, warnings, launcher_env
     )
+
+
+def _rendezvous_for_restarts(settings: dict[str, Setting], notes: list[str]) -> None:
+    """Restarts need a rendezvous that can form the group again.
+
+    torch.distributed.run's static rendezvous cannot: after a failure the restarted workers wait
+    forever in init_process_group (torch 2.x, also with plain torchrun). c10d can, so it is used when
+    the backend was not chosen; a static backend chosen explicitly together with restarts is refused.
+    """
+    restarts, backend = settings["max_restarts"], settings["rdzv_backend"]
+    if int(restarts.value) == 0 or str(backend.value) != "static":
+        return
+    if backend.source != "default":
+        raise LaunchError(
+            f"max_restarts={restarts.value} (from {restarts.source}) with rdzv_backend=static (from "
+            f"{backend.source}): torch.distributed.run's static rendezvous cannot re-form the group after a "
+            "restart, so the restarted processes would hang. Use --rdzv_backend c10d, or leave it out."
+        )
+    settings["rdzv_backend"] = Setting("rdzv_backend", "c10d", "default (c10d: --max_restarts needs it)")
+    notes.append("rdzv_backend: c10d, since the static rendezvous cannot restart processes.")
 
 
 def _mode(settings: dict[str, Setting]) -> str:
