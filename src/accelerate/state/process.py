@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import functools
+import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -141,7 +142,11 @@ class PartialState:
         if init_method is not None:
             kwargs["init_method"] = init_method
         elif env.source == "torchrun":
-            kwargs["init_method"] = "env://"
+            store = _restart_store(env, timeout)
+            if store is None:
+                kwargs["init_method"] = "env://"
+            else:
+                kwargs["store"] = store
         else:
             kwargs["init_method"] = f"tcp://{env.master_addr}:{env.master_port}"
         dist.init_process_group(**kwargs)
@@ -335,3 +340,24 @@ def reset_process_state(destroy_process_group: bool = False) -> None:
         dist.destroy_process_group()
     _STATE = None
     bind_communicator(None)
+
+
+def _restart_store(env: ClusterEnvironment, timeout: timedelta | None) -> Any:
+    """The agent's store under a per-attempt prefix, for processes that torchrun restarted.
+
+    torch.distributed.run keeps one store for the whole job, and env:// reuses the same keys in every
+    attempt, so a restarted process can read the address a process of the failed attempt published and
+    fail connecting to it ("Gloo connectFullMesh failed ... Connection refused"). A prefix per attempt
+    keeps each attempt's keys apart. ``None`` on the first attempt (plain env://, as torch does).
+    """
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    if attempt in ("", "0") or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    store = dist.TCPStore(
+        env.master_addr,
+        env.master_port,
+        world_size=env.world_size,
+        is_master=False,
+        timeout=timeout or timedelta(minutes=30),
+    )
+    return dist.PrefixStore(f"accelerate/attempt_{attempt}", store)
