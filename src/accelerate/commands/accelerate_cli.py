@@ -42,7 +42,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         description="Launch and check distributed PyTorch training.",
         allow_abbrev=False,
     )
-    subparsers = parser.add_subparsers(title="commands", dest="command", metavar="<command>")
+    subparsers = parser.add_subparsers(title="commands", dest="command", metavar="<command>", prog="accelerate")
     for name, (module_name, help_text) in COMMANDS.items():
         if name == only:
             importlib.import_module(module_name).add_parser(subparsers)
