@@ -5,8 +5,8 @@ from __future__ import annotations
 import importlib
 import shutil
 import subprocess
+import re
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -14,7 +14,9 @@ import yaml
 
 from tests.commands.helpers import REPO, cli_env, run_cli
 
-SCRIPTS = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+# [project.scripts] of pyproject.toml, read by pattern (tomllib is Python 3.11+, and 3.10 is supported).
+_SECTION = (REPO / "pyproject.toml").read_text().split("[project.scripts]", 1)[1].split("\n[", 1)[0]
+SCRIPTS = dict(re.findall(r'^([\w-]+) = "([\w.:]+)"$', _SECTION, flags=re.M))
 FIXTURES = REPO.parent / "shared" / "fixtures" / "upstream-configs"
 
 
