@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import importlib
+import re
 import shutil
 import subprocess
-import re
 import sys
 from pathlib import Path
 
