@@ -23,6 +23,7 @@ def restarted_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.
     with reserved_port() as port:
         result = run_cli("launch", "--cpu", "--num_processes", "2", "--main_process_port", str(port),
                          "--tee", "3", "--log_dir", str(log_dir), "--role", "trainer", "--max_restarts", "1",
+                         "--monitor_interval", "0.2", "--rdzv_conf", "join_timeout=120",
                          RESTART_ONCE, home=home)  # fmt: skip
     return result, log_dir
 
@@ -31,7 +32,7 @@ def test_max_restarts_restarts_the_group(restarted_run: tuple[subprocess.Complet
     result, _ = restarted_run
     assert result.returncode == 0, result.stdout + result.stderr
     for rank in (0, 1):
-        assert f"rank={rank} role=trainer attempt=1" in result.stdout
+        assert f"rank={rank} role=trainer attempt=1 max_restarts=1" in result.stdout
         assert f"rank={rank} done" in result.stdout
     # The static rendezvous cannot restart; the launcher picked c10d and said so.
     assert "rdzv_backend: c10d" in result.stderr
@@ -52,10 +53,13 @@ def test_log_dir_holds_each_attempts_logs(restarted_run: tuple[subprocess.Comple
 
 
 def test_one_process_with_agent_options_runs_under_torchrun(tmp_path: Path) -> None:
-    result = run_cli("launch", "--cpu", "--num_processes", "1", "--role", "solo", "--dry_run", RESTART_ONCE,
+    result = run_cli("launch", "--cpu", "--num_processes", "1", "--role", "solo", "--tee", "1", "--log_dir",
+                     "logs", "--monitor_interval", "0.5", "--rdzv_conf", "join_timeout=9", "--dry_run", RESTART_ONCE,
                      home=tmp_path)  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert "torch.distributed.run" in result.stdout and "--role solo" in result.stdout
+    command = result.stdout.split("Command (torch.distributed.run):", 1)[1]
+    for option in ("--role solo", "--tee 1", "--log_dir logs", "--monitor_interval 0.5", "--rdzv_conf join_timeout=9"):
+        assert option in command
 
 
 def test_static_rendezvous_with_restarts_is_refused(tmp_path: Path) -> None:

@@ -10,7 +10,8 @@ from accelerate import PartialState
 
 attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 state = PartialState()
-print(f"rank={state.process_index} role={os.environ.get('ROLE_NAME')} attempt={attempt}", flush=True)
+role, restarts = os.environ.get("ROLE_NAME"), os.environ.get("TORCHELASTIC_MAX_RESTARTS")
+print(f"rank={state.process_index} role={role} attempt={attempt} max_restarts={restarts}", flush=True)
 if attempt == 0 and state.process_index == 0:
     sys.exit(3)
 state.wait_for_everyone()
