@@ -130,3 +130,20 @@ def test_dry_run_refuses_unavailable_features(tmp_path: Path, flags: list[str], 
     for needle in needles:
         assert needle in result.stderr
     assert "nothing was started" not in result.stdout
+
+
+def test_upstreams_module_level_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+
+    from accelerate.commands import config as config_command
+    from accelerate.commands.launch import launch_command, launch_command_parser
+
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    assert config_command.default_config_file == str(tmp_path / "accelerate" / "default_config.yaml")
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        config_command.load_config_from_file(None)
+    (tmp_path / "cfg.yaml").write_text("num_processes: 3\nuse_cpu: true\n")
+    assert config_command.load_config_from_file(str(tmp_path / "cfg.yaml")).num_processes == 3
+    args = launch_command_parser().parse_args(["--cpu", "--use_fsdp", "--dry_run", "train.py"])
+    with pytest.raises(subprocess.CalledProcessError):
+        launch_command(args)

@@ -282,3 +282,21 @@ def make_plan(args: argparse.Namespace, environ: Any, *, quiet: bool | None = No
         no_python=args.no_python,
         environ=environ,
     )
+
+
+# --- upstream's module-level names (transformers and other clients import them from here) ----------
+def launch_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
+    """The ``accelerate launch`` parser: added to ``subparsers`` when given, else a standalone parser."""
+    if subparsers is not None:
+        return add_parser(subparsers)
+    root = argparse.ArgumentParser(prog="accelerate", allow_abbrev=False)
+    return add_parser(root.add_subparsers(prog="accelerate"))
+
+
+def launch_command(args: argparse.Namespace) -> None:
+    """Runs a parsed ``accelerate launch`` command; a failed launch raises ``CalledProcessError``."""
+    import subprocess
+
+    code = run(args)
+    if code != 0:
+        raise subprocess.CalledProcessError(code, ["accelerate", "launch", str(args.training_script)])
