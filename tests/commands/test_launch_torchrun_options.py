@@ -108,6 +108,9 @@ def test_mpirun_dry_run_and_refusals(tmp_path: Path) -> None:
     gpu = run_cli("launch", "--num_processes", "2", "--mpirun_hostfile", str(hostfile), "--dry_run", TRAIN,
                   home=tmp_path)  # fmt: skip
     assert gpu.returncode == 2 and "--mpirun_hostfile launches CPU processes" in gpu.stderr
+    missing = run_cli("launch", "--cpu", "--num_processes", "2", "--mpirun_hostfile", str(tmp_path / "nope"),
+                      "--dry_run", TRAIN, home=tmp_path)  # fmt: skip
+    assert missing.returncode == 2 and "nope (from flag --mpirun_hostfile): no such file" in missing.stderr
 
 
 def test_mpirun_missing_is_named(tmp_path: Path) -> None:

@@ -341,6 +341,9 @@ def _mpirun_program(
     hostfile = str(settings["mpirun_hostfile"].value)
     try:
         executable = mpirun.find_mpirun(environ)
+        if not Path(hostfile).expanduser().is_file():
+            source = settings["mpirun_hostfile"].source
+            raise mpirun.MpirunError(f"mpirun_hostfile={hostfile} (from {source}): no such file.")
         flavour = mpirun.mpi_flavour(executable)
         if settings["main_process_ip"].source == "default" and int(settings["num_machines"].value) > 1:
             settings["main_process_ip"] = Setting(
