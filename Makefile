@@ -30,6 +30,10 @@ demo: $(VENV)/.installed
 	$(VENV)/bin/accelerate launch --cpu --num_processes 2 examples/train_classifier.py
 
 test: $(VENV)/.installed-test
+	@# Open MPI for the mpirun launch tests: installed when apt and root are at hand, else those tests skip.
+	@command -v mpirun >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+		(apt-get update -qq && apt-get install -y -qq --no-install-recommends openmpi-bin) >/dev/null 2>&1; } || \
+		echo "mpirun not installed (needs apt-get and root): the mpirun tests will be skipped"
 	$(PY) -m pytest -q tests
 
 lint: $(VENV)/.installed-test

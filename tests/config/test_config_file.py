@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -20,8 +21,11 @@ from accelerate.config.config_file import (
 )
 
 FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "upstream-configs"
+# Outside CI a checkout without the shared folder skips these tests; under CI (CI=true) the tests run
+# and fail on the missing files, and test_fixtures_are_present_under_ci says why.
+UNDER_CI = os.environ.get("CI", "").lower() in ("true", "1")
 needs_fixtures = pytest.mark.skipif(
-    not FIXTURES.is_dir(), reason=f"upstream config fixtures not found at {FIXTURES}"
+    not FIXTURES.is_dir() and not UNDER_CI, reason=f"upstream config fixtures not found at {FIXTURES}"
 )
 FIXTURE_FILES = (
     sorted(p.name for p in FIXTURES.glob("*.yaml") if p.name != "invalid_keys.yaml")
@@ -41,13 +45,52 @@ def test_round_trip(tmp_path: Path, suffix: str) -> None:
     assert load_config_file(path) == config
 
 
+def test_fixtures_are_present_under_ci() -> None:
+    if not UNDER_CI:
+        pytest.skip("only CI requires the shared fixtures")
+    assert FIXTURES.is_dir(), f"CI=true but the upstream config fixtures are missing at {FIXTURES}"
+    assert len(FIXTURE_FILES) >= 8, f"expected upstream's 8 valid config files in {FIXTURES}, found {FIXTURE_FILES}"
+
+
+# What each upstream file must load as: the values it sets, after migration and YAML coercion.
+EXPECTED: dict[str, dict[str, object]] = {
+    "0_11_0.yaml": {"distributed_type": "NO", "mixed_precision": "no", "num_processes": 1, "num_machines": 1,
+                    "machine_rank": 0, "main_process_port": None, "use_cpu": False, "deepspeed_config": {}},
+    "0_12_0.yaml": {"distributed_type": "NO", "mixed_precision": "no", "downcast_bf16": "no", "num_processes": 1},
+    "0_28_0_mpi.yaml": {"distributed_type": "MULTI_CPU", "num_processes": 16, "num_machines": 4,
+                        "main_process_ip": "127.0.0.1", "main_process_port": 29500, "use_cpu": True,
+                        "rdzv_backend": "static", "mpirun_config": {"mpirun_hostfile": "/home/user/hostfile"}},
+    "0_30_0_sagemaker.yaml": {"compute_environment": "AMAZON_SAGEMAKER", "distributed_type": "NO",
+                              "mixed_precision": "fp16", "ec2_instance_type": "MY_TYPE", "iam_role_name": "MY_ROLE"},
+    "0_34_0_fp8.yaml": {"distributed_type": "MULTI_GPU", "mixed_precision": "fp8", "num_processes": 2,
+                        "gpu_ids": "all", "enable_cpu_affinity": False},
+    "latest.yaml": {"distributed_type": "NO", "gpu_ids": "all", "tpu_name": "test-tpu", "tpu_zone": "us-central1-a",
+                    "commands": None, "command_file": "tests/test_samples/test_command_file.sh"},
+    "latest_fsdp.yaml": {"distributed_type": "FSDP", "num_processes": 1, "debug": False},
+    "validate_launch_cmd.yaml": {"distributed_type": "NO", "debug": True, "num_processes": 1,
+                                 "fsdp_config": {"fsdp_sync_module_states": False}},
+}  # fmt: skip
+
+
 @needs_fixtures
 @pytest.mark.parametrize("name", FIXTURE_FILES)
 def test_every_upstream_file_loads(name: str) -> None:
     config = load_config_file(FIXTURES / name)
-    assert config.distributed_type in ("NO", "MULTI_CPU", "MULTI_GPU", "FSDP")
+    expected = EXPECTED.get(name)
+    assert expected is not None, f"new fixture {name}: add the values it must load as to EXPECTED"
+    assert {key: getattr(config, key) for key in expected} == expected
     # Loading then saving then loading again changes nothing (what `accelerate config update` relies on).
     assert config_from_dict(config.to_dict()) == config
+
+
+@needs_fixtures
+def test_fp16_of_old_files_becomes_mixed_precision(tmp_path: Path) -> None:
+    # Files of accelerate < 0.7 carry `fp16: true` instead of mixed_precision; the 0.11 fixture with that
+    # one line swapped stands in for them.
+    text = (FIXTURES / "0_11_0.yaml").read_text().replace("mixed_precision: 'no'", "fp16: true")
+    (tmp_path / "old.yaml").write_text(text)
+    config = load_config_file(tmp_path / "old.yaml")
+    assert config.mixed_precision == "fp16" and config.num_processes == 1 and config.distributed_type == "NO"
 
 
 @needs_fixtures

@@ -23,7 +23,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Estimate the memory a model needs to load and to train, from its config alone.",
     ),
     "launch": ("accelerate.commands.launch", "Run a training script on one or several processes/machines."),
+    "merge-weights": (
+        "accelerate.commands.merge",
+        "Merge a sharded checkpoint (shards + index, or a torch.distributed.checkpoint folder) into one file.",
+    ),
     "test": ("accelerate.commands.test", "Run the bundled self-check through the launcher with your config."),
+    "to-fsdp2": ("accelerate.commands.to_fsdp2", "Convert a config file's fsdp_config from FSDP1 to FSDP2 keys."),
+    "tpu-config": ("accelerate.commands.tpu", "Set up a TPU pod (refused: TPU/XLA is not available here)."),
 }
 
 
@@ -36,7 +42,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         description="Launch and check distributed PyTorch training.",
         allow_abbrev=False,
     )
-    subparsers = parser.add_subparsers(title="commands", dest="command", metavar="<command>")
+    subparsers = parser.add_subparsers(title="commands", dest="command", metavar="<command>", prog="accelerate")
     for name, (module_name, help_text) in COMMANDS.items():
         if name == only:
             importlib.import_module(module_name).add_parser(subparsers)
@@ -67,6 +73,31 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def cli() -> None:
     sys.exit(main())
+
+
+def _subcommand_script(command: str) -> int:
+    """A console script that is one subcommand (``accelerate-launch ...`` = ``accelerate launch ...``)."""
+    return main([command, *sys.argv[1:]])
+
+
+def launch_script() -> int:
+    """``accelerate-launch``."""
+    return _subcommand_script("launch")
+
+
+def config_script() -> int:
+    """``accelerate-config``."""
+    return _subcommand_script("config")
+
+
+def estimate_memory_script() -> int:
+    """``accelerate-estimate-memory``."""
+    return _subcommand_script("estimate-memory")
+
+
+def merge_weights_script() -> int:
+    """``accelerate-merge-weights``."""
+    return _subcommand_script("merge-weights")
 
 
 if __name__ == "__main__":

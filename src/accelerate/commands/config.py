@@ -256,22 +256,30 @@ def run_update(args: argparse.Namespace) -> int:
     return 0
 
 
-# --- upstream's module-level names (transformers' `transformers env` reads them) -------------------
-def load_config_from_file(config_file: str | None) -> Any:
-    """The launch config in ``config_file`` (None: the default file) as a ``LaunchConfig`` (``.to_dict()``).
-
-    Raises FileNotFoundError when the file (or, with None, the default file) does not exist.
-    """
-    from accelerate.config.config_file import load_config_file
-
-    path = Path(config_file).expanduser() if config_file else _target(None, os.environ)
-    if not path.is_file():
-        raise FileNotFoundError(f"load_config_from_file: no launch config file at {path}; `accelerate config` writes one.")
-    return load_config_file(path)
-
-
+# --- upstream's module-level names (transformers and other clients import them from here) ----------
 def __getattr__(name: str) -> Any:
-    # Computed on use, so importing this module (the CLI's start-up) reads no environment-dependent path.
+    # default_config_file is computed on access, so a changed HF_HOME is seen (upstream fixes it at import).
     if name == "default_config_file":
-        return str(_target(None, os.environ))
+        from accelerate.config.config_file import default_config_path
+
+        return str(default_config_path(os.environ))
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def load_config_from_file(config_file: str | None) -> Any:
+    """The launch config at ``config_file`` (default: the default location), as upstream's helper.
+
+    Returns a :class:`~accelerate.config.config_file.LaunchConfig` (its attributes are upstream's keys).
+
+    Raises:
+        FileNotFoundError: ``config_file`` was given but does not exist, or no default file exists.
+    """
+    from accelerate.config.config_file import default_config_path, load_config_file
+
+    path = Path(config_file).expanduser() if config_file is not None else default_config_path(os.environ)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"The passed configuration file `{path}` does not exist. Please pass an existing file to "
+            "`accelerate launch`, or write one with `accelerate config`."
+        )
+    return load_config_file(path)

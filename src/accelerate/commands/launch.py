@@ -17,7 +17,7 @@ from accelerate.utils.dataclasses import MIXED_PRECISION_MODES
 HELP = "Run a training script on one or several processes/machines."
 DYNAMO_BACKENDS = (
     "no", "eager", "aot_eager", "inductor", "aot_ts_nvfuser", "nvprims_nvfuser", "cudagraphs", "ofi", "fx2trt",
-    "onnxrt", "tensorrt", "aot_torchxla_trace_once", "torchxla_trace_once", "ipex", "tvm", "hpu_backend",
+    "onnxrt", "tensorrt", "aot_torchxla_trace_once", "torchxla_trace_once", "torhchxla_trace_once", "ipex", "tvm", "hpu_backend",
 )  # fmt: skip
 DYNAMO_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 # Flags that are settings of the plan (everything else is about the command or the output).
@@ -26,8 +26,89 @@ SETTING_FLAGS = (
     "rdzv_backend", "same_network", "rdzv_conf", "max_restarts", "monitor_interval", "gpu_ids",
     "mixed_precision", "gradient_accumulation_steps", "debug", "dynamo_backend", "dynamo_mode",
     "dynamo_use_fullgraph", "dynamo_use_dynamic", "num_cpu_threads_per_process",
-    "use_deepspeed", "use_fsdp", "tpu", "use_megatron_lm", "enable_cpu_affinity",
+    "tee", "log_dir", "role", "mpirun_hostfile",
 )  # fmt: skip
+
+# Upstream's flags for features that cannot run here. They parse (a command line written for upstream
+# reaches a clear error rather than "unrecognized arguments"), and launch/checks.py refuses each one by
+# name with its feature. name -> (type, choices); "switch" is a store_true flag.
+FSDP_FLAGS = (
+    "fsdp_activation_checkpointing", "fsdp_activation_checkpointing_offload", "fsdp_auto_wrap_policy",
+    "fsdp_backward_prefetch", "fsdp_cpu_ram_efficient_loading", "fsdp_forward_prefetch",
+    "fsdp_offload_params", "fsdp_reshard_after_forward", "fsdp_sharding_strategy", "fsdp_state_dict_type",
+    "fsdp_sync_module_states", "fsdp_transformer_layer_cls_to_wrap", "fsdp_use_orig_params",
+)  # fmt: skip
+DEEPSPEED_FLAGS = (
+    "deepspeed_config_file", "deepspeed_exclusion_filter", "deepspeed_hostfile", "deepspeed_inclusion_filter",
+    "deepspeed_moe_layer_cls_names", "deepspeed_multinode_launcher", "offload_optimizer_device",
+    "offload_optimizer_nvme_path", "offload_param_device", "offload_param_nvme_path", "zero3_init_flag",
+    "zero3_save_16bit_model",
+)  # fmt: skip
+MEGATRON_STR_FLAGS = (
+    "megatron_lm_attention_backend", "megatron_lm_attention_softmax_in_fp32",
+    "megatron_lm_calculate_per_token_loss", "megatron_lm_recompute_activations",
+    "megatron_lm_recompute_granularity", "megatron_lm_recompute_method", "megatron_lm_sequence_parallelism",
+    "megatron_lm_use_distributed_optimizer", "megatron_lm_use_rotary_position_embeddings",
+)  # fmt: skip
+MEGATRON_INT_FLAGS = (
+    "megatron_lm_context_parallel_size", "megatron_lm_decoder_last_pipeline_num_layers",
+    "megatron_lm_expert_model_parallel_size", "megatron_lm_expert_tensor_parallel_size",
+    "megatron_lm_num_micro_batches", "megatron_lm_pp_degree", "megatron_lm_recompute_num_layers",
+    "megatron_lm_tp_degree",
+)  # fmt: skip
+MEGATRON_FLOAT_FLAGS = ("megatron_lm_attention_dropout", "megatron_lm_gradient_clipping", "megatron_lm_hidden_dropout")
+MEGATRON_BOOL_FLAGS = (
+    "megatron_lm_eod_mask_loss", "megatron_lm_no_load_optim", "megatron_lm_no_save_optim",
+    "megatron_lm_optimizer_cpu_offload", "megatron_lm_overlap_cpu_optimizer_d2h_h2d",
+    "megatron_lm_use_custom_fsdp", "megatron_lm_use_precision_aware_optimizer",
+)  # fmt: skip
+PARALLELISM_INT_FLAGS = (
+    "parallelism_config_cp_size", "parallelism_config_dp_replicate_size", "parallelism_config_dp_shard_size",
+    "parallelism_config_sp_size", "parallelism_config_tp_size",
+)  # fmt: skip
+
+
+def _flag_kwargs() -> dict[str, dict[str, Any]]:
+    """Every refused flag with its argparse keywords (types and choices as upstream's)."""
+    out: dict[str, dict[str, Any]] = {}
+    for name in ("use_deepspeed", "use_fsdp", "use_megatron_lm", "tpu", "enable_cpu_affinity",
+                 "use_parallelism_config", "downcast_bf16", "dynamo_use_regional_compilation",
+                 "fp8_use_autocast_during_eval", "tpu_use_sudo", "no_tpu_cluster"):  # fmt: skip
+        out[name] = {"action": "store_true"}
+    for name in (*FSDP_FLAGS, *DEEPSPEED_FLAGS, *MEGATRON_STR_FLAGS, "parallelism_config_cp_comm_strategy",
+                 "parallelism_config_sp_attn_implementation", "parallelism_config_sp_seq_length",
+                 "main_training_function", "aws_access_key_id", "aws_secret_access_key", "env", "vm"):  # fmt: skip
+        out[name] = {"type": str}
+    for name in (*MEGATRON_INT_FLAGS, *PARALLELISM_INT_FLAGS, "fsdp_min_num_params", "zero_stage",
+                 "fp8_amax_history_len", "fp8_interval", "fp8_margin"):  # fmt: skip
+        out[name] = {"type": int}
+    for name in (*MEGATRON_FLOAT_FLAGS, "gradient_clipping"):
+        out[name] = {"type": float}
+    for name in (*MEGATRON_BOOL_FLAGS, "parallelism_config_sp_seq_length_is_variable"):
+        out[name] = {"type": _bool}
+    out["fsdp_version"] = {"type": str, "choices": ("1", "2")}
+    out["fp8_backend"] = {"type": _lower, "choices": ("ao", "te", "msamp")}
+    out["fp8_format"] = {"type": str.upper, "choices": ("HYBRID", "E4M3", "E5M2")}
+    out["fp8_amax_compute_algo"] = {"type": str, "choices": ("max", "most_recent")}
+    out["fp8_opt_level"] = {"type": str, "choices": ("O1", "O2")}
+    out["fp8_override_linear_precision"] = {"type": str, "metavar": "(BOOL,BOOL,BOOL)"}
+    out["fp8_enable_fsdp_float8_all_gather"] = {"type": _bool}
+    out["fp8_pad_inner_dim"] = {"type": _bool}
+    out["parallelism_config_cp_backend"] = {"type": str, "choices": ("torch",)}
+    out["parallelism_config_sp_backend"] = {"type": str, "choices": ("deepspeed",)}
+    return out
+
+
+REFUSED_FLAGS: dict[str, dict[str, Any]] = {}  # filled below, once _bool/_lower exist
+
+
+def _bool(value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("1", "true", "yes", "y", "on"):
+        return True
+    if lowered in ("0", "false", "no", "n", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
 
 
 def _lower(value: str) -> str:
@@ -90,12 +171,26 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
     switch("dynamo_use_fullgraph", "torch.compile(fullgraph=True).")
     switch("dynamo_use_dynamic", "torch.compile(dynamic=True).")
 
-    group = parser.add_argument_group("Not available yet (refused with an error, never ignored)")
-    switch("use_deepspeed", "DeepSpeed.")
-    switch("use_fsdp", "Fully sharded data parallel.")
-    switch("use_megatron_lm", "Megatron-LM.")
-    switch("tpu", "TPU / XLA.")
-    switch("enable_cpu_affinity", "Pin processes to CPU cores.")
+    group = parser.add_argument_group("torch.distributed.run's logs and roles")
+    flag("tee", "-t", metavar="STREAMS", help="Also write the processes' output to --log_dir: 1 stdout, 2 stderr, "
+         "3 both (one value for all ranks, or RANK:STREAMS,...).")  # fmt: skip
+    flag("log_dir", metavar="DIR", help="Folder for torch.distributed.run's per-process logs and error files.")
+    flag("role", metavar="NAME", help="The workers' role (ROLE_NAME in their environment; default 'default').")
+
+    group = parser.add_argument_group("mpirun (CPU processes on several machines)")
+    flag("mpirun_hostfile", metavar="PATH", help="Start the CPU processes with mpirun (Open MPI, MPICH or Intel MPI) "
+         "on the hosts this file lists.")  # fmt: skip
+
+    group = parser.add_argument_group(
+        "Upstream features that cannot run here (accepted, then refused by name with the reason)"
+    )
+    from accelerate.launch.checks import refused_flag_reason
+
+    for name, kwargs in REFUSED_FLAGS.items():
+        flag(name, help=f"Refused: {refused_flag_reason(name)}.", **kwargs)
+
+
+REFUSED_FLAGS.update(_flag_kwargs())
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -130,7 +225,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def flags_of(args: argparse.Namespace) -> dict[str, Any]:
     """The setting flags the user gave (store_true switches that were not given count as not given)."""
     out: dict[str, Any] = {}
-    for name in SETTING_FLAGS:
+    for name in (*SETTING_FLAGS, *REFUSED_FLAGS):
         value = getattr(args, name, None)
         if value is not None and value is not False:
             out[name] = value
@@ -189,16 +284,19 @@ def make_plan(args: argparse.Namespace, environ: Any, *, quiet: bool | None = No
     )
 
 
-# --- upstream's module-level names, for scripts that drive the launcher from Python -----------------
+# --- upstream's module-level names (transformers and other clients import them from here) ----------
 def launch_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
-    """The ``accelerate launch`` argument parser (added to ``subparsers`` when given)."""
-    if subparsers is None:
-        subparsers = argparse.ArgumentParser(prog="accelerate", allow_abbrev=False).add_subparsers()
-    return add_parser(subparsers)
+    """The ``accelerate launch`` parser: added to ``subparsers`` when given, else a standalone parser."""
+    if subparsers is not None:
+        return add_parser(subparsers)
+    root = argparse.ArgumentParser(prog="accelerate", allow_abbrev=False)
+    return add_parser(root.add_subparsers(prog="accelerate"))
 
 
 def launch_command(args: argparse.Namespace) -> None:
-    """Runs ``accelerate launch`` with parsed ``args``; a failed launch raises SystemExit with its status."""
+    """Runs a parsed ``accelerate launch`` command; a failed launch raises ``CalledProcessError``."""
+    import subprocess
+
     code = run(args)
-    if code:
-        raise SystemExit(code)
+    if code != 0:
+        raise subprocess.CalledProcessError(code, ["accelerate", "launch", str(args.training_script)])

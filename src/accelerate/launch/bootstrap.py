@@ -76,7 +76,26 @@ def main(argv: list[str]) -> int:
         sys.stderr.write(text)
         sys.stderr.flush()
         return 1
+    _leave_process_group_together()
     return 0
+
+
+def _leave_process_group_together() -> None:
+    """After a script that succeeded: wait for every process, then tear the process group down.
+
+    Without this, the first process to exit closes what the others still use at their own exit: the
+    rendezvous store it hosts (mpirun, several machines) or its end of gloo's connections, and a process
+    still tearing down aborts ("terminate called without an active exception", SIGABRT). A process that
+    failed skips this; the launcher (torch.distributed.run or mpirun) stops the others.
+    """
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return
+    try:
+        dist.barrier()
+        dist.destroy_process_group()
+    except Exception as exc:  # a process that already left: report, but the script itself succeeded
+        print(f"accelerate: leaving the process group failed: {exc}", file=sys.stderr)
 
 
 if __name__ == "__main__":

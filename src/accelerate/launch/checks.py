@@ -8,69 +8,113 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from accelerate.config import keys
+
 if TYPE_CHECKING:
     from accelerate.config.config_file import LaunchConfig
     from accelerate.launch.plan import Setting
 
-# Backends the config schema knows but this package does not run yet. Refusing is better than
-# silently training with plain DDP on a config that asked for sharding.
-_UNAVAILABLE_FLAGS = {
-    "use_deepspeed": "DeepSpeed",
-    "use_fsdp": "FSDP",
-    "tpu": "TPU/XLA",
-    "use_megatron_lm": "Megatron-LM",
-    "enable_cpu_affinity": "CPU affinity",
-}
+# Backends the config schema knows but this package does not run. Refusing is better than silently
+# training with plain DDP on a config that asked for sharding.
 _UNAVAILABLE_TYPES = {
-    "DEEPSPEED": "DeepSpeed",
-    "FSDP": "FSDP",
-    "XLA": "TPU/XLA",
-    "MEGATRON_LM": "Megatron-LM",
-    "MULTI_NPU": "Ascend NPU",
-    "MULTI_MLU": "Cambricon MLU",
-    "MULTI_SDAA": "SDAA",
-    "MULTI_MUSA": "MUSA",
-    "MULTI_HPU": "Gaudi HPU",
+    "DEEPSPEED": "DeepSpeed is not available yet in this accelerate",
+    "FSDP": "FSDP is not available yet in this accelerate",
+    "XLA": "TPU/XLA is not available yet in this accelerate",
+    "MEGATRON_LM": "Megatron-LM needs NVIDIA GPUs and the megatron-core package",
+    "MULTI_NPU": "Ascend NPUs need torch_npu and NPU hardware",
+    "MULTI_MLU": "Cambricon MLUs need torch_mlu and MLU hardware",
+    "MULTI_SDAA": "SDAA devices need torch_sdaa and SDAA hardware",
+    "MULTI_MUSA": "MUSA devices need torch_musa and Moore Threads hardware",
+    "MULTI_HPU": "Gaudi HPUs need habana_frameworks and Gaudi hardware",
 }
+
+# Upstream's launch flags for features that cannot run here: (prefix or exact name, feature switch,
+# reason). The first matching row wins. A switch (--use_fsdp) is refused for its feature; a flag that
+# only tunes that feature is refused naming both, since without the switch it would be ignored.
+_REFUSED_FLAG_RULES: tuple[tuple[str, str | None, str], ...] = (
+    ("use_fsdp", None, keys.FSDP),
+    ("fsdp_", "use_fsdp", keys.FSDP),
+    ("use_deepspeed", None, keys.DEEPSPEED),
+    ("deepspeed_", "use_deepspeed", keys.DEEPSPEED),
+    ("zero_stage", "use_deepspeed", keys.DEEPSPEED),
+    ("zero3_", "use_deepspeed", keys.DEEPSPEED),
+    ("offload_", "use_deepspeed", keys.DEEPSPEED),
+    ("gradient_clipping", "use_deepspeed", keys.DEEPSPEED),
+    ("use_megatron_lm", None, keys.MEGATRON),
+    ("megatron_lm_", "use_megatron_lm", keys.MEGATRON),
+    ("fp8_", None, keys.FP8),
+    ("use_parallelism_config", None, keys.PARALLELISM),
+    ("parallelism_config_", "use_parallelism_config", keys.PARALLELISM),
+    ("tpu", None, keys.XLA),
+    ("tpu_use_sudo", "tpu", keys.XLA),
+    ("no_tpu_cluster", "tpu", keys.XLA),
+    ("vm", "tpu", keys.XLA),
+    ("env", "tpu", keys.XLA),
+    ("main_training_function", "tpu", keys.XLA),
+    ("downcast_bf16", "tpu", keys.XLA),
+    ("aws_", None, keys.SAGEMAKER),
+    ("dynamo_use_regional_compilation", None, keys.REGIONAL),
+    ("enable_cpu_affinity", None, keys.AFFINITY),
+)
+
+
+def _refused_rule(name: str) -> tuple[str | None, str] | None:
+    for prefix, switch, reason in _REFUSED_FLAG_RULES:
+        # A row ending in "_" is a prefix (fsdp_...); any other row is one exact flag name.
+        if name == prefix or (prefix.endswith("_") and name.startswith(prefix)):
+            return switch, reason
+    return None
+
+
+def refused_flag_reason(name: str) -> str:
+    """Why ``--name`` is refused (for its --help line); raises KeyError for a flag that runs here."""
+    rule = _refused_rule(name)
+    if rule is None:
+        raise KeyError(f"--{name} is not a refused launch flag")
+    return rule[1]
 
 
 class LaunchError(ValueError):
     """A launch request that cannot run as asked; the message names the flags and the fix."""
 
 
-def check_unavailable(flags: Mapping[str, Any], config: LaunchConfig | None, config_path: str) -> None:
-    for flag, what in _UNAVAILABLE_FLAGS.items():
-        if flags.get(flag):
+def check_unavailable(flags: Mapping[str, Any], config: LaunchConfig | None, config_path: str) -> list[str]:
+    """Refuses flags and config keys of features that cannot run here; returns warnings for config keys
+    that are set but not used (see :mod:`accelerate.config.keys`)."""
+    for name, value in flags.items():
+        rule = _refused_rule(name)
+        if rule is None or value is None or value is False:
+            continue
+        switch, reason = rule
+        if switch is not None and not flags.get(switch):
             raise LaunchError(
-                f"--{flag}: {what} is not available in this version of accelerate yet. Drop --{flag} to "
-                "run with plain data parallelism (DDP), knowing that it does not shard the model."
+                f"--{name} configures a feature that is off (no --{switch}), so it would be ignored; and {reason}. "
+                f"Drop --{name}."
             )
-    if config is None:
-        return
-    if config.distributed_type in _UNAVAILABLE_TYPES:
-        what = _UNAVAILABLE_TYPES[config.distributed_type]
-        raise LaunchError(
-            f"The config file {config_path} sets distributed_type: {config.distributed_type}, but {what} is "
-            "not available in this version of accelerate yet. Write a config without it (`accelerate config`) "
-            "or pass another one with --config_file."
+        fix = (
+            " to run with plain data parallelism (DDP), knowing that it does not shard the model"
+            if name in ("use_fsdp", "use_deepspeed", "use_megatron_lm", "use_parallelism_config")
+            else ""
         )
-    if config.mpirun_config and config.mpirun_config.get("mpirun_hostfile"):
+        raise LaunchError(f"--{name}: {reason}. Drop --{name}{fix}.")
+    if config is None:
+        return []
+    if config.distributed_type in _UNAVAILABLE_TYPES:
         raise LaunchError(
-            f"The config file {config_path} sets mpirun_config.mpirun_hostfile: launching through mpirun is not "
-            "available in this version of accelerate yet. Remove mpirun_config and run `accelerate launch` on "
-            "each machine with --num_machines/--machine_rank/--main_process_ip (torch.distributed.run), or start "
-            "the processes with mpirun yourself: the runtime reads Open MPI / MPICH / Intel MPI variables."
+            f"The config file {config_path} sets distributed_type: {config.distributed_type}, but "
+            f"{_UNAVAILABLE_TYPES[config.distributed_type]}. Write a config without it (`accelerate config`) "
+            "or pass another one with --config_file."
         )
     if config.compute_environment == "AMAZON_SAGEMAKER":
         raise LaunchError(
-            f"The config file {config_path} sets compute_environment: AMAZON_SAGEMAKER; launching on SageMaker "
-            "is not available in this version of accelerate. Use a LOCAL_MACHINE config."
+            f"The config file {config_path} sets compute_environment: AMAZON_SAGEMAKER, but "
+            f"{keys.SAGEMAKER} (not available in this accelerate). Use a LOCAL_MACHINE config."
         )
-    if config.enable_cpu_affinity:
-        raise LaunchError(
-            f"The config file {config_path} sets enable_cpu_affinity: true, which is not available in this "
-            "version of accelerate yet. Set it to false."
-        )
+    review = keys.review_config(config, config_path)
+    if review.errors:
+        fix = "Remove these keys (or set them to false), or write a fresh file with `accelerate config`."
+        raise LaunchError("\n".join([*review.errors, fix]))
+    return review.warnings
 
 
 def check_flag_pairs(flags: Mapping[str, Any], module: bool, no_python: bool) -> None:
@@ -211,8 +255,38 @@ _MULTI_PROCESS_ONLY = (
 _MULTI_MACHINE_ONLY = ("same_network",)
 
 
+_TORCHRUN_AGENT_ONLY = ("rdzv_backend", "rdzv_conf", "max_restarts", "tee", "log_dir", "role")
+
+
+def check_mpirun(settings: dict[str, Setting]) -> None:
+    """mpirun starts CPU processes on every host from this one; torchrun's agent options do not apply."""
+    hostfile = settings["mpirun_hostfile"]
+    where = "--mpirun_hostfile" if hostfile.from_flag else f"mpirun_config.mpirun_hostfile (from {hostfile.source})"
+    if not settings["cpu"].value:
+        raise LaunchError(
+            f"{where} launches CPU processes through mpirun, but this run is not a CPU run. Pass --cpu (or set "
+            "distributed_type: MULTI_CPU / use_cpu: true), or drop the hostfile to launch GPU processes with "
+            "torch.distributed.run."
+        )
+    for name in _TORCHRUN_AGENT_ONLY:
+        if settings[name].from_flag:
+            raise LaunchError(
+                f"--{name} is an option of torch.distributed.run, which {where} replaces with mpirun. Drop --{name}, "
+                "or drop the hostfile."
+            )
+    rank = settings["machine_rank"]
+    if int(rank.value) != 0:
+        raise LaunchError(
+            f"machine_rank={rank.value} (from {rank.source}): with {where}, mpirun starts the processes of every "
+            "machine from this one, so run `accelerate launch` once, on one machine, with machine_rank 0."
+        )
+
+
 def check_ignored(settings: dict[str, Setting], mode: str) -> None:
     procs = settings["num_processes"]
+    if mode == "mpirun":
+        check_mpirun(settings)
+        return
     if mode == "single":
         for name in (*_MULTI_PROCESS_ONLY, *_MULTI_MACHINE_ONLY, "multi_gpu"):
             # Upstream's DEFAULT_LAUNCH_COMMAND (what client test suites launch with) passes

@@ -55,13 +55,16 @@ class LaunchPlan:
     """Everything `accelerate launch` decided, ready to print (``--dry_run``) or run."""
 
     settings: dict[str, Setting]
-    mode: str  # "single": one child process; "torchrun": torch.distributed.run's elastic agent
+    # "single": one child process; "torchrun": torch.distributed.run's elastic agent; "mpirun": mpirun
+    # starts every process (``program`` is then the whole mpirun command).
+    mode: str
     program: list[str]  # what each process runs: python -u -m accelerate.launch.bootstrap script ...
     torchrun_args: list[str]  # torch.distributed.run's arguments (mode "torchrun"), program included
     child_env: dict[str, str]  # variables set (on top of the inherited environment) for every process
     config: ConfigLocation | None = None
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # said on every launch, dry run included
+    launcher_env: dict[str, str] = field(default_factory=dict)  # for the launching command only (mpirun)
 
     def value(self, name: str) -> Any:
         return self.settings[name].value
@@ -69,7 +72,7 @@ class LaunchPlan:
     @property
     def command(self) -> list[str]:
         """The equivalent command line (what a user could paste to run the same thing by hand)."""
-        if self.mode == "single":
+        if self.mode in ("single", "mpirun"):
             return list(self.program)
         return [sys.executable, "-m", "torch.distributed.run", *self.torchrun_args]
 
@@ -85,7 +88,12 @@ class LaunchPlan:
         lines += [f"  {key}={val}" for key, val in sorted(self.child_env.items())] or ["  (nothing)"]
         if self.mode == "torchrun":
             lines.append("  (plus RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ... from torchrun)")
-        lines += ["", f"Command ({'one process' if self.mode == 'single' else 'torch.distributed.run'}):"]
+        if self.mode == "mpirun":
+            lines.append("  (plus the MPI implementation's rank variables, from mpirun)")
+        for key, val in sorted(self.launcher_env.items()):
+            lines.append(f"  {key}={val} (for mpirun itself)")
+        how = {"single": "one process", "torchrun": "torch.distributed.run", "mpirun": "mpirun"}[self.mode]
+        lines += ["", f"Command ({how}):"]
         lines.append("  " + shlex.join(self.command))
         lines += [f"Note: {note}" for note in self.notes]
         lines += [f"Warning: {warning}" for warning in self.warnings]
@@ -121,6 +129,10 @@ def _attr(key: str) -> Callable[[LaunchConfig], Any]:
     return lambda config: getattr(config, key)
 
 
+def _mpirun(key: str) -> Callable[[LaunchConfig], Any]:
+    return lambda config: (config.mpirun_config or {}).get(key)
+
+
 @dataclass(frozen=True)
 class _Spec:
     name: str
@@ -151,7 +163,14 @@ _SPECS: tuple[_Spec, ...] = (
     _Spec("dynamo_use_fullgraph", None, _dynamo("dynamo_use_fullgraph"), "dynamo_use_fullgraph"),
     _Spec("dynamo_use_dynamic", None, _dynamo("dynamo_use_dynamic"), "dynamo_use_dynamic"),
     _Spec("num_cpu_threads_per_process", None),
+    _Spec("tee", None),
+    _Spec("log_dir", None),
+    _Spec("role", None),
+    _Spec("mpirun_hostfile", None, _mpirun("mpirun_hostfile")),
+    _Spec("mpirun_ccl", None, _mpirun("mpirun_ccl")),
 )
+# Options of torch.distributed.run's agent: asking for one runs even a single process under torchrun.
+_TORCHRUN_ONLY = ("tee", "log_dir", "role")
 _ENV_NAME = {var.field: var.name for var in ENV_CONTRACT}
 
 
@@ -256,7 +275,7 @@ def build_plan(
     flags = {k: v for k, v in (flags or {}).items() if v is not None}
     env = os.environ if environ is None else environ
     config_path = str(config_location.path) if config_location and config_location.path else "<config>"
-    check_unavailable(flags, config, config_path)
+    config_warnings = check_unavailable(flags, config, config_path)
     check_flag_pairs(flags, module, no_python)
 
     settings = _resolve(flags, config, config_path, read_launch_env(env))
@@ -264,22 +283,83 @@ def build_plan(
     count_gpus = functools.cache(gpu_count or (lambda: visible_gpu_count(env)))
     _resolve_num_processes(settings, env, count_gpus)
     check_values(settings)
-    warnings = _fall_back_to_cpu(settings, count_gpus)
-    mode = (
-        "single"
-        if settings["num_processes"].value == 1 and settings["num_machines"].value == 1
-        else "torchrun"
-    )
+    warnings = [*config_warnings, *_fall_back_to_cpu(settings, count_gpus)]
+    mode = _mode(settings)
     check_ignored(settings, mode)
-    if mode == "torchrun":
+    if mode != "single":
         _resolve_endpoint(settings, notes, check_port)
+    if mode == "torchrun":
+        _rendezvous_for_restarts(settings, notes)
 
     program = _program(script, script_args, module, no_python)
     child_env = _child_env(settings, env, mode)
     torchrun_args = (
         _torchrun_args(settings, script, script_args, module, no_python) if mode == "torchrun" else []
     )
-    return LaunchPlan(settings, mode, program, torchrun_args, child_env, config_location, notes, warnings)
+    launcher_env: dict[str, str] = {}
+    if mode == "mpirun":
+        program, launcher_env = _mpirun_program(settings, child_env, program, env)
+    return LaunchPlan(
+        settings, mode, program, torchrun_args, child_env, config_location, notes, warnings, launcher_env
+    )
+
+
+def _rendezvous_for_restarts(settings: dict[str, Setting], notes: list[str]) -> None:
+    """Restarts need a rendezvous that can form the group again.
+
+    torch.distributed.run's static rendezvous cannot: after a failure the restarted workers wait
+    forever in init_process_group (torch 2.x, also with plain torchrun). c10d can, so it is used when
+    the backend was not chosen; a static backend chosen explicitly together with restarts is refused.
+    """
+    restarts, backend = settings["max_restarts"], settings["rdzv_backend"]
+    if int(restarts.value) == 0 or str(backend.value) != "static":
+        return
+    if backend.source != "default":
+        raise LaunchError(
+            f"max_restarts={restarts.value} (from {restarts.source}) with rdzv_backend=static (from "
+            f"{backend.source}): torch.distributed.run's static rendezvous cannot re-form the group after a "
+            "restart, so the restarted processes would hang. Use --rdzv_backend c10d, or leave it out."
+        )
+    settings["rdzv_backend"] = Setting("rdzv_backend", "c10d", "default (c10d: --max_restarts needs it)")
+    notes.append("rdzv_backend: c10d, since the static rendezvous cannot restart processes.")
+
+
+def _mode(settings: dict[str, Setting]) -> str:
+    if settings["mpirun_hostfile"].value:
+        return "mpirun"
+    if settings["num_processes"].value == 1 and settings["num_machines"].value == 1:
+        return "torchrun" if any(settings[name].value is not None for name in _TORCHRUN_ONLY) else "single"
+    return "torchrun"
+
+
+def _mpirun_program(
+    settings: dict[str, Setting], child_env: dict[str, str], program: list[str], environ: Mapping[str, str]
+) -> tuple[list[str], dict[str, str]]:
+    """The mpirun command; the processes meet at main_process_ip:port (default: the hostfile's first host)."""
+    from accelerate.launch import mpirun
+
+    hostfile = str(settings["mpirun_hostfile"].value)
+    try:
+        executable = mpirun.find_mpirun(environ)
+        if not Path(hostfile).expanduser().is_file():
+            source = settings["mpirun_hostfile"].source
+            raise mpirun.MpirunError(f"mpirun_hostfile={hostfile} (from {source}): no such file.")
+        flavour = mpirun.mpi_flavour(executable)
+        if settings["main_process_ip"].source == "default" and int(settings["num_machines"].value) > 1:
+            settings["main_process_ip"] = Setting(
+                "main_process_ip", mpirun.first_host(hostfile), f"default (first host of {hostfile})"
+            )
+    except mpirun.MpirunError as exc:
+        raise LaunchError(str(exc)) from None
+    child_env["MASTER_ADDR"] = str(settings["main_process_ip"].value)
+    child_env["MASTER_PORT"] = str(settings["main_process_port"].value)
+    machines = int(settings["num_machines"].value)
+    procs = int(settings["num_processes"].value)
+    command = mpirun.mpirun_command(
+        mpirun=executable, flavour=flavour, hostfile=hostfile, num_processes=procs,
+        per_machine=procs // machines, env=child_env, program=program,
+    )  # fmt: skip
+    return command, mpirun.mpirun_environ(flavour)
 
 
 def _fall_back_to_cpu(settings: dict[str, Setting], gpu_count: Callable[[], int]) -> list[str]:
@@ -377,12 +457,15 @@ def _child_env(settings: dict[str, Setting], environ: Mapping[str, str], mode: s
     threads = settings["num_cpu_threads_per_process"].value
     if threads is not None:
         out["OMP_NUM_THREADS"] = str(threads)
-    elif mode == "torchrun" and "OMP_NUM_THREADS" not in environ:
+    elif mode != "single" and "OMP_NUM_THREADS" not in environ:
         # Several processes each using every core thrash the machine; one thread each is the safe start.
         out["OMP_NUM_THREADS"] = "1"
     gpu_ids = settings["gpu_ids"].value
     if gpu_ids not in (None, "all") and not settings["cpu"].value:
         out["CUDA_VISIBLE_DEVICES"] = str(gpu_ids)
+    if settings["mpirun_ccl"].value is not None:
+        # mpirun_config.mpirun_ccl: how many Intel oneCCL worker threads each process runs.
+        out["CCL_WORKER_COUNT"] = str(settings["mpirun_ccl"].value)
     return out
 
 
@@ -408,6 +491,9 @@ def _torchrun_args(
         args += ["--rdzv_endpoint", f"{ip}:{port}", "--rdzv_id", f"accelerate-{port}"]
     if settings["rdzv_conf"].value:
         args += ["--rdzv_conf", str(settings["rdzv_conf"].value)]
+    for name in _TORCHRUN_ONLY:
+        if settings[name].value is not None:
+            args += [f"--{name}", str(settings[name].value)]
     if no_python:
         return [*args, "--no_python", script, *script_args]
     return [*args, "--module", BOOTSTRAP_MODULE, *(["-m"] if module else []), script, *script_args]

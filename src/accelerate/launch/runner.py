@@ -76,13 +76,14 @@ def _forward_signals_to(process: subprocess.Popen[bytes]) -> Iterator[None]:
 def run_plan(plan: LaunchPlan, stderr: TextIO | None = None) -> int:
     """Runs the plan and returns the exit code the launcher should exit with (0 on success)."""
     err = stderr or sys.stderr
-    if plan.mode == "single":
+    if plan.mode in ("single", "mpirun"):
         return _run_single(plan, err)
     return _run_torchrun(plan, err)
 
 
 def _run_single(plan: LaunchPlan, err: TextIO) -> int:
-    env = {**os.environ, **plan.child_env}
+    # One process, or mpirun (which starts every process and exits with the first failure's status).
+    env = {**os.environ, **plan.child_env, **plan.launcher_env}
     try:
         process = subprocess.Popen(plan.program, env=env)
     except FileNotFoundError:
@@ -99,9 +100,8 @@ def _run_single(plan: LaunchPlan, err: TextIO) -> int:
             process.kill()
             code = process.wait()
     if code != 0:
-        print(
-            f"accelerate launch: the process exited with {describe_code(code)} (traceback above).", file=err
-        )
+        what = "mpirun" if plan.mode == "mpirun" else "the process"
+        print(f"accelerate launch: {what} exited with {describe_code(code)} (traceback above).", file=err)
     return exit_code(code)
 
 

@@ -342,3 +342,5 @@ def reset_process_state(destroy_process_group: bool = False) -> None:
         release_unused_groups()
     _STATE = None
     bind_communicator(None)
+
+

@@ -10,6 +10,7 @@ warning, once per process. Either way the caller gets the group's real backend.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import threading
 import warnings
@@ -74,7 +75,11 @@ def _create(env: ClusterEnvironment, request: GroupRequest, default_backend: str
     if request.init_method is not None:
         kwargs["init_method"] = request.init_method
     elif env.source == "torchrun":
-        kwargs["init_method"] = "env://"
+        store = _restart_store(env, request.timeout)
+        if store is None:
+            kwargs["init_method"] = "env://"
+        else:
+            kwargs["store"] = store
     else:
         kwargs["init_method"] = f"tcp://{env.master_addr}:{env.master_port}"
     # A destroyed group of ours that nothing uses any more goes first: its store may still hold
@@ -84,6 +89,27 @@ def _create(env: ClusterEnvironment, request: GroupRequest, default_backend: str
     with _LOCK:
         _OWN_GROUPS.append(dist.group.WORLD)
         _OWN_REQUEST = request
+
+
+def _restart_store(env: ClusterEnvironment, timeout: timedelta | None) -> Any:
+    """The agent's store under a per-attempt prefix, for processes that torchrun restarted.
+
+    torch.distributed.run keeps one store for the whole job, and env:// reuses the same keys in every
+    attempt, so a restarted process can read the address a process of the failed attempt published and
+    fail connecting to it ("Gloo connectFullMesh failed ... Connection refused"). A prefix per attempt
+    keeps each attempt's keys apart. ``None`` on the first attempt (plain env://, as torch does).
+    """
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    if attempt in ("", "0") or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    store = dist.TCPStore(
+        env.master_addr,
+        env.master_port,
+        world_size=env.world_size,
+        is_master=False,
+        timeout=timeout or timedelta(minutes=30),
+    )
+    return dist.PrefixStore(f"accelerate/attempt_{attempt}", store)
 
 
 def is_own_group() -> bool:

@@ -1,0 +1,79 @@
+"""``accelerate to-fsdp2``: rewrites a config file's ``fsdp_config`` from FSDP1 keys to FSDP2 keys.
+
+A pure file conversion (upstream's rules): ``fsdp_sharding_strategy`` becomes
+``fsdp_reshard_after_forward`` (FULL_SHARD -> true, SHARD_GRAD_OP -> false), the keys FSDP2 has no use
+for are dropped (each one is named), and ``fsdp_version: 2`` is set. Running FSDP itself is another
+matter: FSDP is not available yet in this accelerate, and `accelerate launch` says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+HELP = "Convert a config file's fsdp_config from FSDP1 to FSDP2 keys."
+# Keys FSDP2 does without: prefetching and parameter flattening are automatic, states start in sync.
+_DROPPED = ("fsdp_backward_prefetch", "fsdp_forward_prefetch", "fsdp_use_orig_params", "fsdp_sync_module_states")
+_RESHARD = {"FULL_SHARD": True, "1": True, "SHARD_GRAD_OP": False, "2": False}
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "to-fsdp2", help=HELP, description=HELP, allow_abbrev=False
+    )
+    parser.add_argument("--config_file", "--config-file", dest="config_file", type=str, required=True,
+                        help="The config file to convert.")  # fmt: skip
+    parser.add_argument("--output_file", "--output-file", dest="output_file", type=str, required=True,
+                        help="Where to write the converted file.")  # fmt: skip
+    parser.add_argument("--overwrite", action="store_true", help="Replace OUTPUT_FILE if it exists.")
+    parser.set_defaults(func=run)
+    return parser
+
+
+def convert_fsdp_config(fsdp: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The FSDP2 form of an ``fsdp_config`` mapping, and one line per change."""
+    out, changes = dict(fsdp), []
+    if str(out.get("fsdp_version", 1)) == "2":
+        return out, ["already fsdp_version: 2; nothing to change"]
+    if "fsdp_sharding_strategy" in out:
+        strategy = str(out.pop("fsdp_sharding_strategy")).upper()
+        if strategy not in _RESHARD:
+            raise ValueError(
+                f"fsdp_sharding_strategy: {strategy} has no FSDP2 equivalent (FSDP2 always shards; "
+                "FULL_SHARD or SHARD_GRAD_OP convert). Choose one of those first."
+            )
+        out["fsdp_reshard_after_forward"] = _RESHARD[strategy]
+        changes.append(f"fsdp_sharding_strategy: {strategy} -> fsdp_reshard_after_forward: {_RESHARD[strategy]}")
+    for key in _DROPPED:
+        if key in out:
+            changes.append(f"removed {key}: {out.pop(key)!r} (FSDP2 does not use it)")
+    out["fsdp_version"] = 2
+    changes.append("fsdp_version: 2")
+    return out, changes
+
+
+def run(args: argparse.Namespace) -> int:
+    from accelerate.config.config_file import ConfigFileError, read_raw
+
+    output = Path(args.output_file)
+    if output.exists() and not args.overwrite:
+        print(f"accelerate to-fsdp2: error: {output} exists; pass --overwrite to replace it.", file=sys.stderr)
+        return 2
+    try:
+        raw = read_raw(args.config_file)
+        if not isinstance(raw.get("fsdp_config"), dict) or not raw["fsdp_config"]:
+            raise ValueError(f"{args.config_file} has no fsdp_config to convert.")
+        raw["fsdp_config"], changes = convert_fsdp_config(raw["fsdp_config"])
+    except (ConfigFileError, ValueError) as exc:
+        print(f"accelerate to-fsdp2: error: {exc}", file=sys.stderr)
+        return 2
+    import yaml
+
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(yaml.safe_dump(raw, sort_keys=True, default_flow_style=False), encoding="utf-8")
+    for change in changes:
+        print(f"accelerate to-fsdp2: {change}")
+    print(f"accelerate to-fsdp2: wrote {output}")
+    return 0
