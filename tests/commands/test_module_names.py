@@ -23,7 +23,7 @@ def test_default_config_file_follows_hf_home(tmp_path: Path, monkeypatch: pytest
 
 def test_load_config_from_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_HOME", str(tmp_path))
-    with pytest.raises(FileNotFoundError, match="no launch config file"):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
         config_command.load_config_from_file(None)
     assert run_cli("config", "default", "--mixed_precision", "bf16", home=tmp_path).returncode == 0
     config = config_command.load_config_from_file(None)
@@ -50,7 +50,8 @@ def test_launch_command_runs_a_script(tmp_path: Path) -> None:
     code = (
         "import sys\nfrom accelerate.commands.launch import launch_command, launch_command_parser\n"
         "p = launch_command_parser()\nlaunch_command(p.parse_args(['--cpu', sys.argv[1]]))\n"
-        "try:\n    launch_command(p.parse_args(['--cpu', sys.argv[2]]))\nexcept SystemExit as e:\n    print('exit', e.code)\n"
+        "import subprocess\ntry:\n    launch_command(p.parse_args(['--cpu', sys.argv[2]]))\n"
+        "except subprocess.CalledProcessError as e:\n    print('exit', e.returncode)\n"
     )
     proc = subprocess.run(
         [sys.executable, "-c", code, str(script), str(failing)], env=cli_env(tmp_path / "home"),
