@@ -76,6 +76,9 @@ class AlignDevicesHook(ModelHook):
         self.tied_params_map = tied_params_map
         self.tied_pointers_to_remove: set[tuple[int, DeviceLike]] = set()
         self._offload_names: list[str] | None = None
+        # name -> (owning module's tensor dict, attribute, its meta tensor): post_forward puts the
+        # meta tensor back directly instead of building a new one every forward.
+        self._meta_slots: dict[str, tuple[dict[str, Any], str, torch.Tensor]] = {}
 
     def __repr__(self) -> str:
         return (
@@ -157,8 +160,18 @@ class AlignDevicesHook(ModelHook):
 
     def post_forward(self, module: nn.Module, output: Any) -> Any:
         if self.offload:
+            slots = self._meta_slots
             for name in self._offloaded(module):
+                slot = slots.get(name)
+                if slot is not None:
+                    table, attr, meta = slot
+                    table[attr] = meta
+                    continue
                 set_module_tensor_to_device(module, name, "meta")
+                owner = module.get_submodule(name.rpartition(".")[0]) if "." in name else module
+                attr = name.rpartition(".")[2]
+                table = owner._buffers if attr in owner._buffers else owner._parameters
+                slots[name] = (table, attr, table[attr])  # type: ignore[assignment]
             # Drop the copies this hook made for tied weights so their memory is released too.
             if self.tied_params_map is not None:
                 for pointer, device in self.tied_pointers_to_remove:
