@@ -60,3 +60,15 @@ def test_launch_command_runs_a_script(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "exit 5"
     assert callable(launch_command)
+
+
+def test_write_basic_config(tmp_path: Path) -> None:
+    from accelerate.utils import write_basic_config
+
+    target = tmp_path / "cfg" / "default_config.yaml"
+    written = write_basic_config(mixed_precision="bf16", save_location=str(target))
+    assert written == target and target.is_file()
+    assert config_command.load_config_from_file(str(target)).to_dict()["mixed_precision"] == "bf16"
+    assert write_basic_config(save_location=str(target)) is False  # an existing file is left alone
+    with pytest.raises(ValueError, match="write_basic_config"):
+        write_basic_config(mixed_precision="fp12", save_location=str(tmp_path / "other.yaml"))

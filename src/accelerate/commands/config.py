@@ -224,6 +224,27 @@ def run_default(args: argparse.Namespace, gpu_count: Callable[[], int] = _gpu_co
     return 0
 
 
+def write_basic_config(mixed_precision: str = "no", save_location: str | None = None) -> Path | bool:
+    """Writes the default launch config (``accelerate config default``) from Python.
+
+    Args:
+        mixed_precision: ``"no"``, ``"fp16"`` or ``"bf16"``.
+        save_location: the file to write (default: the default config location).
+
+    Returns:
+        The file written, or False when one already exists there (it is left unchanged, as upstream).
+    """
+    from accelerate.config.config_file import config_from_dict, save_config_file
+    from accelerate.utils.dataclasses import check_mixed_precision
+
+    mode = check_mixed_precision(mixed_precision, origin=f"write_basic_config(mixed_precision={mixed_precision!r})")
+    target = _target(save_location, os.environ)
+    if target.exists():
+        print(f"write_basic_config: {target} already exists and was left unchanged; delete it to write anew.")
+        return False
+    return save_config_file(config_from_dict(default_config_data(mode, _gpu_count())), target)
+
+
 def run_update(args: argparse.Namespace) -> int:
     from accelerate.config.config_file import (
         ConfigFileError,

@@ -174,6 +174,8 @@ _register(
     "DummyScheduler", "HfDeepSpeedConfig", "get_active_deepspeed_plugin", "map_pytorch_optim_to_deepspeed",
 )  # fmt: skip
 
+_register("accelerate.commands.config", "write_basic_config")
+
 __all__ = sorted(_LAZY)
 
 
