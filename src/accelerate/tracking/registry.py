@@ -179,7 +179,7 @@ def find_tracker(accelerator: Accelerator, name: str, unwrap: bool = False) -> A
     for tracker in accelerator.trackers:
         if tracker.name == name:
             return tracker.tracker if unwrap else tracker
-    configured = [getattr(entry, "name", None) or str(entry) for entry in accelerator.log_with]
+    configured = [entry.name if isinstance(entry, GeneralTracker) else str(entry) for entry in accelerator.log_with]
     if name in configured and not accelerator.is_main_process:
         return GeneralTracker(_blank=True)
     started = [tracker.name for tracker in accelerator.trackers]

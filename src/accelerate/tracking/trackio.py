@@ -16,12 +16,10 @@ _ACCEPTED = "numbers (one-element tensors too), strings, dicts of those and trac
 
 
 class TrackioTracker(GeneralTracker):
-    """One ``trackio.init(project=run_name, **kwargs)`` run, stored locally unless ``space_id=`` is given.
-    Every process runs it (``main_process_only = False``)."""
+    """One ``trackio.init(project=run_name, **kwargs)`` run, stored locally unless ``space_id=`` is given."""
 
     name = "trackio"
     requires_logging_directory = False
-    main_process_only = False
     package = ("trackio", "trackio")
 
     def __init__(self, run_name: str, **kwargs: Any) -> None:

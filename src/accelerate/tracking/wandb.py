@@ -16,13 +16,11 @@ _ACCEPTED = "numbers (one-element tensors too), strings, dicts of those and wand
 
 
 class WandBTracker(GeneralTracker):
-    """One ``wandb.init(project=run_name, **kwargs)`` run. Every process runs it (``main_process_only =
-    False``): pass ``init_kwargs={"wandb": {"group": ...}}`` to gather the ranks' runs, or log from the
-    main process only yourself."""
+    """One ``wandb.init(project=run_name, **kwargs)`` run, on the main process. For one run per rank,
+    subclass it with ``main_process_only = False`` and group the runs (``init_kwargs={"wandb": {"group": ...}}``)."""
 
     name = "wandb"
     requires_logging_directory = False
-    main_process_only = False
     package = ("wandb", "wandb")
 
     def __init__(self, run_name: str, **kwargs: Any) -> None:
