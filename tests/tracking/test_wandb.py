@@ -48,9 +48,10 @@ def _read_run(run_file: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         record = wandb_internal_pb2.Record()
         record.ParseFromString(data)
         kind = record.WhichOneof("record_type")
-        if kind == "config":
-            config.update({item.key: json.loads(item.value_json) for item in record.config.update})
-        elif kind == "history":
+        # The config arrives in the run record or in later config records, as wandb batches it.
+        updates = record.run.config.update if kind == "run" else record.config.update if kind == "config" else []
+        config.update({item.key: json.loads(item.value_json) for item in updates if not item.key.startswith("_")})
+        if kind == "history":
             row = {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
             history.append({key: value for key, value in row.items() if not key.startswith("_") or key == "_step"})
     return config, history
