@@ -463,15 +463,13 @@ class Accelerator(AcceleratorFacts):
     def log(
         self, values: dict[str, Any], step: int | None = None, log_kwargs: dict[str, Any] | None = None
     ) -> None:
-        if self.is_main_process:
-            for tracker in self.trackers:
-                tracker.log(values, step=step, **(log_kwargs or {}).get(tracker.name, {}))
+        for tracker in self.trackers:  # a process holds only the trackers that run on it (see start_trackers)
+            tracker.log(values, step=step, **(log_kwargs or {}).get(tracker.name, {}))
 
     def get_tracker(self, name: str, unwrap: bool = False) -> Any:
-        for tracker in self.trackers:
-            if tracker.name == name:
-                return tracker.tracker if unwrap else tracker
-        raise ValueError(f"No tracker named {name!r} was started; started: {[t.name for t in self.trackers]}")
+        from accelerate.tracking import find_tracker
+
+        return find_tracker(self, name, unwrap)
 
 
 def _as_list(parameters: Any) -> list[torch.Tensor]:

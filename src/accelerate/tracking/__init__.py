@@ -1,30 +1,46 @@
-"""Experiment trackers (tensorboard, wandb, mlflow), each imported lazily in its own module."""
+"""Experiment trackers: one module per backend, each importing its package only when a run starts."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from accelerate.tracking.aim import AimTracker
+from accelerate.tracking.base import GeneralTracker, on_main_process
+from accelerate.tracking.clearml import ClearMLTracker
+from accelerate.tracking.cometml import CometMLTracker
+from accelerate.tracking.dvclive import DVCLiveTracker
+from accelerate.tracking.logger_type import LoggerType
+from accelerate.tracking.mlflow import MLflowTracker
+from accelerate.tracking.registry import (
+    LOGGER_TYPE_TO_CLASS,
+    check_trackers,
+    filter_trackers,
+    find_tracker,
+    get_available_trackers,
+    register_tracker_class,
+    start_trackers,
+)
+from accelerate.tracking.swanlab import SwanLabTracker
+from accelerate.tracking.tensorboard import TensorBoardTracker
+from accelerate.tracking.trackio import TrackioTracker
+from accelerate.tracking.wandb import WandBTracker
 
-from accelerate.tracking.base import GeneralTracker, check_trackers
-
-if TYPE_CHECKING:
-    from accelerate.accelerator import Accelerator
-
-
-def start_trackers(
-    accelerator: Accelerator, project_name: str, config: dict[str, Any] | None, init_kwargs: dict[str, Any]
-) -> list[GeneralTracker]:
-    """Starts every tracker named in ``Accelerator(log_with=...)`` on the main process."""
-    from accelerate.tracking.base import make_tracker
-
-    if not accelerator.is_main_process:
-        return []
-    trackers = []
-    for name in accelerator.log_with:
-        tracker = make_tracker(name, project_name, accelerator.logging_dir, **init_kwargs.get(name, {}))
-        if config is not None:
-            tracker.store_init_configuration(config)
-        trackers.append(tracker)
-    return trackers
-
-
-__all__ = ["GeneralTracker", "check_trackers", "start_trackers"]
+__all__ = [
+    "LOGGER_TYPE_TO_CLASS",
+    "AimTracker",
+    "ClearMLTracker",
+    "CometMLTracker",
+    "DVCLiveTracker",
+    "GeneralTracker",
+    "LoggerType",
+    "MLflowTracker",
+    "SwanLabTracker",
+    "TensorBoardTracker",
+    "TrackioTracker",
+    "WandBTracker",
+    "check_trackers",
+    "filter_trackers",
+    "find_tracker",
+    "get_available_trackers",
+    "on_main_process",
+    "register_tracker_class",
+    "start_trackers",
+]

@@ -1,17 +1,87 @@
-"""Tracker base class and the registry of built-in trackers."""
+"""The tracker base class, the main-process guard, and how logged values become loggable."""
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-_BUILTIN = {
-    "tensorboard": ("accelerate.tracking.tensorboard", "TensorBoardTracker"),
-    "wandb": ("accelerate.tracking.wandb", "WandBTracker"),
-    "mlflow": ("accelerate.tracking.mlflow", "MLflowTracker"),
-}
-_PIP = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow"}
-_MODULE = {"tensorboard": "torch.utils.tensorboard", "wandb": "wandb", "mlflow": "mlflow"}
+from accelerate.utils.imports import is_package_available
+
+F = TypeVar("F", bound=Callable[..., Any])
+_logger = logging.getLogger("accelerate.tracking")
+
+
+def on_main_process(function: F) -> F:
+    """Runs a tracker method on the main process only, unless the tracker says
+    ``main_process_only = False`` (then every process runs it, e.g. one wandb run per rank)."""
+
+    @functools.wraps(function)
+    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if getattr(self, "main_process_only", True):
+            from accelerate.state import PartialState
+
+            if not PartialState().is_main_process:
+                return None
+        return function(self, *args, **kwargs)
+
+    return run  # type: ignore[return-value]
+
+
+class GeneralTracker:
+    """A tracker: ``start``, ``store_init_configuration``, ``log`` and ``finish``. Subclass it for your own.
+
+    A subclass sets ``name`` (the key of ``init_kwargs``/``log_kwargs`` and of ``get_tracker``), and may
+    set ``requires_logging_directory`` (the Accelerator then passes its logging dir to the constructor),
+    ``main_process_only`` (False: every process runs it) and a ``tracker`` property (the wrapped run).
+    The built-in trackers only record their arguments in ``__init__``; ``start()`` opens the run.
+
+    Example:
+        >>> class Printer(GeneralTracker):
+        ...     name = "printer"
+        ...     def log(self, values, step=None, **kwargs):
+        ...         print(step, values)
+        >>> Accelerator(log_with=Printer())  # doctest: +SKIP
+    """
+
+    name: str
+    requires_logging_directory: bool = False
+    main_process_only: bool = True
+
+    def __init__(self, _blank: bool = False) -> None:
+        # `_blank=True` is the do-nothing stand-in `get_tracker` hands to processes that run no tracker.
+        if not _blank and not isinstance(getattr(self, "name", None), str):
+            raise NotImplementedError(
+                f"{type(self).__name__} subclasses GeneralTracker but sets no `name`: add a class attribute "
+                "such as `name = 'my_tracker'` (it keys init_kwargs, log_kwargs and get_tracker)."
+            )
+
+    @property
+    def tracker(self) -> Any:
+        """The underlying run or writer object (None for a tracker without one)."""
+        return None
+
+    def start(self) -> None:  # noqa: B027 - optional hook
+        """Opens the run; called once by ``Accelerator.init_trackers``."""
+
+    def store_init_configuration(self, values: dict[str, Any]) -> None:  # noqa: B027 - optional hook
+        """Records the hyperparameters of the run."""
+
+    def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:  # noqa: B027
+        """Records ``values`` (name -> value) at ``step``."""
+
+    def finish(self) -> None:  # noqa: B027
+        """Closes the run, flushing what is pending."""
+
+
+def require_tracker_package(tracker: str, module: str, pip_name: str) -> None:
+    """Raises ImportError naming the pip command when ``module`` is not installed (found, not imported)."""
+    if not is_package_available(module):
+        raise ImportError(
+            f"The {tracker} tracker (log_with={tracker!r}) needs the `{pip_name}` package, which is not "
+            f"installed. Install it with: pip install {pip_name}"
+        )
 
 
 def as_number(value: Any) -> int | float | None:
@@ -45,63 +115,38 @@ def skip_unloggable(tracker: str, key: str, value: Any, accepted: str) -> None:
         raise UnloggableValue(f"{message} Reduce it to one number first (e.g. `t.mean().item()`).")
     if (tracker, key) not in _WARNED:
         _WARNED.add((tracker, key))
-        import logging
-
-        logging.getLogger("accelerate.tracking").warning("%s Skipping it.", message)
+        _logger.warning("%s Skipping it.", message)
 
 
-class GeneralTracker:
-    """A tracker: ``store_init_configuration``, ``log`` and ``finish``. Subclass it for your own."""
-
-    name: str = "general"
-    requires_logging_directory: bool = False
-
-    @property
-    def tracker(self) -> Any:
-        return None
-
-    def store_init_configuration(self, values: dict[str, Any]) -> None:  # noqa: B027 - optional hook
-        pass
-
-    def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:  # noqa: B027
-        pass
-
-    def finish(self) -> None:  # noqa: B027
-        pass
-
-
-def check_trackers(log_with: Any) -> list[Any]:
-    """Validates ``log_with`` (a name, ``"all"``, a tracker object or a list of them) before training."""
-    items = log_with if isinstance(log_with, list | tuple) else [log_with]
-    out: list[Any] = []
-    for item in items:
-        if isinstance(item, GeneralTracker):
-            out.append(item)
-            continue
-        name = str(getattr(item, "value", item)).lower()
-        if name == "all":
-            out.extend(n for n in _BUILTIN if _importable(n))
-            continue
-        if name not in _BUILTIN:
-            raise ValueError(
-                f"log_with={item!r} is not a known tracker; choose from {sorted(_BUILTIN)} or 'all'."
-            )
-        if not _importable(name):
-            raise ImportError(f"log_with={name!r} needs the `{_PIP[name]}` package: pip install {_PIP[name]}")
-        out.append(name)
+def loggable(
+    tracker: str,
+    values: dict[str, Any],
+    accepted: str,
+    *,
+    keep: Callable[[Any], bool] = lambda value: False,
+    dicts: str | None = None,
+    prefix: str = "",
+) -> dict[str, Any]:
+    """``values`` with numbers (one-element tensors become Python numbers) and whatever ``keep`` accepts;
+    dicts are kept nested (``dicts="nest"``), flattened to ``"outer/inner"`` keys (``"flatten"``) or
+    skipped (None). Everything else goes through ``skip_unloggable`` (raise for arrays, else warn)."""
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        name = f"{prefix}{key}"
+        number = as_number(value)
+        if number is not None:
+            out[key if dicts != "flatten" else name] = number
+        elif isinstance(value, dict) and dicts == "nest":
+            out[key] = loggable(tracker, value, accepted, keep=keep, dicts=dicts, prefix=f"{name}/")
+        elif isinstance(value, dict) and dicts == "flatten":
+            out.update(loggable(tracker, value, accepted, keep=keep, dicts=dicts, prefix=f"{name}/"))
+        elif keep(value):
+            out[key if dicts != "flatten" else name] = value
+        else:
+            skip_unloggable(tracker, name, value, accepted)
     return out
 
 
-def _importable(name: str) -> bool:
-    from accelerate.utils.imports import is_package_available
-
-    return is_package_available(_PIP[name])
-
-
-def make_tracker(name: Any, project_name: str, logging_dir: str | None, **kwargs: Any) -> GeneralTracker:
-    if isinstance(name, GeneralTracker):
-        return name
-    module, cls = _BUILTIN[name]
-    tracker_cls = getattr(importlib.import_module(module), cls)
-    tracker: GeneralTracker = tracker_cls(project_name, logging_dir, **kwargs)
-    return tracker
+def is_media(value: Any) -> bool:
+    """Not a tensor or array: strings and the tracker's own objects (images, tables, histograms)."""
+    return getattr(value, "shape", None) is None

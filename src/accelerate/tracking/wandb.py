@@ -4,26 +4,74 @@ from __future__ import annotations
 
 from typing import Any
 
-from accelerate.tracking.base import GeneralTracker
-from accelerate.utils.imports import require
+from accelerate.tracking.base import (
+    GeneralTracker,
+    is_media,
+    loggable,
+    on_main_process,
+    require_tracker_package,
+)
+
+_ACCEPTED = "numbers (one-element tensors too), strings, dicts of those and wandb objects (wandb.Histogram...)"
 
 
 class WandBTracker(GeneralTracker):
-    name = "wandb"
+    """One ``wandb.init(project=run_name, **kwargs)`` run, on the main process. For one run per rank,
+    subclass it with ``main_process_only = False`` and group the runs (``init_kwargs={"wandb": {"group": ...}}``)."""
 
-    def __init__(self, run_name: str, logging_dir: str | None = None, **kwargs: Any) -> None:
-        wandb = require("wandb", feature="log_with='wandb'")
-        self.run = wandb.init(project=run_name, **kwargs)
+    name = "wandb"
+    requires_logging_directory = False
+    package = ("wandb", "wandb")
+
+    def __init__(self, run_name: str, **kwargs: Any) -> None:
+        super().__init__()
+        require_tracker_package(self.name, *self.package)
+        self.run_name = run_name
+        self.init_kwargs = kwargs
+        self.run: Any = None
+
+    @on_main_process
+    def start(self) -> None:
+        import wandb
+
+        self.run = wandb.init(project=self.run_name, **self.init_kwargs)
 
     @property
     def tracker(self) -> Any:
         return self.run
 
+    @on_main_process
     def store_init_configuration(self, values: dict[str, Any]) -> None:
-        self.run.config.update(values, allow_val_change=True)
+        import wandb
 
+        wandb.config.update(values, allow_val_change=True)
+
+    @on_main_process
     def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
-        self.run.log(values, step=step, **kwargs)
+        self.run.log(loggable(self.name, values, _ACCEPTED, keep=is_media, dicts="nest"), step=step, **kwargs)
 
+    @on_main_process
+    def log_images(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        """Logs lists of images (``name -> [image, ...]``) as ``wandb.Image`` objects."""
+        import wandb
+
+        self.run.log({key: [wandb.Image(image) for image in images] for key, images in values.items()}, step=step)
+
+    @on_main_process
+    def log_table(
+        self,
+        table_name: str,
+        columns: list[str] | None = None,
+        data: list[list[Any]] | None = None,
+        dataframe: Any = None,
+        step: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Logs a ``wandb.Table`` built from ``columns`` and ``data`` rows, or from a pandas ``dataframe``."""
+        import wandb
+
+        self.run.log({table_name: wandb.Table(columns=columns, data=data, dataframe=dataframe)}, step=step, **kwargs)
+
+    @on_main_process
     def finish(self) -> None:
         self.run.finish()
