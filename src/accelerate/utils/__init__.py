@@ -143,7 +143,6 @@ _register(
 )  # fmt: skip
 _register("accelerate.utils.ao", "convert_model_to_fp8_ao", "filter_first_and_last_linear_layers", "has_ao_layers")
 _register("accelerate.utils.torch_xla", "install_xla")
-_register("accelerate.tracking.logger_type", "LoggerType")
 
 # Transformers' Trainer path (issue 10): dataclasses, FSDP/DeepSpeed faces, launch helpers, modeling helpers.
 _register(

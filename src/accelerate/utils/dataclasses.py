@@ -282,6 +282,15 @@ class LoggerType(str, BaseEnum):
     SWANLAB = "swanlab"
     TRACKIO = "trackio"
 
+    @classmethod
+    def _missing_(cls, value: Any) -> LoggerType | None:
+        # Names match case-insensitively: `log_with="TensorBoard"` is not a different tracker.
+        if isinstance(value, str):
+            for member in cls:
+                if member.value == value.lower():
+                    return member
+        return None
+
 
 class RNGType(str, BaseEnum):
     """The random-number generators a prepared dataloader can synchronise (``rng_types=[...]``)."""
