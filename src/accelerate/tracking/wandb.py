@@ -70,7 +70,8 @@ class WandBTracker(GeneralTracker):
         """Logs a ``wandb.Table`` built from ``columns`` and ``data`` rows, or from a pandas ``dataframe``."""
         import wandb
 
-        self.run.log({table_name: wandb.Table(columns=columns, data=data, dataframe=dataframe)}, step=step, **kwargs)
+        headers: Any = columns  # wandb's annotation wants list[str | int]; a list of names is what it takes
+        self.run.log({table_name: wandb.Table(columns=headers, data=data, dataframe=dataframe)}, step=step, **kwargs)
 
     @on_main_process
     def finish(self) -> None:

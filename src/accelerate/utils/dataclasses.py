@@ -423,63 +423,6 @@ class ProfileKwargs(KwargsHandler):
         return profiler.profile(**kwargs)
 
 
-@dataclass
-class TorchTensorParallelConfig:
-    """Tensor-parallel options (``ParallelismConfig(tp_handler=...)``); TP is not available yet."""
-
-    enable_async_tp: bool = False
-
-
-@dataclass
-class TorchContextParallelConfig:
-    """Context-parallel options (``ParallelismConfig(cp_handler=...)``); CP is not available yet."""
-
-    cp_comm_strategy: Literal["allgather", "alltoall"] | None = None
-
-    def __post_init__(self) -> None:
-        if self.cp_comm_strategy is None:
-            self.cp_comm_strategy = "allgather"
-        if self.cp_comm_strategy not in ("allgather", "alltoall"):
-            raise ValueError(
-                f"TorchContextParallelConfig(cp_comm_strategy={self.cp_comm_strategy!r}) must be "
-                "'allgather' or 'alltoall'."
-            )
-
-
-@dataclass
-class DeepSpeedSequenceParallelConfig:
-    """DeepSpeed-Ulysses sequence-parallel options (``ParallelismConfig(sp_handler=...)``)."""
-
-    sp_seq_length: int | None = None
-    sp_seq_length_is_variable: bool | None = None
-    sp_attn_implementation: str | None = None
-
-
-@dataclass
-class TorchTensorParallelPlugin:
-    """The older tensor-parallel plugin (``Accelerator(torch_tp_plugin=...)``); TP is not available yet,
-    so the Accelerator refuses it with that error. Constructing one works (a script still imports)."""
-
-    tp_size: int = 1
-    torch_device_mesh: Any = None
-
-
-def get_module_class_from_name(module: Any, name: str) -> type | None:
-    """The class named ``name`` among ``module`` and its submodules (first found, depth first), or None.
-
-    Example:
-        >>> get_module_class_from_name(bert, "BertLayer")
-        <class 'transformers.models.bert.modeling_bert.BertLayer'>
-    """
-    if type(module).__name__ == name:
-        return type(module)
-    for child in module.children():
-        found = get_module_class_from_name(child, name)
-        if found is not None:
-            return found
-    return None
-
-
 # --- the mixed-precision vocabulary, defined once ------------------------------------------------
 # Every other place (the config-file schema, the CLI's choices, the launcher's checks,
 # notebook_launcher, the Accelerator, Precision) derives its list from PrecisionType and validates
@@ -611,6 +554,11 @@ _ELSEWHERE = {
     "parse_gpt2_config": "accelerate.utils.hardware_dataclasses",
     "parse_llama_config": "accelerate.utils.hardware_dataclasses",
     "parse_t5_config": "accelerate.utils.hardware_dataclasses",
+    "TorchTensorParallelConfig": "accelerate.utils.parallel_configs",
+    "TorchContextParallelConfig": "accelerate.utils.parallel_configs",
+    "DeepSpeedSequenceParallelConfig": "accelerate.utils.parallel_configs",
+    "TorchTensorParallelPlugin": "accelerate.utils.parallel_configs",
+    "get_module_class_from_name": "accelerate.utils.parallel_configs",
     "DistributedType": "accelerate.state.distributed_type",
     "ComputeEnvironment": "accelerate.state.distributed_type",
     "CustomDtype": "accelerate.big_modeling.sizes",

@@ -1,0 +1,67 @@
+"""Options of the parallelism styles that are not available yet (tensor, context, sequence parallel).
+
+They exist with upstream's fields so configurations and scripts that build them run; using one with
+the Accelerator is refused there with one clear error. Re-exported by ``accelerate.utils.dataclasses``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+
+@dataclass
+class TorchTensorParallelConfig:
+    """Tensor-parallel options (``ParallelismConfig(tp_handler=...)``); TP is not available yet."""
+
+    enable_async_tp: bool = False
+
+
+@dataclass
+class TorchContextParallelConfig:
+    """Context-parallel options (``ParallelismConfig(cp_handler=...)``); CP is not available yet."""
+
+    cp_comm_strategy: Literal["allgather", "alltoall"] | None = None
+
+    def __post_init__(self) -> None:
+        if self.cp_comm_strategy is None:
+            self.cp_comm_strategy = "allgather"
+        if self.cp_comm_strategy not in ("allgather", "alltoall"):
+            raise ValueError(
+                f"TorchContextParallelConfig(cp_comm_strategy={self.cp_comm_strategy!r}) must be "
+                "'allgather' or 'alltoall'."
+            )
+
+
+@dataclass
+class DeepSpeedSequenceParallelConfig:
+    """DeepSpeed-Ulysses sequence-parallel options (``ParallelismConfig(sp_handler=...)``)."""
+
+    sp_seq_length: int | None = None
+    sp_seq_length_is_variable: bool | None = None
+    sp_attn_implementation: str | None = None
+
+
+@dataclass
+class TorchTensorParallelPlugin:
+    """The older tensor-parallel plugin (``Accelerator(torch_tp_plugin=...)``); TP is not available yet,
+    so the Accelerator refuses it with that error. Constructing one works (a script still imports)."""
+
+    tp_size: int = 1
+    torch_device_mesh: Any = None
+
+
+def get_module_class_from_name(module: Any, name: str) -> type | None:
+    """The class named ``name`` among ``module`` and its submodules (first found, depth first), or None.
+
+    Example:
+        >>> get_module_class_from_name(bert, "BertLayer")
+        <class 'transformers.models.bert.modeling_bert.BertLayer'>
+    """
+    if type(module).__name__ == name:
+        return type(module)
+    for child in module.children():
+        found = get_module_class_from_name(child, name)
+        if found is not None:
+            return found
+    return None
