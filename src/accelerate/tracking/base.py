@@ -75,6 +75,39 @@ class GeneralTracker:
         """Closes the run, flushing what is pending."""
 
 
+class ProjectRunTracker(GeneralTracker):
+    """A backend whose package opens one run with ``<package>.init(project=run_name, **kwargs)`` and
+    keeps the run's configuration in ``<package>.config`` (wandb, SwanLab, Trackio share this shape)."""
+
+    package: tuple[str, str]  # (module to import, pip name)
+    allow_val_change: bool = True  # passed to config.update (the backends that accept it)
+
+    def __init__(self, run_name: str, **kwargs: Any) -> None:
+        super().__init__()
+        require_tracker_package(self.name, *self.package)
+        self.run_name = run_name
+        self.init_kwargs = kwargs
+        self.run: Any = None
+
+    def _backend(self) -> Any:
+        import importlib
+
+        return importlib.import_module(self.package[0])
+
+    @on_main_process
+    def start(self) -> None:
+        self.run = self._backend().init(project=self.run_name, **self.init_kwargs)
+
+    @property
+    def tracker(self) -> Any:
+        return self.run
+
+    @on_main_process
+    def store_init_configuration(self, values: dict[str, Any]) -> None:
+        extra = {"allow_val_change": True} if self.allow_val_change else {}
+        self._backend().config.update(values, **extra)
+
+
 def require_tracker_package(tracker: str, module: str, pip_name: str) -> None:
     """Raises ImportError naming the pip command when ``module`` is not installed (found, not imported)."""
     if not is_package_available(module):

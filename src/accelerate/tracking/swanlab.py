@@ -5,45 +5,21 @@ from __future__ import annotations
 from typing import Any
 
 from accelerate.tracking.base import (
-    GeneralTracker,
+    ProjectRunTracker,
     is_media,
     loggable,
     on_main_process,
-    require_tracker_package,
 )
 
 _ACCEPTED = "numbers (one-element tensors too), dicts of numbers and swanlab objects (swanlab.Image...)"
 
 
-class SwanLabTracker(GeneralTracker):
+class SwanLabTracker(ProjectRunTracker):
     """One ``swanlab.init(project=run_name, **kwargs)`` run."""
 
     name = "swanlab"
     requires_logging_directory = False
     package = ("swanlab", "swanlab")
-
-    def __init__(self, run_name: str, **kwargs: Any) -> None:
-        super().__init__()
-        require_tracker_package(self.name, *self.package)
-        self.run_name = run_name
-        self.init_kwargs = kwargs
-        self.run: Any = None
-
-    @on_main_process
-    def start(self) -> None:
-        import swanlab
-
-        self.run = swanlab.init(project=self.run_name, **self.init_kwargs)
-
-    @property
-    def tracker(self) -> Any:
-        return self.run
-
-    @on_main_process
-    def store_init_configuration(self, values: dict[str, Any]) -> None:
-        import swanlab
-
-        swanlab.config.update(values, allow_val_change=True)
 
     @on_main_process
     def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:

@@ -5,45 +5,23 @@ from __future__ import annotations
 from typing import Any
 
 from accelerate.tracking.base import (
-    GeneralTracker,
+    ProjectRunTracker,
     is_media,
     loggable,
     on_main_process,
-    require_tracker_package,
 )
 
 _ACCEPTED = "numbers (one-element tensors too), strings, dicts of those and trackio objects"
 
 
-class TrackioTracker(GeneralTracker):
+class TrackioTracker(ProjectRunTracker):
     """One ``trackio.init(project=run_name, **kwargs)`` run, stored locally unless ``space_id=`` is given."""
 
     name = "trackio"
     requires_logging_directory = False
     package = ("trackio", "trackio")
 
-    def __init__(self, run_name: str, **kwargs: Any) -> None:
-        super().__init__()
-        require_tracker_package(self.name, *self.package)
-        self.run_name = run_name
-        self.init_kwargs = kwargs
-        self.run: Any = None
-
-    @on_main_process
-    def start(self) -> None:
-        import trackio
-
-        self.run = trackio.init(project=self.run_name, **self.init_kwargs)
-
-    @property
-    def tracker(self) -> Any:
-        return self.run
-
-    @on_main_process
-    def store_init_configuration(self, values: dict[str, Any]) -> None:
-        import trackio
-
-        trackio.config.update(values)
+    allow_val_change = False
 
     @on_main_process
     def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:

@@ -5,46 +5,22 @@ from __future__ import annotations
 from typing import Any
 
 from accelerate.tracking.base import (
-    GeneralTracker,
+    ProjectRunTracker,
     is_media,
     loggable,
     on_main_process,
-    require_tracker_package,
 )
 
 _ACCEPTED = "numbers (one-element tensors too), strings, dicts of those and wandb objects (wandb.Histogram...)"
 
 
-class WandBTracker(GeneralTracker):
+class WandBTracker(ProjectRunTracker):
     """One ``wandb.init(project=run_name, **kwargs)`` run, on the main process. For one run per rank,
     subclass it with ``main_process_only = False`` and group the runs (``init_kwargs={"wandb": {"group": ...}}``)."""
 
     name = "wandb"
     requires_logging_directory = False
     package = ("wandb", "wandb")
-
-    def __init__(self, run_name: str, **kwargs: Any) -> None:
-        super().__init__()
-        require_tracker_package(self.name, *self.package)
-        self.run_name = run_name
-        self.init_kwargs = kwargs
-        self.run: Any = None
-
-    @on_main_process
-    def start(self) -> None:
-        import wandb
-
-        self.run = wandb.init(project=self.run_name, **self.init_kwargs)
-
-    @property
-    def tracker(self) -> Any:
-        return self.run
-
-    @on_main_process
-    def store_init_configuration(self, values: dict[str, Any]) -> None:
-        import wandb
-
-        wandb.config.update(values, allow_val_change=True)
 
     @on_main_process
     def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
