@@ -38,3 +38,20 @@ def test_logger_writes_on_main_process_by_default(pool2: WorkerPool) -> None:
 def test_logger_before_state_is_a_clear_error() -> None:
     with pytest.raises(RuntimeError, match="create the Accelerator"):
         get_logger("accelerate.test2").info("too early")
+
+
+def test_warning_once_warns_once_per_message(caplog) -> None:  # type: ignore[no-untyped-def]
+    import logging
+
+    from accelerate.logging import get_logger
+    from accelerate.state import PartialState
+
+    PartialState()
+    logger = get_logger("accelerate.test.once")
+    with caplog.at_level(logging.WARNING, logger="accelerate.test.once"):
+        for _ in range(3):
+            logger.warning_once("slow path taken")
+        get_logger("accelerate.test.once").warning_once("slow path taken")  # another adapter, same logger
+        logger.warning_once("other %s", "thing")
+    messages = [r.getMessage() for r in caplog.records if r.name == "accelerate.test.once"]
+    assert messages == ["slow path taken", "other thing"]

@@ -43,6 +43,28 @@ class MultiProcessAdapter(logging.LoggerAdapter):
     def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
         return msg, kwargs
 
+    def warning_once(self, msg: object, *args: Any, **kwargs: Any) -> None:
+        """``warning`` the first time this message (with these arguments) is given; later calls are quiet.
+
+        For warnings inside loops: each distinct message is shown once per process (and only on the
+        main process unless ``main_process_only=False``).
+        """
+        key = (str(msg), args)
+        if key in self._warned:
+            return
+        self._warned.add(key)
+        kwargs.setdefault("stacklevel", 3)
+        self.warning(msg, *args, **kwargs)
+
+    @property
+    def _warned(self) -> set[tuple[str, tuple[Any, ...]]]:
+        # Kept on the logger, so adapters made by separate get_logger calls for one name share it.
+        seen: set[tuple[str, tuple[Any, ...]]] | None = getattr(self.logger, "_accelerate_warned", None)
+        if seen is None:
+            seen = set()
+            self.logger._accelerate_warned = seen
+        return seen
+
 
 def get_logger(name: str, log_level: str | None = None) -> MultiProcessAdapter:
     """A process-aware logger; ``log_level`` defaults to ``$ACCELERATE_LOG_LEVEL`` when set.
