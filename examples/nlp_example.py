@@ -43,7 +43,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--batch_size", type=int, default=8)
     parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--train_samples", type=int, default=256)
+    parser.add_argument("--train_samples", type=int, default=512)
     parser.add_argument("--eval_samples", type=int, default=130)  # not a multiple of the batch size
     parser.add_argument("--seq_len", type=int, default=16)
     parser.add_argument("--mixed_precision", default=None, choices=["no", "fp16", "bf16"])
@@ -55,6 +55,7 @@ def main() -> None:
     config = BertConfig(
         vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
         intermediate_size=64, max_position_embeddings=args.seq_len, num_labels=2,
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
     )  # fmt: skip
     model = BertForSequenceClassification(config)
     train_loader = DataLoader(
