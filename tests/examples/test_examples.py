@@ -29,3 +29,20 @@ def test_nlp_example_learns_the_synthetic_task(tmp_path: Path) -> None:
     assert "on 130 samples" in result.stdout
     accuracy = float(re.search(r"final accuracy ([\d.]+)", result.stdout).group(1))  # type: ignore[union-attr]
     assert accuracy > 0.9
+
+
+def checksum(output: str) -> str:
+    match = re.search(r"final step (\d+) weight checksum (\S+)", output)
+    assert match, output
+    return f"{match.group(1)}:{match.group(2)}"
+
+
+def test_checkpointing_resumes_mid_epoch_to_the_same_weights(tmp_path: Path) -> None:
+    full = launch("checkpointing.py", "--output_dir", str(tmp_path / "full"), home=tmp_path)
+    saved = sorted(p.name for p in (tmp_path / "full").iterdir())
+    assert saved == ["step_12", "step_16", "step_4", "step_8"]
+    # step_4 lies inside the first epoch (8 steps on 2 processes): resume must skip its batches.
+    resumed = launch("checkpointing.py", "--output_dir", str(tmp_path / "resumed"),
+                     "--resume_from_checkpoint", str(tmp_path / "full" / "step_4"), home=tmp_path)  # fmt: skip
+    assert "resumed from" in resumed.stdout and "at step 4" in resumed.stdout
+    assert checksum(resumed.stdout) == checksum(full.stdout)
