@@ -46,3 +46,24 @@ def test_checkpointing_resumes_mid_epoch_to_the_same_weights(tmp_path: Path) -> 
                      "--resume_from_checkpoint", str(tmp_path / "full" / "step_4"), home=tmp_path)  # fmt: skip
     assert "resumed from" in resumed.stdout and "at step 4" in resumed.stdout
     assert checksum(resumed.stdout) == checksum(full.stdout)
+
+
+def accumulation_result(output: str) -> tuple[str, float]:
+    match = re.search(r"micro-batch (\d+ x \d+) accumulation steps: (\d+) optimizer steps, .* checksum (\S+)", output)
+    assert match, output
+    return f"{match.group(1)} -> {match.group(2)} steps", float(match.group(3))
+
+
+def test_gradient_accumulation_fixed_and_auto_train_like_the_big_batch(tmp_path: Path) -> None:
+    script = "gradient_accumulation.py"
+    big = accumulation_result(launch(script, "--batch_size", "16", "--gradient_accumulation_steps", "1",
+                                     home=tmp_path).stdout)  # fmt: skip
+    fixed = accumulation_result(launch(script, "--batch_size", "4", "--gradient_accumulation_steps", "4",
+                                       home=tmp_path).stdout)  # fmt: skip
+    # auto: 16 samples per step wanted, at most 5 fit -> find_executable_batch_size settles on 4.
+    auto = accumulation_result(launch(script, "--mode", "auto", "--target_batch_size", "16",
+                                      "--max_fitting_batch", "5", home=tmp_path).stdout)  # fmt: skip
+    assert big[0] == "16 x 1 -> 16 steps"
+    assert fixed[0] == auto[0] == "4 x 4 -> 16 steps"
+    assert fixed[1] == pytest.approx(big[1], abs=1e-6)
+    assert auto[1] == pytest.approx(big[1], abs=1e-6)
