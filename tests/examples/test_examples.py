@@ -67,3 +67,14 @@ def test_gradient_accumulation_fixed_and_auto_train_like_the_big_batch(tmp_path:
     assert fixed[0] == auto[0] == "4 x 4 -> 16 steps"
     assert fixed[1] == pytest.approx(big[1], abs=1e-6)
     assert auto[1] == pytest.approx(big[1], abs=1e-6)
+
+
+def test_early_stopping_stops_every_rank_at_the_same_step(tmp_path: Path) -> None:
+    output = launch("early_stopping.py", home=tmp_path).stdout
+    stops = dict(re.findall(r"rank (\d): early stop at step (\d+)", output))
+    assert set(stops) == {"0", "1"}, output
+    assert len(set(stops.values())) == 1
+    assert int(stops["0"]) < 200
+    # The step where it stops is the first step where some rank's own loss crossed the threshold.
+    first_trigger = min(int(s) for s in re.findall(r"below threshold at step (\d+)", output))
+    assert int(stops["0"]) == first_trigger
