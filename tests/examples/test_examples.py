@@ -78,3 +78,13 @@ def test_early_stopping_stops_every_rank_at_the_same_step(tmp_path: Path) -> Non
     # The step where it stops is the first step where some rank's own loss crossed the threshold.
     first_trigger = min(int(s) for s in re.findall(r"below threshold at step (\d+)", output))
     assert int(stops["0"]) == first_trigger
+
+
+def test_local_sgd_models_drift_then_agree_at_each_sync(tmp_path: Path) -> None:
+    output = launch("local_sgd.py", "--local_sgd_steps", "4", home=tmp_path).stdout
+    spread = {int(step): float(value) for step, value in re.findall(r"step (\d+): spread across processes (\S+)", output)}
+    assert sorted(spread) == list(range(1, 9)), output
+    assert all(spread[step] > 0 for step in (1, 2, 3, 5, 6, 7))  # no gradient all-reduce between syncs
+    assert spread[4] == spread[8] == 0.0
+    # 30 steps is not a multiple of 4: leaving the block averages once more.
+    assert "final spread across processes 0.00e+00" in output
