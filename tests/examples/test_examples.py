@@ -88,3 +88,12 @@ def test_local_sgd_models_drift_then_agree_at_each_sync(tmp_path: Path) -> None:
     assert spread[4] == spread[8] == 0.0
     # 30 steps is not a multiple of 4: leaving the block averages once more.
     assert "final spread across processes 0.00e+00" in output
+
+
+def test_multi_process_metrics_count_each_sample_once(tmp_path: Path) -> None:
+    output = launch("multi_process_metrics.py", "--eval_samples", "101", home=tmp_path).stdout
+    distributed = re.search(r"distributed accuracy (\S+) over (\d+) samples, (\d+) records", output)
+    single = re.search(r"single-process accuracy (\S+) over (\d+) samples", output)
+    assert distributed and single, output
+    assert distributed.group(2) == distributed.group(3) == single.group(2) == "101"
+    assert distributed.group(1) == single.group(1)
