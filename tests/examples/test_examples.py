@@ -97,3 +97,9 @@ def test_multi_process_metrics_count_each_sample_once(tmp_path: Path) -> None:
     assert distributed and single, output
     assert distributed.group(2) == distributed.group(3) == single.group(2) == "101"
     assert distributed.group(1) == single.group(1)
+
+
+def test_memory_example_halves_the_batch_until_it_fits(tmp_path: Path) -> None:
+    output = launch("memory.py", "--starting_batch_size", "128", "--max_fitting_batch", "20", home=tmp_path).stdout
+    assert re.findall(r"trying batch size (\d+)", output) == ["128", "64", "32", "16"]
+    assert "trained with batch size 16" in output
