@@ -103,3 +103,15 @@ def test_memory_example_halves_the_batch_until_it_fits(tmp_path: Path) -> None:
     output = launch("memory.py", "--starting_batch_size", "128", "--max_fitting_batch", "20", home=tmp_path).stdout
     assert re.findall(r"trying batch size (\d+)", output) == ["128", "64", "32", "16"]
     assert "trained with batch size 16" in output
+
+
+def test_tracking_example_writes_tensorboard_scalars(tmp_path: Path) -> None:
+    event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    output = launch("tracking.py", "--project_dir", str(tmp_path / "runs"), home=tmp_path).stdout
+    assert "logged 16 steps" in output
+    run = tmp_path / "runs" / "tracking_example"
+    events = event_accumulator.EventAccumulator(str(run))
+    events.Reload()
+    losses = events.Scalars("train/loss")
+    assert [e.step for e in losses] == list(range(1, 17))  # main process only: one value per step
+    assert [e.step for e in events.Scalars("train/epoch_loss")] == [8, 16]
