@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -115,3 +116,12 @@ def test_tracking_example_writes_tensorboard_scalars(tmp_path: Path) -> None:
     losses = events.Scalars("train/loss")
     assert [e.step for e in losses] == list(range(1, 17))  # main process only: one value per step
     assert [e.step for e in events.Scalars("train/epoch_loss")] == [8, 16]
+
+
+def test_profiler_example_writes_one_chrome_trace_per_process(tmp_path: Path) -> None:
+    output = launch("profiler.py", "--trace_dir", str(tmp_path / "traces"), "--steps", "3", home=tmp_path).stdout
+    assert "Self CPU time total" in output  # the main process's summary table
+    for rank in (0, 1):
+        trace = json.loads((tmp_path / "traces" / f"profile_{rank}.json").read_text())
+        names = {event.get("name") for event in trace["traceEvents"]}
+        assert "aten::addmm" in names  # the Linear layers' forward ran inside the block
