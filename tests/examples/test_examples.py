@@ -125,3 +125,11 @@ def test_profiler_example_writes_one_chrome_trace_per_process(tmp_path: Path) ->
         trace = json.loads((tmp_path / "traces" / f"profile_{rank}.json").read_text())
         names = {event.get("name") for event in trace["traceEvents"]}
         assert "aten::addmm" in names  # the Linear layers' forward ran inside the block
+
+
+def test_schedule_free_example_trains_with_optimizer_train_and_eval(tmp_path: Path) -> None:
+    pytest.importorskip("schedulefree")
+    output = launch("schedule_free.py", home=tmp_path).stdout
+    assert "on 150 samples" in output
+    accuracy = float(re.search(r"final accuracy ([\d.]+)", output).group(1))  # type: ignore[union-attr]
+    assert accuracy > 0.9
