@@ -47,7 +47,9 @@ def main() -> None:
         path = args.resume_from_checkpoint.rstrip("/")
         name = os.path.basename(path)
         if not name.startswith("step_"):
-            raise ValueError(f"--resume_from_checkpoint={path!r}: expected a step_<N> folder written by this script")
+            raise ValueError(
+                f"--resume_from_checkpoint={path!r}: expected a step_<N> folder written by this script"
+            )
         accelerator.load_state(path)
         completed_steps = int(name.removeprefix("step_"))
         accelerator.print(f"resumed from {path} at step {completed_steps}")

@@ -48,7 +48,9 @@ def main() -> None:
             optimizer.zero_grad()
             step += 1
             if loss.item() < args.loss_threshold:
-                print(f"rank {accelerator.process_index}: local loss {loss.item():.4f} below threshold at step {step}")
+                print(
+                    f"rank {accelerator.process_index}: local loss {loss.item():.4f} below threshold at step {step}"
+                )
                 accelerator.set_trigger()
             if accelerator.check_trigger():  # a collective: every process calls it every step
                 stopped = True

@@ -63,8 +63,12 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--batch_size", type=int, default=4, help="fixed mode: the micro-batch size")
     parser.add_argument("--gradient_accumulation_steps", type=int, default=4, help="fixed mode")
-    parser.add_argument("--target_batch_size", type=int, default=16, help="auto mode: samples per optimizer step")
-    parser.add_argument("--max_fitting_batch", type=int, default=1024, help="pretend memory limit, in samples")
+    parser.add_argument(
+        "--target_batch_size", type=int, default=16, help="auto mode: samples per optimizer step"
+    )
+    parser.add_argument(
+        "--max_fitting_batch", type=int, default=1024, help="pretend memory limit, in samples"
+    )
     args = parser.parse_args()
 
     if args.mode == "fixed":
@@ -74,7 +78,9 @@ def main() -> None:
     @find_executable_batch_size(starting_batch_size=args.target_batch_size)
     def train_with_largest_batch(batch_size: int) -> None:
         if args.target_batch_size % batch_size:
-            raise ValueError(f"--target_batch_size={args.target_batch_size} must be a power of two times a batch that fits")
+            raise ValueError(
+                f"--target_batch_size={args.target_batch_size} must be a power of two times a batch that fits"
+            )
         train(args, batch_size, args.target_batch_size // batch_size)
 
     train_with_largest_batch()

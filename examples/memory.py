@@ -47,7 +47,9 @@ def main() -> None:
         for _ in range(args.epochs):
             for x, y in loader:
                 if x.shape[0] > args.max_fitting_batch:
-                    raise torch.OutOfMemoryError(f"out of memory: pretend limit is {args.max_fitting_batch} samples")
+                    raise torch.OutOfMemoryError(
+                        f"out of memory: pretend limit is {args.max_fitting_batch} samples"
+                    )
                 loss = F.mse_loss(model(x), y)
                 accelerator.backward(loss)
                 optimizer.step()

@@ -48,13 +48,17 @@ def main() -> None:
         predictions, y = accelerator.gather_for_metrics((predictions, y))
         correct += int((predictions == y).sum())
         seen += y.numel()
-    accelerator.print(f"distributed accuracy {correct / seen:.6f} over {seen} samples, {len(records)} records")
+    accelerator.print(
+        f"distributed accuracy {correct / seen:.6f} over {seen} samples, {len(records)} records"
+    )
 
     if accelerator.is_main_process:
         # The same metric on one process over the whole set, for comparison.
         with torch.no_grad():
             reference = accelerator.unwrap_model(model)(features).argmax(dim=-1)
-        print(f"single-process accuracy {float((reference == labels).float().mean()):.6f} over {len(labels)} samples")
+        print(
+            f"single-process accuracy {float((reference == labels).float().mean()):.6f} over {len(labels)} samples"
+        )
     accelerator.end_training()
 
 

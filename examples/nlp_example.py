@@ -59,7 +59,9 @@ def main() -> None:
     )  # fmt: skip
     model = BertForSequenceClassification(config)
     train_loader = DataLoader(
-        make_data(args.train_samples, args.seq_len, vocab_size, seed=1), batch_size=args.batch_size, shuffle=True
+        make_data(args.train_samples, args.seq_len, vocab_size, seed=1),
+        batch_size=args.batch_size,
+        shuffle=True,
     )
     eval_loader = DataLoader(make_data(args.eval_samples, args.seq_len, vocab_size, seed=2), batch_size=32)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)

@@ -49,7 +49,9 @@ def main() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(10, 32), torch.nn.ReLU(), torch.nn.Linear(32, 3))
     # No scheduler: warmup is built into the optimizer.
     optimizer = schedulefree.AdamWScheduleFree(model.parameters(), lr=args.lr, warmup_steps=args.warmup_steps)
-    model, optimizer, train_loader, eval_loader = accelerator.prepare(model, optimizer, train_loader, eval_loader)
+    model, optimizer, train_loader, eval_loader = accelerator.prepare(
+        model, optimizer, train_loader, eval_loader
+    )
 
     for epoch in range(args.epochs):
         model.train()

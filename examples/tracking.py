@@ -31,7 +31,9 @@ def main() -> None:
 
     accelerator = Accelerator(log_with="tensorboard", project_dir=args.project_dir)
     # TensorBoard takes flat scalars as hyperparameters: pass plain numbers and strings.
-    accelerator.init_trackers(args.run_name, config={"lr": args.lr, "batch_size": args.batch_size, "epochs": args.epochs})
+    accelerator.init_trackers(
+        args.run_name, config={"lr": args.lr, "batch_size": args.batch_size, "epochs": args.epochs}
+    )
     set_seed(0)
     gen = torch.Generator().manual_seed(1)
     features = torch.randn(256, 8, generator=gen)

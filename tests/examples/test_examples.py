@@ -50,7 +50,9 @@ def test_checkpointing_resumes_mid_epoch_to_the_same_weights(tmp_path: Path) -> 
 
 
 def accumulation_result(output: str) -> tuple[str, float]:
-    match = re.search(r"micro-batch (\d+ x \d+) accumulation steps: (\d+) optimizer steps, .* checksum (\S+)", output)
+    match = re.search(
+        r"micro-batch (\d+ x \d+) accumulation steps: (\d+) optimizer steps, .* checksum (\S+)", output
+    )
     assert match, output
     return f"{match.group(1)} -> {match.group(2)} steps", float(match.group(3))
 
@@ -83,7 +85,10 @@ def test_early_stopping_stops_every_rank_at_the_same_step(tmp_path: Path) -> Non
 
 def test_local_sgd_models_drift_then_agree_at_each_sync(tmp_path: Path) -> None:
     output = launch("local_sgd.py", "--local_sgd_steps", "4", home=tmp_path).stdout
-    spread = {int(step): float(value) for step, value in re.findall(r"step (\d+): spread across processes (\S+)", output)}
+    spread = {
+        int(step): float(value)
+        for step, value in re.findall(r"step (\d+): spread across processes (\S+)", output)
+    }
     assert sorted(spread) == list(range(1, 9)), output
     assert all(spread[step] > 0 for step in (1, 2, 3, 5, 6, 7))  # no gradient all-reduce between syncs
     assert spread[4] == spread[8] == 0.0
@@ -101,7 +106,9 @@ def test_multi_process_metrics_count_each_sample_once(tmp_path: Path) -> None:
 
 
 def test_memory_example_halves_the_batch_until_it_fits(tmp_path: Path) -> None:
-    output = launch("memory.py", "--starting_batch_size", "128", "--max_fitting_batch", "20", home=tmp_path).stdout
+    output = launch(
+        "memory.py", "--starting_batch_size", "128", "--max_fitting_batch", "20", home=tmp_path
+    ).stdout
     assert re.findall(r"trying batch size (\d+)", output) == ["128", "64", "32", "16"]
     assert "trained with batch size 16" in output
 
@@ -119,7 +126,9 @@ def test_tracking_example_writes_tensorboard_scalars(tmp_path: Path) -> None:
 
 
 def test_profiler_example_writes_one_chrome_trace_per_process(tmp_path: Path) -> None:
-    output = launch("profiler.py", "--trace_dir", str(tmp_path / "traces"), "--steps", "3", home=tmp_path).stdout
+    output = launch(
+        "profiler.py", "--trace_dir", str(tmp_path / "traces"), "--steps", "3", home=tmp_path
+    ).stdout
     assert "Self CPU time total" in output  # the main process's summary table
     for rank in (0, 1):
         trace = json.loads((tmp_path / "traces" / f"profile_{rank}.json").read_text())
