@@ -19,8 +19,9 @@ from typing import Any
 
 import pytest
 
-REFERENCE = Path(__file__).resolve().parents[1] / ".." / "shared" / "reference" / "upstream-api-1.15.md"
-_CANDIDATES = [REFERENCE, Path("/work/shared/reference/upstream-api-1.15.md")]
+from tests.helpers.reference import REFERENCE
+
+_CANDIDATES = [REFERENCE]
 
 SECTIONS = (
     "accelerate.utils.operations",

@@ -8,11 +8,11 @@ from __future__ import annotations
 import importlib
 import inspect
 import re
-from pathlib import Path
 
 import pytest
 
-REFERENCE = Path("/work/shared/reference/upstream-api-1.15.md")
+from tests.helpers.reference import REFERENCE
+
 SECTIONS = ("accelerate.hooks", "accelerate.big_modeling", "accelerate.utils.modeling", "accelerate.utils.offload")
 # Upstream keeps these in utils.modeling, but they belong to mixed precision and peft, not big-model inference.
 ELSEWHERE = {"get_grad_scaler", "get_mixed_precision_context_manager", "is_peft_model"}

@@ -13,8 +13,7 @@ from accelerate.commands import accelerate_cli
 from accelerate.commands.launch import REFUSED_FLAGS, make_plan
 from accelerate.launch.checks import LaunchError, refused_flag_reason
 from tests.commands.helpers import run_cli
-
-REFERENCE = Path(__file__).resolve().parents[2].parent / "shared" / "reference" / "upstream-api-1.15.md"
+from tests.helpers.reference import REFERENCE
 
 
 def _reference_commands() -> dict[str, list[tuple[str, str]]]:

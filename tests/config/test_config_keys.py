@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from pathlib import Path
 
 import pytest
 
@@ -13,8 +12,8 @@ from accelerate.config.keys import RULE_OF, SECTIONS, review_config
 from accelerate.launch.checks import LaunchError
 from accelerate.launch.plan import build_plan
 from tests.config.test_config_file import FIXTURE_FILES, FIXTURES, needs_fixtures
+from tests.helpers.reference import REFERENCE
 
-REFERENCE = Path(__file__).resolve().parents[2].parent / "shared" / "reference" / "upstream-api-1.15.md"
 needs_reference = pytest.mark.skipif(not REFERENCE.is_file(), reason=f"reference not found at {REFERENCE}")
 
 

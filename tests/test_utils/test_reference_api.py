@@ -15,15 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.reference import REFERENCE as _SHARED_REFERENCE
+
 SECTIONS = (
     "accelerate.test_utils", "accelerate.test_utils.testing", "accelerate.test_utils.training",
     "accelerate.test_utils.examples",
 )  # fmt: skip
-_CANDIDATES = (
-    Path(__file__).resolve().parents[3] / "shared" / "reference" / "upstream-api-1.15.md",
-    Path("/work/shared/reference/upstream-api-1.15.md"),
-)
-REFERENCE = next((p for p in _CANDIDATES if p.is_file()), None)
+REFERENCE = _SHARED_REFERENCE if _SHARED_REFERENCE.is_file() else None
 # Values that describe the machine the reference was made on, not the interface.
 MACHINE_DEPENDENT = {"device_count", "torch_device"}
 

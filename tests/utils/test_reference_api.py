@@ -1,6 +1,6 @@
 """The probes, constants, environment helpers and hardware-only faces match upstream 1.15's interface.
 
-Walks the reference list (/work/shared/reference/upstream-api-1.15.md, or $ACCELERATE_API_REFERENCE)
+Walks the reference list (``../shared/reference/upstream-api-1.15.md`` beside the checkout, or $ACCELERATE_API_REFERENCE)
 for the sections this area provides: every name imports from its module, functions and classes
 take the same parameters (names, order, kinds, literal defaults), dataclasses have the same fields,
 listed methods exist with the same parameters, and constant values print as the reference says.
@@ -14,7 +14,6 @@ import dataclasses
 import enum
 import importlib
 import inspect
-import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +21,7 @@ from typing import Any
 
 import pytest
 
-REFERENCE = Path(os.environ.get("ACCELERATE_API_REFERENCE", "/work/shared/reference/upstream-api-1.15.md"))
+from tests.helpers.reference import REFERENCE
 
 # Whole sections this area provides.
 SECTIONS = {
