@@ -16,11 +16,9 @@ import pytest
 
 from accelerate.utils.errors import NotAvailableYetError
 from tests.utils.test_reference_api import (
-    _HEADER,
-    _ITEM,
     REFERENCE,
     Entry,
-    _split_call,
+    _parse,
     test_name_imports_with_upstreams_signature,
 )
 
@@ -58,36 +56,16 @@ LIVE_MEMBERS: dict[str, list[str]] = {"AcceleratorState": [], "GradientState": [
 
 
 def _entries() -> list[Entry]:
-    entries: list[Entry] = []
-    module: str | None = None
-    for line in REFERENCE.read_text().splitlines():
-        header = _HEADER.match(line)
-        if header or line.startswith("## "):
-            module = header.group(1) if header else None
-            continue
-        if module is None:
-            continue
-        if line.startswith("    fields: ") and entries and entries[-1].module == module:
-            entries[-1].fields = line[len("    fields: ") :]
-            continue
-        if line.startswith("    .") and entries and entries[-1].module == module:
-            if entries[-1].name in LIVE_MEMBERS:
-                LIVE_MEMBERS[entries[-1].name] = re.findall(r"\.(\w+)", line)
-            else:
-                entries[-1].methods = line.strip()
-            continue
-        item = _ITEM.match(line)
-        if item is None:
-            continue
-        kind, name, rest = item.groups()
-        if module not in WHOLE and name not in NAMES.get(module, ()):
-            entries.append(Entry(module, "skip", name, None, None))
-            continue
-        params, _ = _split_call(rest) if kind in ("class", "def") else (None, rest)
-        if name in NO_CONSTRUCTOR_CHECK:
-            params = None
-        entries.append(Entry(module, kind or "value", name, params, None))
-    return [e for e in entries if e.kind != "skip"]
+    entries = _parse(REFERENCE, keep=lambda module, name, _: module in WHOLE or name in NAMES.get(module, ()))
+    for entry in entries:
+        if entry.name in LIVE_MEMBERS and entry.methods:
+            LIVE_MEMBERS[entry.name] = re.findall(r"\.(\w+)", entry.methods)
+            entry.methods = None
+        if entry.name in NO_CONSTRUCTOR_CHECK:
+            entry.params = None
+        if entry.kind == "value":
+            entry.value = None  # constants of these sections are checked by their own areas' tests
+    return entries
 
 
 ENTRIES = _entries() if REFERENCE.exists() else []

@@ -15,7 +15,7 @@ import enum
 import importlib
 import inspect
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -117,7 +117,9 @@ _UTILS_VALUES = {
 }  # fmt: skip
 
 
-def _parse(path: Path) -> list[Entry]:
+def _parse(path: Path, keep: Callable[[str, str, str], bool] | None = None) -> list[Entry]:
+    """The reference's entries that ``keep(module, name, rest_of_line)`` accepts (default: this area's)."""
+    keep = keep or _is_ours
     entries: list[Entry] = []
     module: str | None = None
     for line in path.read_text().splitlines():
@@ -138,7 +140,7 @@ def _parse(path: Path) -> list[Entry]:
             continue
         kind, name, rest = item.groups()
         params, tail = _split_call(rest) if kind in ("class", "def") else (None, rest)
-        if not _is_ours(module, name, tail):
+        if not keep(module, name, tail):
             entries.append(Entry(module, "skip", name, None, None))
             continue
         value = None
