@@ -7,8 +7,14 @@ pin the rule on the interleavings a real run produces only sometimes.
 from __future__ import annotations
 
 import io
+import os
 import signal
+import subprocess
+import sys
+from pathlib import Path
 from types import SimpleNamespace
+
+import pytest
 
 from accelerate.launch.failures import report_failures
 
@@ -70,3 +76,43 @@ def test_without_end_times_the_earliest_traceback_is_first() -> None:
     }
     code, lines = _report(failures, {})
     assert code == 1 and lines[0].startswith("accelerate launch: rank 1 ")
+
+
+_MANY_CHILDREN_END_AT_ONCE = """
+import os, sys, time
+from accelerate.launch.failures import ExitClock
+
+assert "encodings.ascii" not in sys.modules  # the state in which the old handler failed
+clock = ExitClock()
+with clock.running():
+    pids = []
+    for i in range(48):
+        pid = os.fork()
+        if pid == 0:  # staggered ends: some arrive while the handler is already running
+            time.sleep(0.3 + i * 0.0002)
+            os._exit(0)
+        pids.append(pid)
+    deadline = time.time() + 1.5
+    while time.time() < deadline:  # pure bytecode: the handler interrupts it, and itself
+        pass
+for pid in pids:
+    os.waitpid(pid, 0)
+print(len(clock.ended))
+"""
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "fork") or not os.path.isdir("/proc/self/task"), reason="needs fork and /proc"
+)
+def test_the_exit_clock_survives_many_children_ending_at_once() -> None:
+    # Regression: the SIGCHLD handler opened /proc files in text mode; re-entered while the first
+    # codec lookup was importing encodings.ascii, it raised "LookupError: unknown encoding: ascii"
+    # into torch's agent, and a launch whose ranks had all succeeded exited 1.
+    for _ in range(5):  # the race is caught in about 1 run of 3 with the old handler
+        result = subprocess.run(
+            [sys.executable, "-c", _MANY_CHILDREN_END_AT_ONCE],
+            capture_output=True, text=True, timeout=60,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2] / "src")},
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        assert int(result.stdout.split()[-1]) == 48

@@ -18,7 +18,6 @@ peer's traceback written a moment after it could otherwise come out in the wrong
 from __future__ import annotations
 
 import contextlib
-import glob
 import json
 import os
 import signal
@@ -38,17 +37,25 @@ class ExitClock:
         self.ended: dict[int, float] = {}
 
     def _on_child_exit(self, signum: int, frame: FrameType | None) -> None:
-        now = time.time()
-        for pid in _child_pids():
-            if pid in self.ended:
-                continue
-            try:
-                # WNOWAIT: look without reaping, so the agent's own Popen.poll still gets the status.
-                info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-            except ChildProcessError:  # already reaped by the agent
-                continue
-            if info is not None:
-                self.ended[pid] = now
+        # A signal handler runs between any two bytecodes of the main thread, possibly in the middle
+        # of an import or of this very handler (several workers end at once). It must therefore not
+        # import, look up a codec (a text-mode open() does: a re-entered lookup of a half-imported
+        # encodings module fails with "LookupError: unknown encoding") or raise: an exception here
+        # would surface in torch's agent as a failed launch after a successful run.
+        try:
+            now = time.time()
+            for pid in _child_pids():
+                if pid in self.ended:
+                    continue
+                try:
+                    # WNOWAIT: look without reaping, so the agent's own Popen.poll still gets the status.
+                    info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+                except ChildProcessError:  # already reaped by the agent
+                    continue
+                if info is not None:
+                    self.ended[pid] = now
+        except Exception:  # noqa: BLE001 - the clock only refines a failure report; never break a run
+            return
 
     @contextlib.contextmanager
     def running(self) -> Iterator[ExitClock]:
@@ -73,14 +80,29 @@ class ExitClock:
 
 
 def _child_pids() -> list[int]:
-    """This process's children, zombies included (Linux lists them per thread in /proc)."""
+    """This process's children, zombies included (Linux lists them per thread in /proc).
+
+    Called from a signal handler: bytes-only reads through os.open, no glob, no text decoding.
+    """
     pids: list[int] = []
-    for path in glob.glob("/proc/self/task/*/children"):
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        tasks = []
+    for task in tasks:
         try:
-            with open(path, encoding="ascii") as file:
-                pids += [int(pid) for pid in file.read().split()]
+            fd = os.open(f"/proc/self/task/{task}/children", os.O_RDONLY)
         except OSError:
             continue
+        try:
+            data = b""
+            while chunk := os.read(fd, 65536):
+                data += chunk
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+        pids += [int(pid) for pid in data.split()]
     if pids or not hasattr(os, "waitid"):
         return pids
     # No /proc (macOS) or no children files: the kernel still names one ended child, which is

@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import traceback
 from collections.abc import Iterator, Mapping
 from typing import TextIO
 
@@ -125,6 +126,8 @@ def _run_torchrun(plan: LaunchPlan, err: TextIO) -> int:
             if type(exc).__name__ == "SignalException":
                 print(f"accelerate launch: stopped by {exc}; the processes were stopped.", file=err)
                 return 128 + int(getattr(getattr(exc, "sigval", None), "value", 15))
+            # Unexpected: keep the traceback, it is the only clue to where torch's agent failed.
+            traceback.print_exc(file=err)
             print(
                 f"accelerate launch: the launch failed before or between processes: {type(exc).__name__}: {exc}",
                 file=err,
