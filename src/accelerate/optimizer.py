@@ -14,6 +14,7 @@ import torch
 from accelerate.precision.amp import Precision
 from accelerate.state.gradient import GradientState
 from accelerate.utils.tree import send_to_device
+from accelerate.utils.watchdog import SLOT
 
 
 def move_to_device(state: Any, device: torch.device | str | int) -> Any:
@@ -127,6 +128,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         if not self.gradient_state.sync_gradients:
             return None
+        SLOT.step += 1  # the step a hang report names
         if self.precision is None:
             self._step_was_skipped = False
             return self.optimizer.step(closure) if closure is not None else self.optimizer.step()

@@ -54,6 +54,12 @@ ENV_CONTRACT: tuple[EnvVar, ...] = (
     EnvVar("ACCELERATE_DYNAMO_USE_FULLGRAPH", "dynamo_use_fullgraph", "bool", "torch.compile(fullgraph=...)"),
     EnvVar("ACCELERATE_DYNAMO_USE_DYNAMIC", "dynamo_use_dynamic", "bool", "torch.compile(dynamic=...)"),
     EnvVar("ACCELERATE_DOWNCAST_BF16", "downcast_bf16", "bool", "TPU only: store fp32 as bf16"),
+    EnvVar(
+        "ACCELERATE_HANG_REPORT_DIR",
+        "hang_report_dir",
+        "str",
+        "folder where each rank's hang watchdog writes its report for the launcher's summary",
+    ),
 )
 
 _TRUE = {"1", "true", "yes", "on", "y"}
@@ -86,6 +92,7 @@ class LaunchEnv:
     dynamo_use_fullgraph: bool | None = None
     dynamo_use_dynamic: bool | None = None
     downcast_bf16: bool | None = None
+    hang_report_dir: str | None = None
 
 
 def read_launch_env(environ: Mapping[str, str] | None = None) -> LaunchEnv:

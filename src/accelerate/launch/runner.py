@@ -14,11 +14,13 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import traceback
 from collections.abc import Iterator, Mapping
 from typing import TextIO
 
 from accelerate.launch.failures import ExitClock, describe_code, exit_code, report_failures
+from accelerate.launch.hang_report import hang_env, report_hang
 from accelerate.launch.plan import LaunchPlan
 
 
@@ -113,12 +115,16 @@ def _run_torchrun(plan: LaunchPlan, err: TextIO) -> int:
 
     args = get_args_parser().parse_args(plan.torchrun_args)
     clock = ExitClock()
-    with patched_environ(plan.child_env), preserved_signals(), clock.running():
+    # Each rank's hang watchdog writes its report there; one summary is printed from them.
+    hang_dir = tempfile.TemporaryDirectory(prefix="accelerate-hang-")
+    child_env = {**plan.child_env, **hang_env(hang_dir.name, {**os.environ, **plan.child_env})}
+    with hang_dir, patched_environ(child_env), preserved_signals(), clock.running():
         config, entrypoint, entry_args = config_from_args(args)
         try:
             elastic_launch(config, entrypoint)(*entry_args)
         except ChildFailedError as failure:
-            return report_failures(failure.failures, err, clock.ended)
+            hung = report_hang(hang_dir.name, sorted(failure.failures), err)
+            return hung if hung is not None else report_failures(failure.failures, err, clock.ended)
         except KeyboardInterrupt:
             print("accelerate launch: interrupted; the processes were stopped.", file=err)
             return 130

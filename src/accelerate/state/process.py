@@ -19,11 +19,12 @@ import torch.distributed as dist
 from accelerate.config.env import read_launch_env
 from accelerate.state.distributed_type import DistributedType
 from accelerate.state.environment import ClusterEnvironment, detect_environment
-from accelerate.state.process_group import GroupRequest, init_or_adopt, release_unused_groups
+from accelerate.state.process_group import GroupRequest, group_timeout, init_or_adopt, release_unused_groups
 from accelerate.state.shared import SharedStateView, fork_launched, set_device
-from accelerate.state.teardown import stop_background_work
+from accelerate.state.teardown import on_shutdown, stop_background_work
 from accelerate.utils.collectives import check_arrival
 from accelerate.utils.comm import bind_communicator, make_communicator
+from accelerate.utils.watchdog import SLOT, start_watchdog, stop_watchdog
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -113,6 +114,14 @@ class PartialState:
             # naming each requested setting it could not apply).
             request = GroupRequest(backend=backend, timeout=timeout, init_method=init_method)
             self.backend = init_or_adopt(env, request, _default_backend(self.device))
+            # Ranks that stop meeting in collectives end with a report instead of hanging.
+            start_watchdog(
+                rank=env.rank,
+                world_size=env.world_size,
+                timeout=group_timeout(request),
+                report_dir=launch.hang_report_dir,
+            )
+            on_shutdown(stop_watchdog)
         # The collectives learn the group's facts from here, not from torch.distributed globals.
         bind_communicator(
             make_communicator(
@@ -203,11 +212,12 @@ class PartialState:
     def wait_for_everyone(self) -> None:
         """Blocks until every process reaches this call (a no-op in one process)."""
         if self.use_distributed:
-            check_arrival("wait_for_everyone")
-            if self.backend == "nccl":
-                dist.barrier(device_ids=[self.device.index or 0])
-            else:
-                dist.barrier()
+            with SLOT.enter("wait_for_everyone"):  # the hang watchdog's record
+                check_arrival("wait_for_everyone")
+                if self.backend == "nccl":
+                    dist.barrier(device_ids=[self.device.index or 0])
+                else:
+                    dist.barrier()
 
     @contextlib.contextmanager
     def _goes_first(self, is_first: bool) -> Iterator[None]:
@@ -342,5 +352,6 @@ def reset_process_state(destroy_process_group: bool = False) -> None:
         release_unused_groups()
     _STATE = None
     bind_communicator(None)
+    stop_watchdog()
 
 

@@ -42,6 +42,10 @@ class GroupRequest:
 # would deadlock. With these references the last one is always ours, dropped at exit from
 # Python, where the destructor runs with the GIL released.
 _OWN_GROUPS: list[Any] = []
+# The timeout of a group accelerate creates when none was asked for (InitProcessGroupKwargs(timeout=)).
+# torch's gloo default (30 min) leaves a hung CPU job silent for half an hour; 10 minutes is torch's
+# NCCL default, so both backends now report a hang (accelerate.utils.watchdog) within 10 minutes.
+DEFAULT_TIMEOUT = timedelta(minutes=10)
 _OWN_REQUEST = GroupRequest()
 _WARNED: set[str] = set()
 _LOCK = threading.Lock()
@@ -70,8 +74,7 @@ def _create(env: ClusterEnvironment, request: GroupRequest, default_backend: str
         "world_size": env.world_size,
         "rank": env.rank,
     }
-    if request.timeout is not None:
-        kwargs["timeout"] = request.timeout
+    kwargs["timeout"] = request.timeout if request.timeout is not None else DEFAULT_TIMEOUT
     if request.init_method is not None:
         kwargs["init_method"] = request.init_method
     elif env.source == "torchrun":
@@ -162,6 +165,13 @@ def _group_timeout() -> timedelta | None:
     except Exception:  # noqa: BLE001 - private API; not knowing only makes the report less precise
         return None
     return timeout if isinstance(timeout, timedelta) else None
+
+
+def group_timeout(request: GroupRequest) -> timedelta:
+    """The default group's timeout: the one accelerate created it with, else torch's, else ours."""
+    if is_own_group():
+        return _OWN_REQUEST.timeout or DEFAULT_TIMEOUT
+    return _group_timeout() or request.timeout or DEFAULT_TIMEOUT
 
 
 def ignored_settings(request: GroupRequest) -> list[str]:

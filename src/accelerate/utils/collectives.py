@@ -19,6 +19,7 @@ import torch.distributed as dist
 from accelerate.utils.collective_checks import DistributedOperationException, check_collective
 from accelerate.utils.comm import current_communicator
 from accelerate.utils.tree import check_tensor_leaves, recursively_apply
+from accelerate.utils.watchdog import SLOT
 
 __all__ = [
     "CannotPadNestedTensorWarning",
@@ -175,8 +176,9 @@ def gather(tensor: Any) -> Any:
     check_tensor_leaves(tensor, "gather")  # before any communication, so every rank raises alike
     if _world() == 1:
         return recursively_apply(lambda t: t.unsqueeze(0) if t.dim() == 0 else t, tensor)
-    _checked("gather", tensor)
-    return recursively_apply(_gather_tensor, tensor)
+    with SLOT.enter("gather", tensor):  # the hang watchdog's record: a few attribute writes
+        _checked("gather", tensor)
+        return recursively_apply(_gather_tensor, tensor)
 
 
 def gather_object(object: Any) -> list[Any]:  # noqa: A002 - upstream's parameter name
@@ -184,9 +186,10 @@ def gather_object(object: Any) -> list[Any]:  # noqa: A002 - upstream's paramete
     world = _world()
     if world == 1:
         return list(object) if isinstance(object, list) else [object]
-    _checked("gather_object", _Raw(["object"]))
     out: list[Any] = [None] * world
-    dist.all_gather_object(out, object)
+    with SLOT.enter("gather_object"):
+        _checked("gather_object", _Raw(["object"]))
+        dist.all_gather_object(out, object)
     if all(isinstance(item, list) for item in out):
         return [x for item in out for x in item]
     return out
@@ -197,13 +200,14 @@ def broadcast(tensor: Any, from_process: int = 0) -> Any:
     check_tensor_leaves(tensor, "broadcast")
     if _world() == 1:
         return tensor
-    _checked("broadcast", tensor)
 
     def _bcast(t: torch.Tensor) -> torch.Tensor:
         dist.broadcast(t, src=from_process)
         return t
 
-    return recursively_apply(_bcast, tensor)
+    with SLOT.enter("broadcast", tensor):
+        _checked("broadcast", tensor)
+        return recursively_apply(_bcast, tensor)
 
 
 def broadcast_object_list(object_list: list[Any], from_process: int = 0) -> list[Any]:
@@ -212,8 +216,9 @@ def broadcast_object_list(object_list: list[Any], from_process: int = 0) -> list
         raise TypeError(f"broadcast_object_list needs a list, got {type(object_list).__name__}")
     if _world() > 1:
         # Lists of different lengths would leave some ranks waiting for items never sent.
-        _checked("broadcast_object_list", _Raw([f"list of {len(object_list)} objects"]))
-        dist.broadcast_object_list(object_list, src=from_process)
+        with SLOT.enter("broadcast_object_list"):
+            _checked("broadcast_object_list", _Raw([f"list of {len(object_list)} objects"]))
+            dist.broadcast_object_list(object_list, src=from_process)
     return object_list
 
 
@@ -226,8 +231,6 @@ def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
         raise ValueError(f"reduce(reduction={reduction!r}) must be 'sum', 'mean' or 'none'")
     check_tensor_leaves(tensor, "reduce")
     world = _world()
-    if world > 1:
-        _checked("reduce", tensor)
 
     def _reduce(t: torch.Tensor) -> torch.Tensor:
         out = t.clone()
@@ -239,7 +242,11 @@ def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
             out = out * scale
         return out
 
-    return recursively_apply(_reduce, tensor)
+    if world == 1:
+        return recursively_apply(_reduce, tensor)
+    with SLOT.enter("reduce", tensor):
+        _checked("reduce", tensor)
+        return recursively_apply(_reduce, tensor)
 
 
 def pad_across_processes(tensor: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False) -> Any:
@@ -276,5 +283,6 @@ def pad_across_processes(tensor: Any, dim: int = 0, pad_index: int = 0, pad_firs
 
     check_tensor_leaves(tensor, "pad_across_processes")
     # Sizes may differ (that is the point), but structure, dimensions and dtypes must agree.
-    _checked("pad_across_processes", tensor, dims_only=True)
-    return recursively_apply(_pad, tensor)
+    with SLOT.enter("pad_across_processes", tensor):
+        _checked("pad_across_processes", tensor, dims_only=True)
+        return recursively_apply(_pad, tensor)
