@@ -76,7 +76,9 @@ def _report(tmp_path: Path) -> dict[str, Any]:
     return data
 
 
-def test_a_collective_waiting_past_the_deadline_is_reported_with_its_shapes_and_caller(tmp_path: Path) -> None:
+def test_a_collective_waiting_past_the_deadline_is_reported_with_its_shapes_and_caller(
+    tmp_path: Path,
+) -> None:
     ended = _Ended()
     watchdog = _watchdog(tmp_path, ended)
     SLOT.reset()

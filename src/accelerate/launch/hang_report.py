@@ -115,7 +115,9 @@ def _entry_line(entry: Mapping[str, Any]) -> str:
     )
 
 
-def summarize(reports: Mapping[int, Mapping[str, Any]], ranks: list[int], nccl: Mapping[int, list[str]]) -> str:
+def summarize(
+    reports: Mapping[int, Mapping[str, Any]], ranks: list[int], nccl: Mapping[int, list[str]]
+) -> str:
     """The launcher's summary (see the module docstring). ``ranks``: every rank known to have run."""
     waiting = [r for r in sorted(reports) if reports[r].get("operation")]
     elsewhere = [r for r in sorted(reports) if not reports[r].get("operation")]
