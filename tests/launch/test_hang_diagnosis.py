@@ -43,7 +43,7 @@ def test_a_rank_stuck_in_user_code_is_named_with_its_function_and_the_waiting_ra
     head = summary.split("-" * 78)[0]
     assert "process-group timeout 15 s" in head
     assert "waiting: rank 0 waits in `gather`" in head and "[(4, 3):float32]" in head
-    assert "hang.py:30 in main()" in head  # the line of the script that called gather
+    assert "hang.py:33 in main()" in head  # the line of the script that called gather
     missing = next(line for line in head.splitlines() if "missing: rank 1" in line)
     assert "is in no accelerate collective" in missing and "in stuck_here()" in missing
     # Then each rank's Python stack, without the launcher's own frames.
@@ -58,6 +58,14 @@ def test_ranks_in_different_collectives_are_both_named(tmp_path: Path) -> None:
     assert "waiting: rank 0 waits in `gather`" in head
     assert "waiting: rank 1 waits in `reduce`" in head and "[(5,):float32]" in head
     assert "the ranks are in different collectives: rank 0 in `gather` (#2), rank 1 in `reduce` (#2)" in head
+
+
+def test_a_rank_whose_script_ended_waits_for_the_stuck_one_and_both_are_reported(tmp_path: Path) -> None:
+    result = _launch(tmp_path, "finished", "--cpu")
+    assert result.returncode == HANG_EXIT_CODE
+    head = _summary(result).split("-" * 78)[0]
+    assert "waiting: rank 0 waits in `barrier at the end of the script`" in head
+    assert "missing: rank 1 is in no accelerate collective" in head and "in stuck_here()" in head
 
 
 @pytest.mark.multi_gpu

@@ -6,6 +6,7 @@ import io
 import json
 import pickle
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from accelerate.launch.hang_report import (
@@ -71,12 +72,25 @@ def test_reports_are_read_back_and_only_the_latest_restart_attempt_counts(tmp_pa
     assert list(read_reports(str(tmp_path))) == [1]
 
 
+def _failure(attempt: int) -> SimpleNamespace:
+    return SimpleNamespace(
+        exitcode=124, pid=1, error_file=f"/tmp/torchelastic_x/none_y/attempt_{attempt}/0/error.json"
+    )
+
+
 def test_report_hang_prints_and_returns_the_hang_status_only_when_there_are_reports(tmp_path: Path) -> None:
     out = io.StringIO()
-    assert report_hang(str(tmp_path), [0, 1], out) is None and out.getvalue() == ""
+    failures = {0: _failure(0), 1: _failure(0)}
+    assert report_hang(str(tmp_path), failures, out) is None and out.getvalue() == ""
     write_report(_report(0, "gather", "main"), str(tmp_path))
-    assert report_hang(str(tmp_path), [0, 1], out) == HANG_EXIT_CODE
+    assert report_hang(str(tmp_path), failures, out) == HANG_EXIT_CODE
     assert "accelerate launch: hang detected" in out.getvalue()
+
+
+def test_a_hang_of_an_earlier_restart_attempt_does_not_explain_a_later_failure(tmp_path: Path) -> None:
+    write_report(_report(0, "gather", "main", attempt=0), str(tmp_path))
+    out = io.StringIO()
+    assert report_hang(str(tmp_path), {1: _failure(1)}, out) is None and out.getvalue() == ""
 
 
 def test_nccl_flight_recorder_dumps_are_listed(tmp_path: Path) -> None:

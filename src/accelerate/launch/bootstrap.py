@@ -10,6 +10,7 @@ It imports neither torch nor the rest of accelerate, so it adds nothing to a pro
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import runpy
@@ -91,8 +92,15 @@ def _leave_process_group_together() -> None:
     dist = sys.modules.get("torch.distributed")
     if dist is None or not dist.is_available() or not dist.is_initialized():
         return
+    # A peer still stuck elsewhere must not leave this barrier waiting unreported: the hang watchdog
+    # watches it like any collective (when the script used accelerate; looked up, not imported).
+    watchdog = sys.modules.get("accelerate.utils.watchdog")
+    watched = (
+        watchdog.SLOT.enter("barrier at the end of the script") if watchdog else contextlib.nullcontext()
+    )
     try:
-        dist.barrier()
+        with watched:
+            dist.barrier()
         dist.destroy_process_group()
     except Exception as exc:  # a process that already left: report, but the script itself succeeded
         print(f"accelerate: leaving the process group failed: {exc}", file=sys.stderr)

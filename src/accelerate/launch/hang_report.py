@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 from collections.abc import Mapping
 from typing import Any, TextIO
 
@@ -49,8 +50,9 @@ def hang_env(directory: str, environ: Mapping[str, str] | None = None) -> dict[s
     return {k: v for k, v in wanted.items() if k == HANG_REPORT_DIR_ENV or k not in env}
 
 
-def read_reports(directory: str) -> dict[int, dict[str, Any]]:
-    """rank -> report, of the latest restart attempt only (an earlier attempt's may still lie there)."""
+def read_reports(directory: str, attempt: int | None = None) -> dict[int, dict[str, Any]]:
+    """rank -> report, of restart ``attempt`` (default: the latest that reported); an earlier attempt's
+    reports may still lie in the folder after torchrun restarted the workers."""
     reports: dict[int, dict[str, Any]] = {}
     try:
         names = os.listdir(directory)
@@ -65,10 +67,18 @@ def read_reports(directory: str) -> dict[int, dict[str, Any]]:
             reports[int(report["rank"])] = report
         except (OSError, ValueError, KeyError, TypeError):
             continue
-    if reports:
-        latest = max(int(r.get("attempt", 0)) for r in reports.values())
-        reports = {rank: r for rank, r in reports.items() if int(r.get("attempt", 0)) == latest}
-    return reports
+    if reports and attempt is None:
+        attempt = max(int(r.get("attempt", 0)) for r in reports.values())
+    return {rank: r for rank, r in reports.items() if int(r.get("attempt", 0)) == attempt}
+
+
+def failed_attempt(failures: Mapping[int, Any]) -> int | None:
+    """The restart attempt the failures belong to, from torch's error-file path (``.../attempt_N/...``)."""
+    for failure in failures.values():
+        match = re.search(r"attempt_(\d+)", str(getattr(failure, "error_file", "") or ""))
+        if match:
+            return int(match.group(1))
+    return None
 
 
 def read_nccl_dumps(directory: str, last: int = 5) -> dict[int, list[str]]:
@@ -173,9 +183,17 @@ def _rank_section(report: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def report_hang(directory: str, failed_ranks: list[int], err: TextIO) -> int | None:
-    """Prints the summary when any rank reported a hang; returns the launcher's exit code, else None."""
-    reports = read_reports(directory)
+def report_hang(directory: str, failures: Mapping[int, Any], err: TextIO) -> int | None:
+    """Prints the summary when a rank of the failed attempt reported a hang; returns the launcher's exit
+    code, else None (the ordinary failure report applies).
+
+    Args:
+        directory: the folder given to the ranks in ``ACCELERATE_HANG_REPORT_DIR``.
+        failures: global rank -> torch's ProcessFailure, as the elastic agent hands them over.
+        err: where to print.
+    """
+    failed_ranks = sorted(failures)
+    reports = read_reports(directory, failed_attempt(failures))
     nccl = read_nccl_dumps(directory)
     if not reports and not nccl:
         return None

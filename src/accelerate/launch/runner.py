@@ -123,7 +123,7 @@ def _run_torchrun(plan: LaunchPlan, err: TextIO) -> int:
         try:
             elastic_launch(config, entrypoint)(*entry_args)
         except ChildFailedError as failure:
-            hung = report_hang(hang_dir.name, sorted(failure.failures), err)
+            hung = report_hang(hang_dir.name, failure.failures, err)
             return hung if hung is not None else report_failures(failure.failures, err, clock.ended)
         except KeyboardInterrupt:
             print("accelerate launch: interrupted; the processes were stopped.", file=err)

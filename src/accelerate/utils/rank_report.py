@@ -57,24 +57,24 @@ def describe_shapes(data: Any, limit: int = 8) -> list[str]:
     return out
 
 
-def _library_dirs() -> tuple[str, ...]:
-    """Folders whose frames are not "the user's code": accelerate, torch, the standard library."""
-    dirs = {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}  # .../accelerate
+def _library_dirs() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Folders whose frames are not "the user's code": (accelerate's, torch's and the standard library's)."""
+    ours = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # .../accelerate/
+    others = set()
     for key in ("stdlib", "platstdlib"):
         path = sysconfig.get_paths().get(key)
         if path:
-            dirs.add(os.path.abspath(path))
+            others.add(os.path.abspath(path) + os.sep)
     torch = sys.modules.get("torch")
     torch_file = getattr(torch, "__file__", None)
     if torch_file:
-        dirs.add(os.path.dirname(os.path.abspath(torch_file)))
-    return tuple(d + os.sep for d in dirs)
+        others.add(os.path.dirname(os.path.abspath(torch_file)) + os.sep)
+    return (ours,), tuple(others)
 
 
-def _is_library(filename: str, library: tuple[str, ...]) -> bool:
-    if filename.startswith("<"):  # <frozen runpy>, <string>
-        return True
-    return os.path.abspath(filename).startswith(library)
+def _in(filename: str, dirs: tuple[str, ...]) -> bool:
+    # <frozen runpy>, <string>: never the user's file.
+    return filename.startswith("<") or os.path.abspath(filename).startswith(dirs)
 
 
 def user_location(frame: FrameType | None) -> dict[str, Any] | None:
@@ -82,18 +82,19 @@ def user_location(frame: FrameType | None) -> dict[str, Any] | None:
 
     A rank in ``accelerator.gather`` is "at" the line of the script that called it, not inside
     accelerate or torch; a rank in ``time.sleep`` inside ``stuck_here()`` is at ``stuck_here``.
-    Falls back to the innermost frame when every frame is library code.
+    Without any user frame (the launcher's own end-of-script barrier), the innermost frame of
+    accelerate's, else the innermost frame.
     """
-    library = _library_dirs()
-    innermost: dict[str, Any] | None = None
+    ours, others = _library_dirs()
+    stack: list[FrameType] = []
     while frame is not None:
-        here = {"file": frame.f_code.co_filename, "line": frame.f_lineno, "function": frame.f_code.co_name}
-        if innermost is None:
-            innermost = here
-        if not _is_library(frame.f_code.co_filename, library):
-            return here
+        stack.append(frame)
         frame = frame.f_back
-    return innermost
+    if not stack:
+        return None
+    chosen = next((f for f in stack if not _in(f.f_code.co_filename, ours + others)), None)
+    chosen = chosen or next((f for f in stack if not _in(f.f_code.co_filename, others)), stack[0])
+    return {"file": chosen.f_code.co_filename, "line": chosen.f_lineno, "function": chosen.f_code.co_name}
 
 
 def _format_stack(frame: FrameType) -> str:

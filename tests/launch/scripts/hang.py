@@ -2,7 +2,8 @@
 
 Usage: hang.py MODE TIMEOUT_S. One gather that everyone makes, then:
 - ``missing``: rank 0 gathers again while rank 1 sits in ``stuck_here()``;
-- ``different``: rank 0 gathers while rank 1 reduces.
+- ``different``: rank 0 gathers while rank 1 reduces;
+- ``finished``: rank 0's script ends (it waits at the launcher's final barrier), rank 1 is stuck.
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ def main() -> None:
     accelerator = Accelerator(kwargs_handlers=[InitProcessGroupKwargs(timeout=timedelta(seconds=timeout))])
     accelerator.gather(torch.ones(2))  # everyone meets once
     if accelerator.process_index == 0:
+        if mode == "finished":
+            return
         accelerator.gather(torch.zeros(4, 3))
-    elif mode == "missing":
+    elif mode in ("missing", "finished"):
         stuck_here()
     else:
         accelerator.reduce(torch.ones(5))
