@@ -72,6 +72,7 @@ def main(argv: list[str]) -> int:
     except KeyboardInterrupt:
         raise
     except BaseException as exc:
+        _wait_for_the_hang_watchdog()
         text = _user_traceback(exc)
         write_error_file(exc, text)
         sys.stderr.write(text)
@@ -79,6 +80,14 @@ def main(argv: list[str]) -> int:
         return 1
     _leave_process_group_together()
     return 0
+
+
+def _wait_for_the_hang_watchdog() -> None:
+    """After this process reported a hang, an error in the main thread (a peer that already ended closed
+    its connection) is a consequence, not news: let the watchdog end the process without a traceback."""
+    watchdog = sys.modules.get("accelerate.utils.watchdog")
+    if watchdog is not None and watchdog.REPORTED.is_set():
+        time.sleep(60)  # the watchdog ends the process (os._exit) within its grace period
 
 
 def _leave_process_group_together() -> None:

@@ -34,9 +34,20 @@ from typing import Any
 
 from accelerate.utils.rank_report import HANG_EXIT_CODE, build_report, format_report, write_report
 
-__all__ = ["HANG_EXIT_CODE", "SLOT", "CollectiveSlot", "Watchdog", "start_watchdog", "stop_watchdog"]
+__all__ = [
+    "HANG_EXIT_CODE",
+    "REPORTED",
+    "SLOT",
+    "CollectiveSlot",
+    "Watchdog",
+    "start_watchdog",
+    "stop_watchdog",
+]
 
 _KEY = "accelerate/watchdog"
+# Set once this process has reported a hang: the process is about to end, and an error its main
+# thread raises meanwhile (a peer that already ended closed the connection) is only a consequence.
+REPORTED = threading.Event()
 # torch's flight recorder keeps its last collectives when one of these is set (the launcher sets them).
 _FLIGHT_RECORDER_ENV = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
 
@@ -215,7 +226,10 @@ class Watchdog:
         )
         written = write_report(report, self.report_dir)
         # With a report file the launcher prints everything once; without one, stderr is the report.
-        print(format_report(report, brief=written is not None), file=sys.stderr, flush=True)
+        # One write, so that the ranks' lines do not interleave on a shared terminal.
+        sys.stderr.write(format_report(report, brief=written is not None) + "\n")
+        sys.stderr.flush()
+        REPORTED.set()
         self._tell_peers_and_wait(reason)
         self._exit(HANG_EXIT_CODE)
 
