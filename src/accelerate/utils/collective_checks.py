@@ -3,7 +3,8 @@
 Two ways a collective hangs: the processes call it with inputs that do not fit together (different
 shapes, structures, dtypes, or different operations at the same point), or one process never calls
 it at all (it skipped a branch, or went on to something else). Both hang inside torch until the
-process group's timeout (30 minutes on gloo) with no hint of why.
+process group's timeout; without debug mode the hang watchdog (:mod:`accelerate.utils.watchdog`)
+then says where each process is, debug mode names the mismatch before the collective starts.
 
 In debug mode each process, before its n-th collective, writes a short description of the call
 (operation, shapes) under key ``n`` in the process group's key-value store, then waits until every

@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 # How long debug mode waits for every process to reach the same collective before it names the
-# missing ones. Short compared with the process group's own timeout (30 min on gloo), long enough
+# missing ones. Short compared with the process group's own timeout (10 min unless set), long enough
 # for ordinary imbalance; ACCELERATE_DEBUG_TIMEOUT (seconds) changes it.
 DEFAULT_DEBUG_TIMEOUT = timedelta(seconds=60)
 
