@@ -110,7 +110,11 @@ def connect(
         scaler_kwargs=handlers.get(GradScalerKwargs),
     )
     ddp_handler = handlers.get(DistributedDataParallelKwargs)
-    strategy = resolve_strategy(partial, ddp_kwargs=ddp_handler)
+    fsdp_plugin = _fsdp_plugin(fsdp_plugin, deepspeed_plugin)
+    strategy = resolve_strategy(partial, ddp_kwargs=ddp_handler, fsdp_plugin=fsdp_plugin, mixed_precision=mode)
+    if fsdp_plugin is not None:
+        state.fsdp_plugin, state.is_fsdp2 = fsdp_plugin, True
+        state.distributed_type = strategy.distributed_type
     gradient_state = GradientState(
         accumulation_plugin(
             gradient_accumulation_plugin, gradient_accumulation_steps, launch.gradient_accumulation_steps
@@ -145,6 +149,17 @@ def connect(
         init_handler=pg,
         profile_handler=handlers.get(ProfileKwargs),
     )
+
+
+def _fsdp_plugin(plugin: Any, deepspeed_plugin: Any) -> Any:
+    """The FSDP plugin: the argument, else one read from the launcher's FSDP_* variables (--use_fsdp)."""
+    from accelerate.utils.fsdp_plugin import FullyShardedDataParallelPlugin, use_fsdp_from_env
+
+    if plugin is None and deepspeed_plugin is None and use_fsdp_from_env():
+        return FullyShardedDataParallelPlugin()
+    if plugin is not None and not isinstance(plugin, FullyShardedDataParallelPlugin):
+        raise TypeError(f"Accelerator(fsdp_plugin=...) needs a FullyShardedDataParallelPlugin, got {type(plugin).__name__}.")
+    return plugin
 
 
 def _trackers(log_with: Any) -> list[Any]:
