@@ -61,7 +61,9 @@ def _train(
         "all_dtensor": all(isinstance(p, DTensor) for p in params),
         "param_dtypes": sorted({str(p.dtype) for p in params}),
         "compute_dtypes": sorted(str(d) for d in seen_dtypes),
-        "optimizer_on_shards": all(p in {id(q) for q in params} for p in map(id, optimizer.param_groups[0]["params"])),
+        "optimizer_on_shards": all(
+            p in {id(q) for q in params} for p in map(id, optimizer.param_groups[0]["params"])
+        ),
         "describe": accelerator.strategy.describe(),  # type: ignore[attr-defined]
         "type": accelerator.distributed_type.value,
         "is_fsdp2": accelerator.is_fsdp2 and accelerator.state.is_fsdp2,
@@ -74,12 +76,35 @@ WRAP = {"auto_wrap_policy": "transformer_based_wrap", "transformer_cls_names_to_
 CASES = {
     "fsdp2-transformer-wrap": ({"fsdp_version": 2, **WRAP}, False, "shard", "[dp_shard=2]"),
     "fsdp2-size-wrap-separate-prepare": (
-        {"fsdp_version": 2, "auto_wrap_policy": "size_based_wrap", "min_num_params": 500}, True, "shard", "dp_shard=2"
+        {"fsdp_version": 2, "auto_wrap_policy": "size_based_wrap", "min_num_params": 500},
+        True,
+        "shard",
+        "dp_shard=2",
     ),
-    "fsdp2-checkpointed-blocks": ({"fsdp_version": 2, "activation_checkpointing": True, **WRAP}, False, "shard", ""),
-    "fsdp1-shard-grad-op-no-wrap": ({"sharding_strategy": "SHARD_GRAD_OP"}, False, "shard", "reshard_after_forward=False"),
-    "fsdp1-no-shard": ({"sharding_strategy": "NO_SHARD", **WRAP}, False, "replicate", "dp_replicate=2 x dp_shard=1"),
-    "fsdp1-hybrid": ({"sharding_strategy": "HYBRID_SHARD", **WRAP}, False, "hybrid", "dp_replicate=1 x dp_shard=2"),
+    "fsdp2-checkpointed-blocks": (
+        {"fsdp_version": 2, "activation_checkpointing": True, **WRAP},
+        False,
+        "shard",
+        "",
+    ),
+    "fsdp1-shard-grad-op-no-wrap": (
+        {"sharding_strategy": "SHARD_GRAD_OP"},
+        False,
+        "shard",
+        "reshard_after_forward=False",
+    ),
+    "fsdp1-no-shard": (
+        {"sharding_strategy": "NO_SHARD", **WRAP},
+        False,
+        "replicate",
+        "dp_replicate=2 x dp_shard=1",
+    ),
+    "fsdp1-hybrid": (
+        {"sharding_strategy": "HYBRID_SHARD", **WRAP},
+        False,
+        "hybrid",
+        "dp_replicate=1 x dp_shard=2",
+    ),
 }
 
 
@@ -103,7 +128,9 @@ def test_fsdp_trains_to_the_one_process_parameters(pool2: WorkerPool, case: str)
     else:  # each rank holds about half of the parameters
         assert sum(r["local"] for r in ranks) == main["total"]
         assert all(0.4 < r["local"] / r["total"] < 0.6 for r in ranks)
-    assert main["state_dict_type"] == ("SHARDED_STATE_DICT" if plugin_kwargs.get("fsdp_version") == 2 else "FULL_STATE_DICT")
+    assert main["state_dict_type"] == (
+        "SHARDED_STATE_DICT" if plugin_kwargs.get("fsdp_version") == 2 else "FULL_STATE_DICT"
+    )
 
 
 def test_bf16_policy_computes_in_bf16_and_trains(pool2: WorkerPool) -> None:
@@ -134,7 +161,12 @@ def _ram_efficient_loading() -> dict[str, Any]:
     accelerator = Accelerator(fsdp_plugin=plugin)
     model = accelerator.prepare(model)
     out = model(torch.ones(2, 8)).detach()
-    return {"on_meta": on_meta, "out": out, "state": accelerator.get_state_dict(model), "sync": plugin.sync_module_states}
+    return {
+        "on_meta": on_meta,
+        "out": out,
+        "state": accelerator.get_state_dict(model),
+        "sync": plugin.sync_module_states,
+    }
 
 
 def test_cpu_ram_efficient_loading_broadcasts_rank0_weights(pool2: WorkerPool) -> None:
@@ -168,7 +200,10 @@ def _bad_inputs() -> list[str]:
 def test_bad_inputs_are_refused_by_name(pool2: WorkerPool) -> None:
     for optimizer_error, wrap_error in pool2.run(_bad_inputs):
         assert "2 parameter(s) that belong to no model prepared with FSDP" in optimizer_error
-        assert "GPT2Block" in wrap_error and "TinyTransformer, Linear, ModuleList, Block, LayerNorm" in wrap_error
+        assert (
+            "GPT2Block" in wrap_error
+            and "TinyTransformer, Linear, ModuleList, Block, LayerNorm" in wrap_error
+        )
 
 
 def _fp16_with_scaler() -> dict[str, Any]:
@@ -195,7 +230,9 @@ def test_cpu_offload_without_a_gpu_is_refused() -> None:
         pytest.skip("CPU offload runs on a GPU machine")
     plugin = FullyShardedDataParallelPlugin(fsdp_version=2, cpu_offload=True)
     with pytest.raises(ValueError, match="cpu_offload=True.*no GPU is available"):
-        FSDPStrategy(torch.device("cpu"), plugin, mixed_precision="no", num_processes=2, num_processes_per_node=2)
+        FSDPStrategy(
+            torch.device("cpu"), plugin, mixed_precision="no", num_processes=2, num_processes_per_node=2
+        )
 
 
 def test_one_process_keeps_the_plugin_and_runs_unsharded() -> None:
