@@ -38,7 +38,7 @@ def _fsdp_strategy(accelerator: Any, call: str) -> Any:
 
 def fsdp2_prepare_model(accelerator: Any, model: nn.Module) -> nn.Module:
     """Shards ``model`` in place with the Accelerator's plugin (blocks first, then the root)."""
-    return _fsdp_strategy(accelerator, "fsdp2_prepare_model").setup_module(model, device_placement=True)  # type: ignore[no-any-return]
+    return _fsdp_strategy(accelerator, "fsdp2_prepare_model").setup_module(model, device_placement=True)
 
 
 def fsdp2_prepare_auto_wrap_policy(fsdp2_plugin: Any, model: nn.Module) -> Callable[[nn.Module], bool]:
