@@ -14,11 +14,11 @@ SCRIPT = Path(__file__).resolve().parent / "scripts" / "fsdp_train.py"
 TEMPLATE = REPO.parent / "shared" / "fixtures" / "upstream-configs" / "latest_fsdp.yaml"
 
 
-def _launch(*args: str, home: Path) -> list[dict[str, Any]]:
+def _launch(*args: str, home: Path, cpu: bool = True) -> list[dict[str, Any]]:
     out = home / "results"
     out.mkdir()
     with reserved_port() as port:
-        result = run_cli("launch", "--cpu", "--num_processes", "2", "--main_process_port", str(port), *args,
+        result = run_cli("launch", *(["--cpu"] if cpu else []), "--num_processes", "2", "--main_process_port", str(port), *args,
                          str(SCRIPT), str(out), home=home, timeout=180)  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     rows = [json.loads((out / f"rank{rank}.json").read_text()) for rank in (0, 1)]
@@ -52,3 +52,29 @@ def test_upstreams_fsdp_config_template_runs(tmp_path: Path) -> None:
     for row in rows:
         assert row["wrapped"] == ["BertLayer"] and row["state_dict_type"] == "SHARDED_STATE_DICT"
         assert row["describe"].startswith("fsdp_version 1, sharding_strategy FULL_SHARD -> FSDP2")
+
+
+@pytest.mark.multi_gpu
+def test_fsdp_on_two_gpus_with_bf16_and_cpu_offload(tmp_path: Path) -> None:
+    rows = _launch(
+        "--use_fsdp", "--fsdp_version", "2", "--mixed_precision", "bf16", "--fsdp_offload_params", "true",
+        "--fsdp_auto_wrap_policy", "TRANSFORMER_BASED_WRAP", "--fsdp_transformer_layer_cls_to_wrap", "BertLayer",
+        home=tmp_path, cpu=False,
+    )  # fmt: skip
+    assert all("dp_shard=2" in row["describe"] for row in rows)
+
+
+@pytest.mark.cuda
+def test_cpu_offload_is_accepted_on_a_gpu() -> None:
+    import torch
+    from torch.distributed.fsdp import CPUOffloadPolicy
+
+    from accelerate.backends.fsdp import FSDPStrategy
+    from accelerate.utils import FullyShardedDataParallelPlugin
+
+    plugin = FullyShardedDataParallelPlugin(fsdp_version=2, cpu_offload=True)
+    FSDPStrategy(
+        torch.device("cuda", 0), plugin, mixed_precision="bf16", num_processes=2, num_processes_per_node=2
+    )
+    assert isinstance(plugin.cpu_offload, CPUOffloadPolicy)
+    assert plugin.mixed_precision_policy.param_dtype == torch.bfloat16
