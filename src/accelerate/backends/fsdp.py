@@ -117,6 +117,10 @@ class FSDPStrategy(Strategy):
         kwargs = self._shard_kwargs(model)
         for block in blocks:
             fully_shard(block, **kwargs)
+        if kwargs["reshard_after_forward"] is True:
+            # The root's parameters are needed again as soon as backward starts: torch's default (None)
+            # keeps them gathered for the root only, saving one all-gather per step.
+            kwargs["reshard_after_forward"] = None
         fully_shard(model, **kwargs)
         if broadcast:
             _broadcast_from_rank0(model, full_state, kept_buffers, self.device)
