@@ -18,6 +18,7 @@ from accelerate.backends.resolve import check_unavailable, resolve_mixed_precisi
 from accelerate.config.env import LaunchEnv, read_launch_env
 from accelerate.precision.amp import Precision
 from accelerate.state import AcceleratorState, GradientState, PartialState
+from accelerate.state.distributed_type import DistributedType
 from accelerate.state.parallelism import device_mesh_for
 from accelerate.utils.dataclasses import (
     AutocastKwargs,
@@ -111,10 +112,14 @@ def connect(
     )
     ddp_handler = handlers.get(DistributedDataParallelKwargs)
     fsdp_plugin = _fsdp_plugin(fsdp_plugin, deepspeed_plugin)
-    strategy = resolve_strategy(partial, ddp_kwargs=ddp_handler, fsdp_plugin=fsdp_plugin, mixed_precision=mode)
+    strategy = resolve_strategy(
+        partial, ddp_kwargs=ddp_handler, fsdp_plugin=fsdp_plugin, mixed_precision=mode
+    )
     if fsdp_plugin is not None:
-        state.fsdp_plugin, state.is_fsdp2 = fsdp_plugin, True
+        # One process runs unsharded (single-device strategy): the plugin stays readable, is_fsdp2 says False.
+        state.fsdp_plugin = fsdp_plugin
         state.distributed_type = strategy.distributed_type
+        state.is_fsdp2 = strategy.distributed_type == DistributedType.FSDP
     gradient_state = GradientState(
         accumulation_plugin(
             gradient_accumulation_plugin, gradient_accumulation_steps, launch.gradient_accumulation_steps
@@ -158,7 +163,9 @@ def _fsdp_plugin(plugin: Any, deepspeed_plugin: Any) -> Any:
     if plugin is None and deepspeed_plugin is None and use_fsdp_from_env():
         return FullyShardedDataParallelPlugin()
     if plugin is not None and not isinstance(plugin, FullyShardedDataParallelPlugin):
-        raise TypeError(f"Accelerator(fsdp_plugin=...) needs a FullyShardedDataParallelPlugin, got {type(plugin).__name__}.")
+        raise TypeError(
+            f"Accelerator(fsdp_plugin=...) needs a FullyShardedDataParallelPlugin, got {type(plugin).__name__}."
+        )
     return plugin
 
 
@@ -179,9 +186,15 @@ def _project(project_dir: str | None, project_config: ProjectConfiguration | Non
     return project_config or ProjectConfiguration(project_dir=project_dir)
 
 
-def _dynamo_plugin(plugin: TorchDynamoPlugin | None, backend: str | None, launch: LaunchEnv) -> TorchDynamoPlugin:
+def _dynamo_plugin(
+    plugin: TorchDynamoPlugin | None, backend: str | None, launch: LaunchEnv
+) -> TorchDynamoPlugin:
     """The ``torch.compile`` settings: what the caller set, the launcher's settings for the rest."""
-    if plugin is not None and backend is not None and str(plugin.backend or backend).lower() != backend.lower():
+    if (
+        plugin is not None
+        and backend is not None
+        and str(plugin.backend or backend).lower() != backend.lower()
+    ):
         raise ValueError(
             f"Accelerator got dynamo_backend={backend!r} and dynamo_plugin with backend={plugin.backend!r}; "
             "set the backend in one place (the plugin is preferred)."

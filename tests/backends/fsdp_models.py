@@ -71,3 +71,17 @@ def reference_run(
         optimizer.step()
         optimizer.zero_grad()
     return {k: v.detach().clone() for k, v in model.state_dict().items()}, norms
+
+
+class TiedNet(nn.Module):
+    """A token model whose output projection shares the embedding's weight (tied embeddings)."""
+
+    def __init__(self, vocab: int = 8) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, WIDTH)
+        self.block = Block()
+        self.out = nn.Linear(WIDTH, vocab, bias=False)
+        self.out.weight = self.embed.weight
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.out(self.block(self.embed(tokens)))

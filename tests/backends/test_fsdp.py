@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from accelerate import Accelerator
 from accelerate.utils import FullyShardedDataParallelPlugin
-from tests.backends.fsdp_models import Block, dataset, make_model, reference_run
+from tests.backends.fsdp_models import Block, TiedNet, dataset, make_model, reference_run
 from tests.helpers.pool import WorkerPool
 
 STEPS, ACCUM, PER_RANK, MAX_NORM = 3, 2, 4, 0.5
@@ -177,6 +177,40 @@ def test_cpu_ram_efficient_loading_broadcasts_rank0_weights(pool2: WorkerPool) -
         torch.testing.assert_close(main["state"][name], value, msg=name)
     torch.testing.assert_close(main["out"], other["out"])
     torch.testing.assert_close(main["out"], make_model()(torch.ones(2, 8)).detach())
+
+
+def _tied_ram_efficient_training() -> dict[str, Any]:
+    from accelerate import init_empty_weights
+    from accelerate.state import PartialState
+
+    torch.manual_seed(0)
+    if PartialState().process_index == 0:
+        model = TiedNet()
+    else:
+        with init_empty_weights():
+            model = TiedNet()
+    accelerator = Accelerator(
+        fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2, cpu_ram_efficient_loading=True)
+    )
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    tokens = torch.arange(8).view(2, 4)
+    accelerator.backward(model(tokens).float().pow(2).mean())
+    optimizer.step()
+    return {"tied": model.out.weight is model.embed.weight, "state": accelerator.get_state_dict(model)}
+
+
+def test_tied_weights_stay_tied_through_rank0_loading(pool2: WorkerPool) -> None:
+    main, other = pool2.run(_tied_ram_efficient_training)
+    assert main["tied"] and other["tied"]
+    torch.manual_seed(0)
+    reference = TiedNet()
+    optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
+    # Both ranks ran the same tokens: the averaged gradient is the one-process gradient.
+    reference(torch.arange(8).view(2, 4)).pow(2).mean().backward()
+    optimizer.step()
+    for name, value in reference.state_dict().items():
+        torch.testing.assert_close(main["state"][name], value, msg=name)
 
 
 def _bad_inputs() -> list[str]:

@@ -265,7 +265,9 @@ def _take_rank0_state(model: nn.Module) -> tuple[dict[str, torch.Tensor], dict[s
             f"cpu_ram_efficient_loading: rank 0 must hold the real weights, but {meta} are on the meta device. "
             "Load the model normally on rank 0 (init_empty_weights only on the other ranks)."
         )
+    ties = tied_parameters(model)
     model.to("meta")  # rank 0 keeps its weights only in `full`: one copy in host memory
+    retie(ties)  # Module.to() gives each place of a shared parameter its own copy
     return full, kept
 
 
@@ -274,12 +276,31 @@ def _broadcast_from_rank0(
 ) -> None:
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
+    ties = tied_parameters(model)
     model.to_empty(device=device)
+    retie(ties)
     for name, buffer in kept.items():
         owner, _, attr = name.rpartition(".")
         model.get_submodule(owner).register_buffer(attr, buffer.to(device), persistent=False)
     options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
     set_model_state_dict(model, dict(full), options=options)
+
+
+def tied_parameters(model: nn.Module) -> list[list[tuple[nn.Module, str]]]:
+    """Every parameter held in more than one place (tied embeddings), as its (module, attribute) places."""
+    places: dict[int, list[tuple[nn.Module, str]]] = {}
+    for module in model.modules():
+        for name, param in module.named_parameters(recurse=False):
+            places.setdefault(id(param), []).append((module, name))
+    return [group for group in places.values() if len(group) > 1]
+
+
+def retie(ties: list[list[tuple[nn.Module, str]]]) -> None:
+    """Makes each group's places hold the first place's parameter again."""
+    for (first, first_name), *others in ties:
+        shared = first._parameters[first_name]
+        for module, name in others:
+            module._parameters[name] = shared
 
 
 def describe_layout(

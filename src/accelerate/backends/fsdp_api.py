@@ -109,23 +109,17 @@ def get_parameters_from_modules(
 
 def ensure_weights_retied(param_init_fn: Callable[..., Any] | None, model: nn.Module, device: Any) -> Any:
     """Wraps ``param_init_fn`` so that parameters the model shares (tied embeddings) stay shared after it runs."""
+    from accelerate.backends.fsdp import retie, tied_parameters
+
     if param_init_fn is None:
         return None
-    owners: dict[int, list[tuple[nn.Module, str]]] = {}
-    for module in model.modules():
-        for name, param in module.named_parameters(recurse=False):
-            owners.setdefault(id(param), []).append((module, name))
-    tied = [places for places in owners.values() if len(places) > 1]
-    if not tied:
+    ties = tied_parameters(model)
+    if not ties:
         return param_init_fn
 
     def init_and_retie(module: nn.Module) -> Any:
         result = param_init_fn(module)
-        for places in tied:
-            first_module, first_name = places[0]
-            shared = getattr(first_module, first_name)
-            for other, name in places[1:]:
-                setattr(other, name, shared)
+        retie(ties)
         return result
 
     return init_and_retie

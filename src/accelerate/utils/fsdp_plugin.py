@@ -224,7 +224,7 @@ class FullyShardedDataParallelPlugin:
         self.state_dict_type = name
 
     def set_auto_wrap_policy(self, model: Any) -> Callable[[Any], bool]:
-        """The predicate ``module -> wrap it`` for ``model`` (also stored as ``auto_wrap_policy``).
+        """The predicate ``module -> shard it on its own`` for ``model`` (``auto_wrap_policy`` keeps its name).
 
         Raises:
             ValueError: a class name in ``transformer_cls_names_to_wrap`` that ``model`` does not contain.
