@@ -186,15 +186,9 @@ def _project(project_dir: str | None, project_config: ProjectConfiguration | Non
     return project_config or ProjectConfiguration(project_dir=project_dir)
 
 
-def _dynamo_plugin(
-    plugin: TorchDynamoPlugin | None, backend: str | None, launch: LaunchEnv
-) -> TorchDynamoPlugin:
+def _dynamo_plugin(plugin: TorchDynamoPlugin | None, backend: str | None, launch: LaunchEnv) -> TorchDynamoPlugin:
     """The ``torch.compile`` settings: what the caller set, the launcher's settings for the rest."""
-    if (
-        plugin is not None
-        and backend is not None
-        and str(plugin.backend or backend).lower() != backend.lower()
-    ):
+    if plugin is not None and backend is not None and str(plugin.backend or backend).lower() != backend.lower():
         raise ValueError(
             f"Accelerator got dynamo_backend={backend!r} and dynamo_plugin with backend={plugin.backend!r}; "
             "set the backend in one place (the plugin is preferred)."

@@ -25,6 +25,12 @@ def test_defaults_follow_the_version() -> None:
         "SHARDED_STATE_DICT",
     )
     assert v2.auto_wrap_policy is None and v2.limit_all_gathers
+    # Naming blocks (or a size) without a policy asks for that policy.
+    assert (
+        FullyShardedDataParallelPlugin(transformer_cls_names_to_wrap=["Block"]).auto_wrap_policy
+        == "transformer_based_wrap"
+    )
+    assert FullyShardedDataParallelPlugin(min_num_params=10).auto_wrap_policy == "size_based_wrap"
 
 
 def test_the_launcher_variables_fill_unset_fields(monkeypatch: pytest.MonkeyPatch) -> None:

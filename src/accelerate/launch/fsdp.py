@@ -121,6 +121,11 @@ def resolve_fsdp(
                 f"would be ignored. Add --use_fsdp, or drop --{stray[0]}."
             )
         return FSDPLaunch()
+    if flags.get("use_deepspeed") or (config is not None and config.distributed_type == "DEEPSPEED" and use):
+        raise FSDPLaunchError(
+            "FSDP (--use_fsdp / distributed_type: FSDP) and DeepSpeed (--use_deepspeed) both shard the model and "
+            "cannot run together; keep one."
+        )
     given = _given(flags, config, config_path)
     unknown = sorted(set(given) - set(FSDP_ENV))
     if unknown:

@@ -207,6 +207,10 @@ class FullyShardedDataParallelPlugin:
         self.transformer_cls_names_to_wrap = list(names) if names is not None else None
         if self.min_num_params is None:
             self.min_num_params = int(env.get(FSDP_ENV["min_num_params"], "") or 0)
+        if self.auto_wrap_policy is None and self.transformer_cls_names_to_wrap:
+            self.auto_wrap_policy = "transformer_based_wrap"  # naming the blocks asks for them to be wrapped
+        elif self.auto_wrap_policy is None and self.min_num_params > 0:
+            self.auto_wrap_policy = "size_based_wrap"
 
     # ------------------------------------------------------------------ upstream's methods
     def set_state_dict_type(self, state_dict_type: Any = None) -> None:
