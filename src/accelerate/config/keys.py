@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from accelerate.config.config_file import LaunchConfig
 
-FSDP = "FSDP is not available yet in this accelerate"
 DEEPSPEED = "DeepSpeed is not available yet in this accelerate"
 XLA = "TPU/XLA is not available yet in this accelerate"
 MEGATRON = "Megatron-LM needs NVIDIA GPUs and the megatron-core package"
