@@ -42,8 +42,12 @@ class FSDPStrategy(Strategy):
         self.plugin = plugin
         plugin.set_mixed_precision(mixed_precision)
         if plugin.cpu_offload:
+            plugin.validate_cpu_offload()
             if device.type != "cuda":
-                plugin.validate_cpu_offload()
+                raise ValueError(
+                    f"FullyShardedDataParallelPlugin(cpu_offload=True) (--fsdp_offload_params true) moves sharded "
+                    f"parameters off the GPU, but this process trains on {device}. Drop cpu_offload, or train on GPUs."
+                )
             plugin.set_cpu_offload()
         self.num_processes = num_processes
         self.num_processes_per_node = max(1, num_processes_per_node)
