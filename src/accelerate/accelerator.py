@@ -170,6 +170,7 @@ class Accelerator(AcceleratorFacts):
         if isinstance(optimizer, AcceleratedOptimizer):
             return optimizer
         place = self.device_placement if device_placement is None else device_placement
+        self.strategy.setup_optimizer(optimizer)  # FSDP: from the full parameters to their shards
         wrapped = AcceleratedOptimizer(
             optimizer,
             device_placement=place,

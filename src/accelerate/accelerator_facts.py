@@ -195,7 +195,7 @@ class AcceleratorFacts:
 
     @property
     def is_fsdp2(self) -> bool:
-        return False
+        return bool(self.state.is_fsdp2)  # every FSDP setting runs on FSDP2 here
 
     @property
     def deepspeed_plugin(self) -> Any:

@@ -18,6 +18,7 @@ from accelerate.backends.resolve import check_unavailable, resolve_mixed_precisi
 from accelerate.config.env import LaunchEnv, read_launch_env
 from accelerate.precision.amp import Precision
 from accelerate.state import AcceleratorState, GradientState, PartialState
+from accelerate.state.distributed_type import DistributedType
 from accelerate.state.parallelism import device_mesh_for
 from accelerate.utils.dataclasses import (
     AutocastKwargs,
@@ -110,7 +111,15 @@ def connect(
         scaler_kwargs=handlers.get(GradScalerKwargs),
     )
     ddp_handler = handlers.get(DistributedDataParallelKwargs)
-    strategy = resolve_strategy(partial, ddp_kwargs=ddp_handler)
+    fsdp_plugin = _fsdp_plugin(fsdp_plugin, deepspeed_plugin)
+    strategy = resolve_strategy(
+        partial, ddp_kwargs=ddp_handler, fsdp_plugin=fsdp_plugin, mixed_precision=mode
+    )
+    if fsdp_plugin is not None:
+        # One process runs unsharded (single-device strategy): the plugin stays readable, is_fsdp2 says False.
+        state.fsdp_plugin = fsdp_plugin
+        state.distributed_type = strategy.distributed_type
+        state.is_fsdp2 = strategy.distributed_type == DistributedType.FSDP
     gradient_state = GradientState(
         accumulation_plugin(
             gradient_accumulation_plugin, gradient_accumulation_steps, launch.gradient_accumulation_steps
@@ -145,6 +154,19 @@ def connect(
         init_handler=pg,
         profile_handler=handlers.get(ProfileKwargs),
     )
+
+
+def _fsdp_plugin(plugin: Any, deepspeed_plugin: Any) -> Any:
+    """The FSDP plugin: the argument, else one read from the launcher's FSDP_* variables (--use_fsdp)."""
+    from accelerate.utils.fsdp_plugin import FullyShardedDataParallelPlugin, use_fsdp_from_env
+
+    if plugin is None and deepspeed_plugin is None and use_fsdp_from_env():
+        return FullyShardedDataParallelPlugin()
+    if plugin is not None and not isinstance(plugin, FullyShardedDataParallelPlugin):
+        raise TypeError(
+            f"Accelerator(fsdp_plugin=...) needs a FullyShardedDataParallelPlugin, got {type(plugin).__name__}."
+        )
+    return plugin
 
 
 def _trackers(log_with: Any) -> list[Any]:

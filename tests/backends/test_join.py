@@ -41,7 +41,8 @@ def test_one_process_runs_the_block_as_it_is() -> None:
     model = accelerator.prepare(torch.nn.Linear(2, 2))
     with accelerator.join_uneven_inputs([model]):
         model(torch.ones(1, 2))
-    with pytest.warns(UserWarning, match="no effect in one process"), accelerator.join_uneven_inputs(
-        [model], even_batches=False
+    with (
+        pytest.warns(UserWarning, match="no effect in one process"),
+        accelerator.join_uneven_inputs([model], even_batches=False),
     ):
         pass

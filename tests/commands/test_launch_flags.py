@@ -106,14 +106,13 @@ def _as_argv(name: str, value: object) -> list[str]:
 
 def test_a_tuning_flag_names_the_switch_that_is_off() -> None:
     args = _parser("launch").parse_args(["--fsdp_offload_params", "true", "train.py"])
-    with pytest.raises(LaunchError, match=r"--fsdp_offload_params configures a feature that is off \(no --use_fsdp\)"):
+    with pytest.raises(LaunchError, match=r"--fsdp_offload_params configures FSDP, which is off \(no --use_fsdp"):
         make_plan(args, {}, quiet=True)
 
 
 @pytest.mark.parametrize(
     ("flags", "needles"),
     [
-        (["--use_fsdp", "--fsdp_version", "2"], ["--use_fsdp", "FSDP is not available yet in this accelerate"]),
         (["--use_deepspeed", "--zero_stage", "2"], ["--use_deepspeed", "DeepSpeed is not available yet"]),
         (["--tpu"], ["--tpu", "TPU/XLA is not available yet"]),
         (["--fp8_backend", "te"], ["--fp8_backend", "needs an fp8-capable GPU"]),
@@ -143,6 +142,6 @@ def test_upstreams_module_level_names(tmp_path: Path, monkeypatch: pytest.Monkey
         config_command.load_config_from_file(None)
     (tmp_path / "cfg.yaml").write_text("num_processes: 3\nuse_cpu: true\n")
     assert config_command.load_config_from_file(str(tmp_path / "cfg.yaml")).num_processes == 3
-    args = launch_command_parser().parse_args(["--cpu", "--use_fsdp", "--dry_run", "train.py"])
+    args = launch_command_parser().parse_args(["--cpu", "--use_megatron_lm", "--dry_run", "train.py"])
     with pytest.raises(subprocess.CalledProcessError):
         launch_command(args)

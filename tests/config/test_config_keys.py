@@ -74,7 +74,7 @@ OUTCOMES: dict[str, tuple[str, list[str]]] = {
     "0_28_0_mpi.yaml": ("mpirun", []),
     "0_30_0_sagemaker.yaml": ("refused", ["AMAZON_SAGEMAKER"]),
     "0_34_0_fp8.yaml": ("refused", ["fp8"]),
-    "latest_fsdp.yaml": ("refused", ["distributed_type: FSDP", "FSDP is not available yet"]),
+    "latest_fsdp.yaml": ("runs", []),
 }  # fmt: skip
 
 
@@ -104,10 +104,12 @@ def test_each_upstream_file_runs_or_is_refused_by_name(name: str) -> None:
 
 
 def test_sub_keys_of_a_section_in_use_are_refused_by_name() -> None:
-    config = LaunchConfig(distributed_type="FSDP", fsdp_config={"fsdp_offload_params": True, "fsdp_version": 2})
+    config = LaunchConfig(
+        distributed_type="MEGATRON_LM", megatron_lm_config={"megatron_lm_tp_degree": 2, "megatron_lm_pp_degree": 2}
+    )
     review = review_config(config, "cfg.yaml")
-    assert any("fsdp_config.fsdp_offload_params: True" in e and "FSDP is not available yet" in e for e in review.errors)
-    assert any("fsdp_config.fsdp_version: 2" in e for e in review.errors)
+    assert any("megatron_lm_config.megatron_lm_tp_degree: 2" in e and "Megatron" in e for e in review.errors)
+    assert any("megatron_lm_config.megatron_lm_pp_degree: 2" in e for e in review.errors)
 
 
 def test_unknown_sub_keys_are_named() -> None:

@@ -100,8 +100,8 @@ def test_same_network_needs_several_machines() -> None:
 def test_unavailable_backends_are_refused() -> None:
     with pytest.raises(LaunchError, match="DeepSpeed is not available"):
         plan({"use_deepspeed": True})
-    with pytest.raises(LaunchError, match="distributed_type: FSDP"):
-        plan(config=LaunchConfig(distributed_type="FSDP"))
+    with pytest.raises(LaunchError, match="distributed_type: MEGATRON_LM"):
+        plan(config=LaunchConfig(distributed_type="MEGATRON_LM"))
     with pytest.raises(LaunchError, match="mpirun_hostfile"):
         plan(config=LaunchConfig(mpirun_config={"mpirun_hostfile": "/etc/hosts"}))
     with pytest.raises(LaunchError, match="fp8 \\(from flag --mixed_precision\\).*not available"):

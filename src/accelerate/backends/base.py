@@ -30,6 +30,13 @@ class Strategy:
         """The user's own module inside whatever the strategy wrapped around it."""
         return model
 
+    def setup_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        """Points an optimizer at what ``setup_module`` made of its parameters (FSDP: the shards)."""
+
+    def model_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+        """The model's full state dict (FSDP: gathered from the shards, on the main process)."""
+        return model.state_dict()
+
     def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[Any]:
         """Context in which backward accumulates locally without communicating."""
         return contextlib.nullcontext()

@@ -6,6 +6,8 @@ before any model is touched.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from accelerate.backends.base import Strategy
@@ -39,10 +41,14 @@ def check_unavailable(
     deepspeed_plugins: object = None,
     parallelism_config: object = None,
 ) -> None:
+    if fsdp_plugin is not None and (deepspeed_plugin is not None or deepspeed_plugins is not None):
+        raise ValueError(
+            "Accelerator got both fsdp_plugin (FSDP) and deepspeed_plugin (DeepSpeed); they are two ways to shard "
+            "the same model and cannot run together. Keep one (and drop --use_fsdp or --use_deepspeed)."
+        )
     for name, value, flag in (
         ("deepspeed_plugin", deepspeed_plugin, "--use_deepspeed"),
         ("deepspeed_plugins", deepspeed_plugins, "--use_deepspeed"),
-        ("fsdp_plugin", fsdp_plugin, "--use_fsdp"),
         ("megatron_lm_plugin", megatron_lm_plugin, "--use_megatron_lm"),
         ("torch_tp_plugin", torch_tp_plugin, "--parallelism_config_tp_size"),
     ):
@@ -61,9 +67,23 @@ def check_unavailable(
 
 
 def resolve_strategy(
-    state: PartialState, *, ddp_kwargs: DistributedDataParallelKwargs | None = None
+    state: PartialState,
+    *,
+    ddp_kwargs: DistributedDataParallelKwargs | None = None,
+    fsdp_plugin: Any = None,
+    mixed_precision: str = "no",
 ) -> Strategy:
-    """The strategy for this process: DDP when there are several processes, else one device."""
+    """The strategy for this process: FSDP2 with a plugin, DDP when there are several processes, else one device."""
+    if fsdp_plugin is not None and state.use_distributed:
+        from accelerate.backends.fsdp import FSDPStrategy
+
+        return FSDPStrategy(
+            state.device,
+            fsdp_plugin,
+            mixed_precision=mixed_precision,
+            num_processes=state.num_processes,
+            num_processes_per_node=state.num_processes_per_node,
+        )
     if state.num_processes > 1:
         from accelerate.backends.ddp import DDPStrategy
 

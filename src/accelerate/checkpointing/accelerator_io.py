@@ -59,7 +59,7 @@ def get_state_dict(
 ) -> dict[str, torch.Tensor]:
     if unwrap:
         model = accelerator.unwrap_model(model, keep_fp32_wrapper=True, keep_torch_compile=False)
-    return model.state_dict()
+    return accelerator.strategy.model_state_dict(model)
 
 
 def save_object(accelerator: Accelerator, obj: Any, f: Any, *, safe_serialization: bool) -> None:

@@ -181,6 +181,12 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
     flag("mpirun_hostfile", metavar="PATH", help="Start the CPU processes with mpirun (Open MPI, MPICH or Intel MPI) "
          "on the hosts this file lists.")  # fmt: skip
 
+    group = parser.add_argument_group("FSDP (fully sharded data parallelism, run by FSDP2)")
+    from accelerate.launch.fsdp import FLAG_HELP
+
+    for name, kwargs in FSDP_FLAG_KWARGS.items():
+        flag(name, help=FLAG_HELP.get(name, "Shard parameters, gradients and optimizer state (FSDP)."), **kwargs)
+
     group = parser.add_argument_group(
         "Upstream features that cannot run here (accepted, then refused by name with the reason)"
     )
@@ -191,6 +197,8 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 REFUSED_FLAGS.update(_flag_kwargs())
+# FSDP runs (on FSDP2): its flags leave the refused table for their own group.
+FSDP_FLAG_KWARGS = {name: REFUSED_FLAGS.pop(name) for name in ("use_fsdp", *FSDP_FLAGS, "fsdp_min_num_params", "fsdp_version")}
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -225,7 +233,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def flags_of(args: argparse.Namespace) -> dict[str, Any]:
     """The setting flags the user gave (store_true switches that were not given count as not given)."""
     out: dict[str, Any] = {}
-    for name in (*SETTING_FLAGS, *REFUSED_FLAGS):
+    for name in (*SETTING_FLAGS, *REFUSED_FLAGS, *FSDP_FLAG_KWARGS):
         value = getattr(args, name, None)
         if value is not None and value is not False:
             out[name] = value

@@ -2,8 +2,8 @@
 
 A pure file conversion (upstream's rules): ``fsdp_sharding_strategy`` becomes
 ``fsdp_reshard_after_forward`` (FULL_SHARD -> true, SHARD_GRAD_OP -> false), the keys FSDP2 has no use
-for are dropped (each one is named), and ``fsdp_version: 2`` is set. Running FSDP itself is another
-matter: FSDP is not available yet in this accelerate, and `accelerate launch` says so.
+for are dropped (each one is named), and ``fsdp_version: 2`` is set. Unconverted files run too: the
+launcher translates FSDP1 settings onto FSDP2 itself (``accelerate launch --dry_run`` notes how).
 """
 
 from __future__ import annotations

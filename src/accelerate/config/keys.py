@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from accelerate.config.config_file import LaunchConfig
 
-FSDP = "FSDP is not available yet in this accelerate"
 DEEPSPEED = "DeepSpeed is not available yet in this accelerate"
 XLA = "TPU/XLA is not available yet in this accelerate"
 MEGATRON = "Megatron-LM needs NVIDIA GPUs and the megatron-core package"
@@ -118,7 +117,7 @@ RULES: tuple[KeyRule, ...] = (
            "main_process_port", "rdzv_backend", "same_network", "gpu_ids", "mixed_precision", "debug"),  # fmt: skip
     KeyRule("use_cpu", acts="--cpu"),
     KeyRule("compute_environment", acts="LOCAL_MACHINE runs here; AMAZON_SAGEMAKER is refused"),
-    KeyRule("distributed_type", acts="NO/MULTI_CPU/MULTI_GPU/MULTI_XPU run here; the others are refused"),
+    KeyRule("distributed_type", acts="NO/MULTI_CPU/MULTI_GPU/MULTI_XPU/FSDP run here; the others are refused"),
     KeyRule("downcast_bf16", refusal=f"downcast_bf16 stores fp32 as bf16 on TPUs; {XLA}"),
     KeyRule("enable_cpu_affinity", refusal=AFFINITY),
     # Every upstream file carries main_training_function: main; only TPU launches call a function.
@@ -134,7 +133,7 @@ RULES: tuple[KeyRule, ...] = (
     KeyRule("dynamo_config.dynamo_use_regional_compilation", refusal=REGIONAL),
     KeyRule("mpirun_config.mpirun_hostfile", acts="--mpirun_hostfile (CPU processes started by mpirun)"),
     KeyRule("mpirun_config.mpirun_ccl", acts="CCL_WORKER_COUNT of every process (Intel oneCCL workers)"),
-    *_refused(FSDP, *_FSDP_KEYS),
+    *_acts("the FSDP plugin's setting (the FSDP_* variable of --{key})", *_FSDP_KEYS),
     *_refused(DEEPSPEED, *_DEEPSPEED_KEYS),
     *_refused(MEGATRON, *_MEGATRON_KEYS),
     *_refused(FP8, *_FP8_KEYS),

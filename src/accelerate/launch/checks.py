@@ -18,7 +18,6 @@ if TYPE_CHECKING:
 # training with plain DDP on a config that asked for sharding.
 _UNAVAILABLE_TYPES = {
     "DEEPSPEED": "DeepSpeed is not available yet in this accelerate",
-    "FSDP": "FSDP is not available yet in this accelerate",
     "XLA": "TPU/XLA is not available yet in this accelerate",
     "MEGATRON_LM": "Megatron-LM needs NVIDIA GPUs and the megatron-core package",
     "MULTI_NPU": "Ascend NPUs need torch_npu and NPU hardware",
@@ -32,8 +31,6 @@ _UNAVAILABLE_TYPES = {
 # reason). The first matching row wins. A switch (--use_fsdp) is refused for its feature; a flag that
 # only tunes that feature is refused naming both, since without the switch it would be ignored.
 _REFUSED_FLAG_RULES: tuple[tuple[str, str | None, str], ...] = (
-    ("use_fsdp", None, keys.FSDP),
-    ("fsdp_", "use_fsdp", keys.FSDP),
     ("use_deepspeed", None, keys.DEEPSPEED),
     ("deepspeed_", "use_deepspeed", keys.DEEPSPEED),
     ("zero_stage", "use_deepspeed", keys.DEEPSPEED),

@@ -293,6 +293,9 @@ def build_plan(
 
     program = _program(script, script_args, module, no_python)
     child_env = _child_env(settings, env, mode)
+    fsdp = _fsdp(flags, config, config_path, settings["num_processes"].value)
+    child_env.update(fsdp.env)
+    notes += fsdp.notes
     torchrun_args = (
         _torchrun_args(settings, script, script_args, module, no_python) if mode == "torchrun" else []
     )
@@ -302,6 +305,15 @@ def build_plan(
     return LaunchPlan(
         settings, mode, program, torchrun_args, child_env, config_location, notes, warnings, launcher_env
     )
+
+
+def _fsdp(flags: Mapping[str, Any], config: LaunchConfig | None, path: str, procs: Any) -> Any:
+    from accelerate.launch.fsdp import FSDPLaunchError, resolve_fsdp
+
+    try:
+        return resolve_fsdp(flags, config, path, procs)
+    except FSDPLaunchError as exc:
+        raise LaunchError(str(exc)) from None
 
 
 def _rendezvous_for_restarts(settings: dict[str, Setting], notes: list[str]) -> None:

@@ -27,7 +27,7 @@ def get_grad_scaler(distributed_type: Any = None, **kwargs: Any) -> torch.amp.Gr
     if str(getattr(distributed_type, "value", distributed_type)) == "FSDP":
         from accelerate.utils.fsdp_utils import get_fsdp2_grad_scaler
 
-        return get_fsdp2_grad_scaler(**kwargs)  # raises: FSDP is not available yet
+        return get_fsdp2_grad_scaler(**kwargs)
     GradScalerKwargs(**kwargs)  # the same argument names and checks as the Accelerator's handler
     return torch.amp.GradScaler(_device().type, **kwargs)
 

@@ -38,7 +38,7 @@ class AcceleratorState:
     _shared_state = SharedStateView(lambda: _ACCEL_STATE)
     # Backends this release does not run: always None here, so `state.fsdp_plugin is None` reads true.
     deepspeed_plugin: Any = None
-    fsdp_plugin: Any = None
+    fsdp_plugin: Any = None  # set by the Accelerator when it runs FSDP (then is_fsdp2 is True: the engine is FSDP2)
     torch_tp_plugin: Any = None
     megatron_lm_plugin: Any = None
     is_fsdp2: bool = False

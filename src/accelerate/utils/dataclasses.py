@@ -417,10 +417,6 @@ class DeepSpeedPlugin(_UnavailablePlugin):
     backend, flag = "DeepSpeed", "--use_deepspeed"
 
 
-class FullyShardedDataParallelPlugin(_UnavailablePlugin):
-    backend, flag = "FSDP", "--use_fsdp"
-
-
 _HANDLER_TYPES: tuple[type, ...] = (
     ProfileKwargs,
     DistributedDataParallelKwargs,
@@ -475,6 +471,7 @@ _ELSEWHERE = {
     "parse_gpt2_config": "accelerate.utils.hardware_dataclasses",
     "parse_llama_config": "accelerate.utils.hardware_dataclasses",
     "parse_t5_config": "accelerate.utils.hardware_dataclasses",
+    "FullyShardedDataParallelPlugin": "accelerate.utils.fsdp_plugin",
     "TorchTensorParallelConfig": "accelerate.utils.parallel_configs",
     "TorchContextParallelConfig": "accelerate.utils.parallel_configs",
     "DeepSpeedSequenceParallelConfig": "accelerate.utils.parallel_configs",

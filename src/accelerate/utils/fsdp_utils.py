@@ -1,28 +1,43 @@
 """`accelerate.utils.fsdp_utils`: upstream's FSDP helpers, by name and signature.
 
-FSDP is not available in this release yet (it comes as its own backend). Every name here keeps
-upstream's signature, so clients such as transformers' Trainer import it, and any call raises the one
-:class:`~accelerate.utils.errors.NotAvailableYetError` (made by :func:`hardware_only`) instead of
-doing something else silently.
+The engine helpers (preparing, wrapping, checkpointing blocks, the grad scaler, rank-0 loading) come
+from :mod:`accelerate.backends.fsdp_api`. The checkpoint helpers not written yet keep upstream's
+signature and raise the one :class:`~accelerate.utils.errors.NotAvailableYetError` (made by
+:func:`hardware_only`) instead of doing something else silently.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from accelerate.backends.fsdp_api import (
+    disable_fsdp_ram_efficient_loading,
+    enable_fsdp_ram_efficient_loading,
+    ensure_weights_retied,
+    fsdp2_apply_ac,
+    fsdp2_canonicalize_names,
+    fsdp2_prepare_auto_wrap_policy,
+    fsdp2_prepare_model,
+    fsdp2_switch_optimizer_parameters,
+    get_fsdp2_grad_scaler,
+    get_parameters_from_modules,
+)
 from accelerate.utils.errors import hardware_only
+from accelerate.utils.parallel_configs import get_module_class_from_name
+
+__all__ = [
+    "disable_fsdp_ram_efficient_loading", "enable_fsdp_ram_efficient_loading", "ensure_weights_retied",
+    "fsdp2_apply_ac", "fsdp2_canonicalize_names", "fsdp2_load_full_state_dict", "fsdp2_prepare_auto_wrap_policy",
+    "fsdp2_prepare_model", "fsdp2_switch_optimizer_parameters", "get_fsdp2_grad_scaler",
+    "get_module_class_from_name", "get_parameters_from_modules", "load_fsdp_model", "load_fsdp_optimizer",
+    "merge_fsdp_weights", "save_fsdp_model", "save_fsdp_optimizer",
+]  # fmt: skip
 
 _FEATURE = "FSDP"
-_NEEDS = "the FSDP backend, which this release does not have yet (train with DistributedDataParallel: drop the FSDP plugin/flags)"
+_NEEDS = "FSDP checkpoint support, which this release does not have yet (use Accelerator.get_state_dict for a full state dict)"
 _fsdp = hardware_only(_FEATURE, _NEEDS)
 
 
-@_fsdp
-def enable_fsdp_ram_efficient_loading() -> None: ...
-
-
-@_fsdp
-def disable_fsdp_ram_efficient_loading() -> None: ...
 
 
 @_fsdp
@@ -59,37 +74,13 @@ def merge_fsdp_weights(
 ) -> None: ...
 
 
-@_fsdp
-def ensure_weights_retied(param_init_fn: Any, model: Any, device: Any) -> Any: ...
 
-
-@_fsdp
-def fsdp2_apply_ac(accelerator: Any, model: Any) -> Any: ...
-
-
-@_fsdp
-def fsdp2_canonicalize_names(named_params: dict[str, Any]) -> Any: ...
 
 
 @_fsdp
 def fsdp2_load_full_state_dict(accelerator: Any, model: Any, full_sd: dict[str, Any], cpu_offload: bool = False) -> None: ...
 
 
-@_fsdp
-def fsdp2_prepare_auto_wrap_policy(fsdp2_plugin: Any, model: Any) -> Any: ...
 
 
-@_fsdp
-def fsdp2_prepare_model(accelerator: Any, model: Any) -> Any: ...
 
-
-@_fsdp
-def fsdp2_switch_optimizer_parameters(optimizer: Any, mapping: dict[Any, Any]) -> None: ...
-
-
-@_fsdp
-def get_fsdp2_grad_scaler(**kwargs: Any) -> Any: ...
-
-
-@_fsdp
-def get_parameters_from_modules(modules: Any, model: Any, device: Any) -> Any: ...
