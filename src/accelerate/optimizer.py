@@ -60,6 +60,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         precision: Precision | None = None,
         gradient_state: GradientState | None = None,
         device: torch.device | None = None,
+        strategy: Any = None,
     ) -> None:
         # Deliberately no super().__init__: this object forwards to the wrapped optimizer.
         self.optimizer = optimizer
@@ -67,6 +68,8 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self.scaler = precision.scaler if precision is not None else scaler
         self.gradient_state = gradient_state or GradientState()
         self.device_placement = device_placement
+        # The backend's Strategy, when it acts at the step (XLA all-reduces the gradients there).
+        self.strategy = strategy
         self._step_was_skipped = False
         if device_placement and device is not None and optimizer.state:
             # State loaded before prepare (a resumed run) must live where the parameters now are.
@@ -127,6 +130,11 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         if not self.gradient_state.sync_gradients:
             return None
+        if self.strategy is not None:
+            return self.strategy.optimizer_step(self.optimizer, lambda: self._step(closure))
+        return self._step(closure)
+
+    def _step(self, closure: Callable[[], Any] | None) -> Any:
         if self.precision is None:
             self._step_was_skipped = False
             return self.optimizer.step(closure) if closure is not None else self.optimizer.step()

@@ -63,7 +63,12 @@ def check_unavailable(
 def resolve_strategy(
     state: PartialState, *, ddp_kwargs: DistributedDataParallelKwargs | None = None
 ) -> Strategy:
-    """The strategy for this process: DDP when there are several processes, else one device."""
+    """The strategy for this process: XLA on an XLA device, DDP when there are several processes, else
+    one device."""
+    if state.device.type == "xla":
+        from accelerate.backends.xla import XLAStrategy
+
+        return XLAStrategy(state.device, state.num_processes)
     if state.num_processes > 1:
         from accelerate.backends.ddp import DDPStrategy
 
