@@ -59,8 +59,11 @@ def check_installed(flags: Mapping[str, Any], config: LaunchConfig | None, confi
     """A TPU launch where torch_xla is missing fails here, naming what asked for it and the pip command."""
     if not asks_for_xla(flags, config) or torch_xla_installed():
         return
+    from accelerate.config.keys import XLA
+
     what = "--tpu" if flags.get("tpu") else f"distributed_type: XLA (from the config file {config_path})"
-    raise LaunchError(f"{what} runs on XLA devices (TPU) through torch_xla, which is not installed. {INSTALL_HINT}.")
+    drop = "drop --tpu" if flags.get("tpu") else "pass a config file without it"
+    raise LaunchError(f"{what}: {XLA}, which is not installed here. Install it ({INSTALL_HINT}), or {drop}.")
 
 
 def check_settings(settings: dict[str, Setting]) -> None:
@@ -82,7 +85,7 @@ def check_settings(settings: dict[str, Setting]) -> None:
     if int(machines.value) > 1:
         raise LaunchError(
             f"num_machines={machines.value} (from {machines.source}): on a TPU pod, run `accelerate launch --tpu` "
-            "on every worker (`accelerate tpu-config --command \"accelerate launch ...\"` does that); PJRT "
+            'on every worker (`accelerate tpu-config --command "accelerate launch ..."` does that); PJRT '
             "connects the hosts. Leave num_machines at 1."
         )
 

@@ -60,8 +60,26 @@ def main(argv: list[str] | None = None) -> int:
         )
     import torch_xla.distributed.xla_multiprocessing as xmp
 
-    xmp.spawn(_CallMain(module, ns.main_training_function, script_argv), args=(), nprocs=ns.num_processes)
+    xmp.spawn(
+        _CallMain(module, ns.main_training_function, script_argv),
+        args=(),
+        nprocs=spawn_count(ns.num_processes),
+    )
     return 0
+
+
+def spawn_count(num_processes: int | None) -> int | None:
+    """``nprocs`` for torch_xla's spawn, which takes 1 (this process) or None (every device).
+
+    N > 1 processes are every device with the device count capped at N through PJRT's own
+    ``<DEVICE>_NUM_DEVICES`` variable (CPU_NUM_DEVICES, TPU_NUM_DEVICES, ...), unless already set.
+    """
+    if num_processes == 1:
+        return 1
+    if num_processes is not None:
+        device = os.environ.get("PJRT_DEVICE", "TPU").upper()
+        os.environ.setdefault(f"{device}_NUM_DEVICES", str(num_processes))
+    return None
 
 
 if __name__ == "__main__":

@@ -111,7 +111,8 @@ class XLACommunicator(Communicator):
     def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
         import torch_xla.core.xla_model as xm
 
-        return xm.all_gather(tensor, dim=0)  # type: ignore[no-any-return]
+        gathered: torch.Tensor = xm.all_gather(tensor, dim=0)
+        return gathered
 
     def all_reduce_sum_(self, tensor: torch.Tensor) -> None:
         import torch_xla.core.xla_model as xm
