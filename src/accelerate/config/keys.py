@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 FSDP = "FSDP is not available yet in this accelerate"
 DEEPSPEED = "DeepSpeed is not available yet in this accelerate"
-XLA = "TPU/XLA runs through torch_xla (pip install torch_xla; PJRT_DEVICE=CPU without a TPU)"
+XLA = "TPU/XLA runs through torch_xla"
 MEGATRON = "Megatron-LM needs NVIDIA GPUs and the megatron-core package"
 FP8 = "fp8 training needs an fp8-capable GPU (Hopper/Ada) and Transformer Engine, torchao or MS-AMP"
 PARALLELISM = "N-D parallelism (ParallelismConfig: sharded/tensor/context/sequence parallel) is not available yet in this accelerate"

@@ -63,7 +63,7 @@ def check_installed(flags: Mapping[str, Any], config: LaunchConfig | None, confi
 
     what = "--tpu" if flags.get("tpu") else f"distributed_type: XLA (from the config file {config_path})"
     drop = "drop --tpu" if flags.get("tpu") else "pass a config file without it"
-    raise LaunchError(f"{what}: {XLA}, which is not installed here. Install it ({INSTALL_HINT}), or {drop}.")
+    raise LaunchError(f"{what}: {XLA}, which is not installed here. Install it: {INSTALL_HINT}. Or {drop}.")
 
 
 def check_settings(settings: dict[str, Setting]) -> None:
