@@ -183,3 +183,13 @@ def test_save_model_writes_cpu_weights(tmp_path: Path) -> None:
     accelerator.save_model(model, str(tmp_path))
     weights = load_file(str(tmp_path / "model.safetensors"))
     torch.testing.assert_close(weights["weight"], model.weight.detach().cpu())
+
+
+def test_skip_first_batches_keeps_feeding_the_device() -> None:
+    accelerator = Accelerator()
+    loader = accelerator.prepare(DataLoader(_data(), batch_size=16))
+    rest = accelerator.skip_first_batches(loader, 2)
+    assert isinstance(rest, MpDeviceLoaderWrapper)
+    batches = list(rest)
+    assert len(batches) == 1 and batches[0][0].device.type == "xla"
+    torch.testing.assert_close(batches[0][0].cpu(), _data().tensors[0][32:])
