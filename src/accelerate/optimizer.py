@@ -7,13 +7,16 @@ signature inspection or imports happen per step.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from accelerate.precision.amp import Precision
 from accelerate.state.gradient import GradientState
 from accelerate.utils.tree import send_to_device
+
+if TYPE_CHECKING:
+    from accelerate.backends.base import Strategy
 
 
 def move_to_device(state: Any, device: torch.device | str | int) -> Any:
@@ -60,7 +63,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         precision: Precision | None = None,
         gradient_state: GradientState | None = None,
         device: torch.device | None = None,
-        strategy: Any = None,
+        strategy: Strategy | None = None,
     ) -> None:
         # Deliberately no super().__init__: this object forwards to the wrapped optimizer.
         self.optimizer = optimizer
