@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 TORCH := torch==2.13.0
 
-.PHONY: venv install install-test demo test lint bench clean
+.PHONY: venv install install-test demo test lint bench clean test-xla
 
 $(VENV)/.torch:
 	$(PYTHON) -m venv $(VENV)
@@ -40,8 +40,26 @@ lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check src tests bench examples
 	$(VENV)/bin/mypy
 
+# The XLA backend on torch_xla's CPU device, in a side environment (torch_xla has no build for torch
+# 2.13): torch 2.9 + torch_xla 2.9 (torch pulls its CUDA libraries, about 7 GB) + this package + pytest.
+# Nothing in $(VENV) changes. A pip config that pins torch for the main venv is bypassed here.
+XLA_VENV := .venv-xla
+XLA_PY := $(XLA_VENV)/bin/python
+XLA_PIP := PIP_CONFIG_FILE=/dev/null $(XLA_PY) -m pip --disable-pip-version-check -q
+XLA_TORCH := torch==2.9.* torch_xla==2.9.*
+
+$(XLA_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(XLA_VENV)
+	$(XLA_PIP) install $(XLA_TORCH) pytest pytest-timeout
+	$(XLA_PIP) install -e . $(XLA_TORCH)
+	$(XLA_PY) -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.9.') else 'torch was changed: ' + torch.__version__)"
+	touch $@
+
+test-xla: $(XLA_VENV)/.installed
+	PJRT_DEVICE=CPU $(XLA_PY) -m pytest -q tests/xla
+
 bench: $(VENV)/.installed
 	$(PY) bench/run_all.py
 
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info
+	rm -rf $(VENV) $(XLA_VENV) build dist src/*.egg-info

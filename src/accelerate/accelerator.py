@@ -177,6 +177,7 @@ class Accelerator(AcceleratorFacts):
             precision=self.precision,
             gradient_state=self.gradient_state,
             device=self.device,
+            strategy=self.strategy,
         )
         self.precision.register(optimizer)
         self._optimizers.append(wrapped)
@@ -207,13 +208,14 @@ class Accelerator(AcceleratorFacts):
         from accelerate.data.prepare import prepare_data_loader
 
         config = self.dataloader_config
+        place = self.device_placement if device_placement is None else device_placement
         prepared = prepare_data_loader(
             data_loader,
             self.device,
             num_processes=self.num_processes,
             process_index=self.process_index,
             split_batches=config.split_batches,
-            put_on_device=self.device_placement if device_placement is None else device_placement,
+            put_on_device=place and not self.strategy.loader_moves_batches,
             rng_types=list(self.rng_types),
             dispatch_batches=config.dispatch_batches,
             even_batches=config.even_batches,
@@ -224,6 +226,8 @@ class Accelerator(AcceleratorFacts):
             use_stateful_dataloader=config.use_stateful_dataloader,
             gradient_state=self.gradient_state,
         )
+        if place:
+            prepared = self.strategy.wrap_dataloader(prepared)
         self._dataloaders.append(prepared)
         return prepared
 

@@ -102,6 +102,10 @@ def connect(
         init_method=pg.init_method if pg else None,
     )
     mode = resolve_mixed_precision(mixed_precision, launch.mixed_precision, partial.device)
+    if partial.device.type == "xla":
+        from accelerate.state.xla import apply_bf16_env
+
+        apply_bf16_env(mode, bool(launch.downcast_bf16))
     # Raises, naming both values, if an earlier Accelerator in this process chose differently.
     state = AcceleratorState(mixed_precision=mode, cpu=cpu)
     precision = Precision(

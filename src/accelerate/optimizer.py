@@ -7,7 +7,7 @@ signature inspection or imports happen per step.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -15,6 +15,9 @@ from accelerate.precision.amp import Precision
 from accelerate.state.gradient import GradientState
 from accelerate.utils.tree import send_to_device
 from accelerate.utils.watchdog import SLOT
+
+if TYPE_CHECKING:
+    from accelerate.backends.base import Strategy
 
 
 def move_to_device(state: Any, device: torch.device | str | int) -> Any:
@@ -61,6 +64,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         precision: Precision | None = None,
         gradient_state: GradientState | None = None,
         device: torch.device | None = None,
+        strategy: Strategy | None = None,
     ) -> None:
         # Deliberately no super().__init__: this object forwards to the wrapped optimizer.
         self.optimizer = optimizer
@@ -68,6 +72,8 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self.scaler = precision.scaler if precision is not None else scaler
         self.gradient_state = gradient_state or GradientState()
         self.device_placement = device_placement
+        # The backend's Strategy, when it acts at the step (XLA all-reduces the gradients there).
+        self.strategy = strategy
         self._step_was_skipped = False
         if device_placement and device is not None and optimizer.state:
             # State loaded before prepare (a resumed run) must live where the parameters now are.
@@ -129,6 +135,11 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         if not self.gradient_state.sync_gradients:
             return None
         SLOT.step += 1  # the step a hang report names
+        if self.strategy is not None:
+            return self.strategy.optimizer_step(self.optimizer, lambda: self._step(closure))
+        return self._step(closure)
+
+    def _step(self, closure: Callable[[], Any] | None) -> Any:
         if self.precision is None:
             self._step_was_skipped = False
             return self.optimizer.step(closure) if closure is not None else self.optimizer.step()

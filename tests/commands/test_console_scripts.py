@@ -46,12 +46,6 @@ def test_each_console_script_is_its_subcommand(tmp_path: Path, script: str, usag
     assert f"usage: {usage}" in result.stdout or usage in result.stdout
 
 
-def test_tpu_config_is_refused_clearly(tmp_path: Path) -> None:
-    result = run_cli("tpu-config", "--tpu_name", "pod", "--command", "echo", "hi", home=tmp_path)
-    assert result.returncode == 2
-    assert "TPU/XLA is not available yet" in result.stderr and "nothing was run" in result.stderr
-
-
 @pytest.mark.skipif(not FIXTURES.is_dir(), reason="upstream config fixtures not found")
 def test_to_fsdp2_converts_upstreams_fsdp_file(tmp_path: Path) -> None:
     out = tmp_path / "fsdp2.yaml"

@@ -114,7 +114,7 @@ def test_a_tuning_flag_names_the_switch_that_is_off() -> None:
     ("flags", "needles"),
     [
         (["--use_deepspeed", "--zero_stage", "2"], ["--use_deepspeed", "DeepSpeed is not available yet"]),
-        (["--tpu"], ["--tpu", "TPU/XLA is not available yet"]),
+        (["--tpu"], ["--tpu", "torch_xla, which is not installed here", "pip install torch_xla"]),
         (["--fp8_backend", "te"], ["--fp8_backend", "needs an fp8-capable GPU"]),
         (["--use_megatron_lm"], ["--use_megatron_lm", "needs NVIDIA GPUs and the megatron-core package"]),
         (["--aws_access_key_id", "k"], ["--aws_access_key_id", "SageMaker"]),

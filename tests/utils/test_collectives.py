@@ -236,11 +236,6 @@ def _count_collective_calls() -> dict[str, int]:
     try:
         for name, fn in originals.items():
             setattr(dist, name, counting(name, fn))
-        import accelerate.utils.collectives as collectives
-
-        collectives._all_gather_single = dist.all_gather_single if hasattr(dist, "all_gather_single") else (
-            dist.all_gather_into_tensor
-        )
         gather(torch.ones(2))
         reduce(torch.ones(2))
         broadcast(torch.ones(2))
@@ -250,7 +245,6 @@ def _count_collective_calls() -> dict[str, int]:
     finally:
         for name, fn in originals.items():
             setattr(dist, name, fn)
-        collectives._all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
     counts["store_keys_added"] = store.num_keys() - keys_before
     return counts
 

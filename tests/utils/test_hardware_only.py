@@ -24,7 +24,6 @@ FACE_MODULES = [
     "accelerate.utils.bnb",
     "accelerate.utils.transformer_engine",
     "accelerate.utils.ao",
-    "accelerate.utils.torch_xla",
     "accelerate.inference",
     "accelerate.utils.hardware_dataclasses",
 ]

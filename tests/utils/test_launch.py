@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from pathlib import Path
@@ -57,7 +58,7 @@ def test_multi_process_env_and_the_simple_launcher_refusing_it(home: Path) -> No
 def test_unavailable_launch_targets_raise_the_one_error() -> None:
     for call in (
         lambda: prepare_deepspeed_cmd_env(None),  # type: ignore[arg-type]
-        lambda: prepare_tpu(None, {}),  # type: ignore[arg-type]
+        lambda: prepare_tpu(argparse.Namespace(), {}, pod=True),
         lambda: prepare_sagemager_args_inputs(None, None),  # type: ignore[arg-type]
         lambda: setup_fp8_env(None, {}),  # type: ignore[arg-type]
     ):
@@ -78,3 +79,11 @@ def test_prepare_for_launch_sets_rank_variables(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("RANK", "untouched")
     assert PrepareForLaunch(lambda x: x * 2)(0, 21) == 42  # "NO": nothing set, the function runs
     assert os.environ["RANK"] == "untouched"
+
+
+def test_prepare_tpu_sets_torch_xla_bf16_switch() -> None:
+    args = argparse.Namespace(mixed_precision="bf16", downcast_bf16=False)
+    assert prepare_tpu(args, {}) == (args, {"XLA_USE_BF16": "1"})
+    args.downcast_bf16 = True
+    assert prepare_tpu(args, {"A": "1"})[1] == {"A": "1", "XLA_DOWNCAST_BF16": "1"}
+    assert prepare_tpu(argparse.Namespace(mixed_precision="no"), {})[1] == {}

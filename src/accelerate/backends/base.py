@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -53,3 +53,15 @@ class Strategy:
 
     def clip_grad_value_(self, parameters: Iterable[torch.Tensor], clip_value: float) -> None:
         torch.nn.utils.clip_grad_value_(parameters, clip_value)
+
+    # Whether prepared dataloaders leave batches on the host for wrap_dataloader to move (XLA).
+    loader_moves_batches = False
+
+    def wrap_dataloader(self, dataloader: Any) -> Any:
+        """The prepared loader as the backend feeds it to its device (unchanged by default)."""
+        return dataloader
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer, step: Callable[[], Any]) -> Any:
+        """Runs ``step`` (the optimizer's step, through the precision) on a sync step; backends that
+        communicate gradients at the step rather than in backward (XLA) do it around it."""
+        return step()

@@ -73,7 +73,8 @@ def resolve_strategy(
     fsdp_plugin: Any = None,
     mixed_precision: str = "no",
 ) -> Strategy:
-    """The strategy for this process: FSDP2 with a plugin, DDP when there are several processes, else one device."""
+    """The strategy for this process: FSDP2 with a plugin, XLA on an XLA device, DDP when there are
+    several processes, else one device."""
     if fsdp_plugin is not None and state.use_distributed:
         from accelerate.backends.fsdp import FSDPStrategy
 
@@ -84,6 +85,10 @@ def resolve_strategy(
             num_processes=state.num_processes,
             num_processes_per_node=state.num_processes_per_node,
         )
+    if state.device.type == "xla":
+        from accelerate.backends.xla import XLAStrategy
+
+        return XLAStrategy(state.device, state.num_processes)
     if state.num_processes > 1:
         from accelerate.backends.ddp import DDPStrategy
 

@@ -285,6 +285,9 @@ def save_torch(
     """``torch.save(obj)`` to ``path``, fsynced and checksummed while written."""
     import torch
 
+    from accelerate.utils.xla import xla_to_cpu
+
+    obj = xla_to_cpu(obj)  # as torch_xla's xm.save: the file must load without an XLA device
     return write_file(path, lambda sink: torch.save(obj, cast(IO[bytes], sink)), sync=sync, checksum=checksum)
 
 

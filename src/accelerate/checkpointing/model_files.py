@@ -34,6 +34,7 @@ from accelerate.checkpointing.atomic import (
 from accelerate.checkpointing.errors import CheckpointError
 from accelerate.checkpointing.safetensors_io import read_safetensors, write_safetensors
 from accelerate.checkpointing.sizes import parse_size
+from accelerate.utils.xla import xla_to_cpu
 
 SAFE_WEIGHTS_NAME = "model.safetensors"
 SAFE_WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
@@ -83,6 +84,7 @@ def prepare_state_dict(state_dict: Mapping[str, Any], *, safetensors: bool) -> P
         ValueError: for tensors on the meta device (weights that were never materialised).
         TypeError: for non-tensor entries when writing safetensors, which only holds tensors.
     """
+    state_dict = xla_to_cpu(state_dict)  # XLA tensors have no storage to compare; tied ones stay tied
     tensors: dict[str, torch.Tensor] = {}
     aliases: dict[str, str] = {}
     others: dict[str, Any] = {}

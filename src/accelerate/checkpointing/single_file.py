@@ -30,6 +30,7 @@ from accelerate.checkpointing.model_files import (
 )
 from accelerate.checkpointing.rng import numpy_safe_globals
 from accelerate.checkpointing.safetensors_io import write_safetensors
+from accelerate.utils.xla import xla_to_cpu
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +85,7 @@ def save_object(obj: Any, f: str | os.PathLike[str] | IO[bytes], *, safe_seriali
     ``safe_serialization=True`` writes safetensors (``obj`` must be a dict of tensors; tied tensors
     are stored once and restored by our loaders), else ``torch.save``.
     """
+    obj = xla_to_cpu(obj)  # as torch_xla's xm.save: the file must load without an XLA device
     prepared = _prepared(obj) if safe_serialization else None
     if not isinstance(f, str | os.PathLike):
         if prepared is not None:

@@ -29,7 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "test": ("accelerate.commands.test", "Run the bundled self-check through the launcher with your config."),
     "to-fsdp2": ("accelerate.commands.to_fsdp2", "Convert a config file's fsdp_config from FSDP1 to FSDP2 keys."),
-    "tpu-config": ("accelerate.commands.tpu", "Set up a TPU pod (refused: TPU/XLA is not available here)."),
+    "tpu-config": ("accelerate.commands.tpu", "Run set-up commands on every worker of a TPU pod (through gcloud)."),
 }
 
 

@@ -191,9 +191,10 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
         "Upstream features that cannot run here (accepted, then refused by name with the reason)"
     )
     from accelerate.launch.checks import refused_flag_reason
+    from accelerate.launch.xla import FLAG_HELP
 
     for name, kwargs in REFUSED_FLAGS.items():
-        flag(name, help=f"Refused: {refused_flag_reason(name)}.", **kwargs)
+        flag(name, help=FLAG_HELP.get(name) or f"Refused: {refused_flag_reason(name)}.", **kwargs)
 
 
 REFUSED_FLAGS.update(_flag_kwargs())

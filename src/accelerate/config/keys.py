@@ -25,12 +25,15 @@ if TYPE_CHECKING:
     from accelerate.config.config_file import LaunchConfig
 
 DEEPSPEED = "DeepSpeed is not available yet in this accelerate"
-XLA = "TPU/XLA is not available yet in this accelerate"
+XLA = "TPU/XLA runs through torch_xla"
 MEGATRON = "Megatron-LM needs NVIDIA GPUs and the megatron-core package"
 FP8 = "fp8 training needs an fp8-capable GPU (Hopper/Ada) and Transformer Engine, torchao or MS-AMP"
 PARALLELISM = "N-D parallelism (ParallelismConfig: sharded/tensor/context/sequence parallel) is not available yet in this accelerate"
 SAGEMAKER = "launching on Amazon SageMaker needs the SageMaker SDK and an AWS account"
-TPU_POD = "TPU pod set-up (`accelerate tpu-config`) needs a Google Cloud TPU pod"
+TPU_POD = (
+    "launching on every worker of a TPU pod from one machine is not available in this accelerate; start "
+    "`accelerate launch --tpu` on each worker with `accelerate tpu-config --command \"accelerate launch ...\"`"
+)
 IPEX = "Intel Extension for PyTorch (ipex) is not supported (upstream dropped it too)"
 REGIONAL = "regional compilation (dynamo_use_regional_compilation) is not available yet in this accelerate"
 AFFINITY = "CPU affinity (enable_cpu_affinity) pins GPU processes to NUMA nodes and is not available yet in this accelerate"
@@ -109,21 +112,22 @@ _SAGEMAKER_KEYS = (
     "py_version", "pytorch_version", "region", "sagemaker_inputs_file", "sagemaker_metrics_file",
     "transformers_version",
 )  # fmt: skip
-_TPU_KEYS = ("tpu_name", "tpu_zone", "tpu_use_cluster", "tpu_use_sudo", "tpu_vm", "tpu_env", "commands",
-             "command_file")  # fmt: skip
+_TPU_CONFIG_KEYS = ("tpu_name", "tpu_zone", "commands", "command_file")
+_TPU_POD_KEYS = ("tpu_use_cluster", "tpu_use_sudo", "tpu_vm", "tpu_env")
+_TPU_KEYS = (*_TPU_CONFIG_KEYS, *_TPU_POD_KEYS)
 
 RULES: tuple[KeyRule, ...] = (
     *_acts("--{key}", "num_processes", "num_machines", "machine_rank", "main_process_ip",
            "main_process_port", "rdzv_backend", "same_network", "gpu_ids", "mixed_precision", "debug"),  # fmt: skip
     KeyRule("use_cpu", acts="--cpu"),
     KeyRule("compute_environment", acts="LOCAL_MACHINE runs here; AMAZON_SAGEMAKER is refused"),
-    KeyRule("distributed_type", acts="NO/MULTI_CPU/MULTI_GPU/MULTI_XPU/FSDP run here; the others are refused"),
-    KeyRule("downcast_bf16", refusal=f"downcast_bf16 stores fp32 as bf16 on TPUs; {XLA}"),
+    KeyRule("distributed_type", acts="NO/MULTI_CPU/MULTI_GPU/MULTI_XPU/FSDP/XLA run here; the others are refused"),
+    KeyRule("downcast_bf16", acts="XLA_DOWNCAST_BF16 instead of XLA_USE_BF16 under bf16 (TPU launches)"),
     KeyRule("enable_cpu_affinity", refusal=AFFINITY),
     # Every upstream file carries main_training_function: main; only TPU launches call a function.
-    KeyRule("main_training_function", refusal=f"main_training_function is read by TPU launches; {XLA}",
-            off=("main",)),  # fmt: skip
-    *_refused(TPU_POD, *_TPU_KEYS),
+    KeyRule("main_training_function", acts="the function a TPU launch calls in each process"),
+    *_acts("read by `accelerate tpu-config`", *_TPU_CONFIG_KEYS),
+    *_refused(TPU_POD, *_TPU_POD_KEYS),
     *_refused(SAGEMAKER, *_SAGEMAKER_KEYS),
     # Sections: the key itself is a container; its sub-keys have their own rows.
     *_acts("the [{key}] sub-keys below", "dynamo_config", "mpirun_config", "fsdp_config", "deepspeed_config",

@@ -6,7 +6,7 @@ prepared loaders use, in one process): ``state_dict()`` / ``load_state_dict()`` 
 ``state_provider`` says which one is in use. Without it, it is a plain ``DataLoader`` that keeps no
 position, and asking for its state raises instead of returning something that cannot resume.
 
-`MpDeviceLoaderWrapper` is upstream's TPU loader; it needs torch_xla, which this release does not support.
+`MpDeviceLoaderWrapper` (upstream's TPU loader) lives in :mod:`accelerate.data.xla_loader` and is re-exported here.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader
 
 from accelerate.data.base import DataLoaderStateMixin
 from accelerate.data.samplers import get_sampler, set_sampler
-from accelerate.utils.errors import NotAvailableYetError
+from accelerate.data.xla_loader import MpDeviceLoaderWrapper  # noqa: F401 - re-exported at upstream's path
 
 logger = logging.getLogger(__name__)
 
@@ -129,13 +129,3 @@ class DataLoaderAdapter(DataLoaderStateMixin):
 
     def adjust_state_dict_for_prefetch(self) -> None:
         """Nothing to adjust: this loader fetches no batch ahead, so its state counts what it handed out."""
-
-
-class MpDeviceLoaderWrapper:
-    """Upstream's loader for TPUs (torch_xla's ``MpDeviceLoader``); needs torch_xla support."""
-
-    def __init__(self, dataloader: Any, device: Any) -> None:
-        raise NotAvailableYetError(
-            "MpDeviceLoaderWrapper feeds batches to TPU cores through torch_xla, and XLA/TPU is not supported "
-            "in this release. Prepare the DataLoader with Accelerator.prepare on CPU or CUDA instead."
-        )

@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import torch
-import torch.distributed as dist
 from torch.utils.data import DataLoader
 
 from accelerate.data.base import PreparedLoaderMixin, check_no_device_mesh, preserve_global_rng
@@ -220,7 +219,7 @@ class DataLoaderDispatcher(PreparedLoaderMixin, DataLoader):
                 flat = torch.cat([tensors[s.position].reshape(-1).to(device) for s in group])
             else:
                 flat = torch.empty(sum(sizes), dtype=dtype, device=device)
-            dist.broadcast(flat, src=0)
+            current_communicator().broadcast_(flat, src=0)
             for slot, piece in zip(group, torch.split(flat, sizes)):
                 received[slot.position] = piece.view(slot.shape)
         return received

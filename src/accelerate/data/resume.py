@@ -18,6 +18,7 @@ from torch.utils.data import BatchSampler, DataLoader, IterableDataset
 from accelerate.data.base import DataLoaderStateMixin
 from accelerate.data.dispatcher import DataLoaderDispatcher
 from accelerate.data.shard_loader import DataLoaderShard
+from accelerate.data.xla_loader import MpDeviceLoaderWrapper
 from accelerate.state.gradient import GradientState
 
 
@@ -136,6 +137,8 @@ def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoad
                 f"use 0 <= num_batches <= {length} (a position at the end of an epoch resumes at the next "
                 "epoch: iterate the loader itself)"
             )
+    if isinstance(dataloader, MpDeviceLoaderWrapper):  # XLA: skip in the prepared loader, feed the device
+        return MpDeviceLoaderWrapper(skip_first_batches(dataloader.dataloader, num_batches), dataloader.device)  # type: ignore[return-value]
     if isinstance(dataloader, DataLoaderShard | DataLoaderDispatcher):
         view = copy.copy(dataloader)  # shares dataset, sampler and (on purpose) the progress record
         view._iterator = None

@@ -18,7 +18,6 @@ if TYPE_CHECKING:
 # training with plain DDP on a config that asked for sharding.
 _UNAVAILABLE_TYPES = {
     "DEEPSPEED": "DeepSpeed is not available yet in this accelerate",
-    "XLA": "TPU/XLA is not available yet in this accelerate",
     "MEGATRON_LM": "Megatron-LM needs NVIDIA GPUs and the megatron-core package",
     "MULTI_NPU": "Ascend NPUs need torch_npu and NPU hardware",
     "MULTI_MLU": "Cambricon MLUs need torch_mlu and MLU hardware",
@@ -43,10 +42,10 @@ _REFUSED_FLAG_RULES: tuple[tuple[str, str | None, str], ...] = (
     ("use_parallelism_config", None, keys.PARALLELISM),
     ("parallelism_config_", "use_parallelism_config", keys.PARALLELISM),
     ("tpu", None, keys.XLA),
-    ("tpu_use_sudo", "tpu", keys.XLA),
+    ("tpu_use_sudo", "tpu", keys.TPU_POD),
     ("no_tpu_cluster", "tpu", keys.XLA),
-    ("vm", "tpu", keys.XLA),
-    ("env", "tpu", keys.XLA),
+    ("vm", "tpu", keys.TPU_POD),
+    ("env", "tpu", keys.TPU_POD),
     ("main_training_function", "tpu", keys.XLA),
     ("downcast_bf16", "tpu", keys.XLA),
     ("aws_", None, keys.SAGEMAKER),
@@ -78,12 +77,20 @@ class LaunchError(ValueError):
 def check_unavailable(flags: Mapping[str, Any], config: LaunchConfig | None, config_path: str) -> list[str]:
     """Refuses flags and config keys of features that cannot run here; returns warnings for config keys
     that are set but not used (see :mod:`accelerate.config.keys`)."""
+    from accelerate.launch import xla
+
+    xla.check_installed(flags, config, config_path)
     for name, value in flags.items():
         rule = _refused_rule(name)
         if rule is None or value is None or value is False:
             continue
         switch, reason = rule
-        if switch is not None and not flags.get(switch):
+        # A TPU launch runs (check_installed refused it above where torch_xla is missing), and so do
+        # the flags that tune it; without --tpu those flags fall to the "feature is off" error below.
+        tpu = xla.asks_for_xla(flags, config)
+        if reason == keys.XLA and (switch is None or tpu):
+            continue
+        if switch is not None and not (flags.get(switch) or (switch == "tpu" and tpu)):
             raise LaunchError(
                 f"--{name} configures a feature that is off (no --{switch}), so it would be ignored; and {reason}. "
                 f"Drop --{name}."

@@ -23,6 +23,7 @@ from typing import Any
 
 from accelerate.config.config_file import ConfigLocation, LaunchConfig
 from accelerate.config.env import ENV_CONTRACT, LaunchEnv, read_launch_env, write_launch_env
+from accelerate.launch import xla
 from accelerate.launch.checks import (
     LaunchError,
     check_flag_pairs,
@@ -56,7 +57,8 @@ class LaunchPlan:
 
     settings: dict[str, Setting]
     # "single": one child process; "torchrun": torch.distributed.run's elastic agent; "mpirun": mpirun
-    # starts every process (``program`` is then the whole mpirun command).
+    # starts every process (``program`` is then the whole mpirun command); "xla": one child that has
+    # torch_xla spawn a process per XLA device (see accelerate.launch.xla).
     mode: str
     program: list[str]  # what each process runs: python -u -m accelerate.launch.bootstrap script ...
     torchrun_args: list[str]  # torch.distributed.run's arguments (mode "torchrun"), program included
@@ -72,7 +74,7 @@ class LaunchPlan:
     @property
     def command(self) -> list[str]:
         """The equivalent command line (what a user could paste to run the same thing by hand)."""
-        if self.mode in ("single", "mpirun"):
+        if self.mode in ("single", "mpirun", "xla"):
             return list(self.program)
         return [sys.executable, "-m", "torch.distributed.run", *self.torchrun_args]
 
@@ -92,7 +94,8 @@ class LaunchPlan:
             lines.append("  (plus the MPI implementation's rank variables, from mpirun)")
         for key, val in sorted(self.launcher_env.items()):
             lines.append(f"  {key}={val} (for mpirun itself)")
-        how = {"single": "one process", "torchrun": "torch.distributed.run", "mpirun": "mpirun"}[self.mode]
+        how = {"single": "one process", "torchrun": "torch.distributed.run", "mpirun": "mpirun",
+               "xla": "torch_xla spawn"}[self.mode]  # fmt: skip
         lines += ["", f"Command ({how}):"]
         lines.append("  " + shlex.join(self.command))
         lines += [f"Note: {note}" for note in self.notes]
@@ -115,6 +118,16 @@ def _config_cpu(config: LaunchConfig) -> bool | None:
 
 def _config_multi_gpu(config: LaunchConfig) -> bool | None:
     return True if config.distributed_type == "MULTI_GPU" else None
+
+
+def _config_xla(config: LaunchConfig) -> bool | None:
+    return True if config.distributed_type == "XLA" else None
+
+
+def _config_downcast(config: LaunchConfig) -> bool | None:
+    # upstream's `accelerate config` writes downcast_bf16: 'no' / 'yes'
+    value = config.downcast_bf16
+    return True if str(value).strip().lower() in ("yes", "true", "1") else None
 
 
 def _dynamo(key: str, lower: bool = False) -> Callable[[LaunchConfig], Any]:
@@ -168,6 +181,9 @@ _SPECS: tuple[_Spec, ...] = (
     _Spec("role", None),
     _Spec("mpirun_hostfile", None, _mpirun("mpirun_hostfile")),
     _Spec("mpirun_ccl", None, _mpirun("mpirun_ccl")),
+    _Spec("tpu", False, _config_xla),
+    _Spec("main_training_function", "main", _attr("main_training_function")),
+    _Spec("downcast_bf16", None, _config_downcast, "downcast_bf16"),
 )
 # Options of torch.distributed.run's agent: asking for one runs even a single process under torchrun.
 _TORCHRUN_ONLY = ("tee", "log_dir", "role")
@@ -285,8 +301,11 @@ def build_plan(
     check_values(settings)
     warnings = [*config_warnings, *_fall_back_to_cpu(settings, count_gpus)]
     mode = _mode(settings)
-    check_ignored(settings, mode)
-    if mode != "single":
+    if mode == "xla":
+        xla.check_settings(settings)
+    else:
+        check_ignored(settings, mode)
+    if mode not in ("single", "xla"):
         _resolve_endpoint(settings, notes, check_port)
     if mode == "torchrun":
         _rendezvous_for_restarts(settings, notes)
@@ -296,6 +315,9 @@ def build_plan(
     fsdp = _fsdp(flags, config, config_path, settings["num_processes"].value)
     child_env.update(fsdp.env)
     notes += fsdp.notes
+    if mode == "xla":
+        program = xla.spawn_program(settings, script, script_args, module, no_python)
+        child_env.update(xla.xla_env(settings))
     torchrun_args = (
         _torchrun_args(settings, script, script_args, module, no_python) if mode == "torchrun" else []
     )
@@ -337,6 +359,8 @@ def _rendezvous_for_restarts(settings: dict[str, Setting], notes: list[str]) -> 
 
 
 def _mode(settings: dict[str, Setting]) -> str:
+    if settings["tpu"].value:
+        return "xla"
     if settings["mpirun_hostfile"].value:
         return "mpirun"
     if settings["num_processes"].value == 1 and settings["num_machines"].value == 1:
@@ -399,6 +423,10 @@ def _resolve_num_processes(
 ) -> None:
     current = settings["num_processes"]
     if current.value is not None:
+        return
+    if settings["tpu"].value:
+        # torch_xla spawns 1 process or one per device; 1 is the choice that runs everywhere.
+        settings["num_processes"] = Setting("num_processes", 1, "default (one XLA device; --num_processes N for N)")
         return
     gpu_ids = settings["gpu_ids"].value
     if settings["cpu"].value:
@@ -469,7 +497,7 @@ def _child_env(settings: dict[str, Setting], environ: Mapping[str, str], mode: s
     threads = settings["num_cpu_threads_per_process"].value
     if threads is not None:
         out["OMP_NUM_THREADS"] = str(threads)
-    elif mode != "single" and "OMP_NUM_THREADS" not in environ:
+    elif mode not in ("single", "xla") and "OMP_NUM_THREADS" not in environ:
         # Several processes each using every core thrash the machine; one thread each is the safe start.
         out["OMP_NUM_THREADS"] = "1"
     gpu_ids = settings["gpu_ids"].value

@@ -79,7 +79,7 @@ def _forward_signals_to(process: subprocess.Popen[bytes]) -> Iterator[None]:
 def run_plan(plan: LaunchPlan, stderr: TextIO | None = None) -> int:
     """Runs the plan and returns the exit code the launcher should exit with (0 on success)."""
     err = stderr or sys.stderr
-    if plan.mode in ("single", "mpirun"):
+    if plan.mode in ("single", "mpirun", "xla"):
         return _run_single(plan, err)
     return _run_torchrun(plan, err)
 

@@ -24,7 +24,8 @@ class GradientState:
     """
 
     _initialized: bool = False
-    # Set on XLA when gradients were all-reduced in the step; there is no XLA here, so it stays False.
+    # On XLA: True once this step's gradients were averaged over the processes (by clip_grad_norm_),
+    # so the optimizer step does not average them again; the step resets it (backends/xla.py).
     is_xla_gradients_synced: bool = False
 
     @classmethod

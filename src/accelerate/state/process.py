@@ -22,9 +22,11 @@ from accelerate.state.environment import ClusterEnvironment, detect_environment
 from accelerate.state.process_group import GroupRequest, group_timeout, init_or_adopt, release_unused_groups
 from accelerate.state.shared import SharedStateView, fork_launched, set_device
 from accelerate.state.teardown import on_shutdown, stop_background_work
+from accelerate.state.xla import xla_placement
 from accelerate.utils.collectives import check_arrival
-from accelerate.utils.comm import bind_communicator, make_communicator
+from accelerate.utils.comm import bind_communicator, current_communicator, make_communicator
 from accelerate.utils.watchdog import SLOT, start_watchdog, stop_watchdog
+from accelerate.utils.xla import XLACommunicator, xla_requested
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -100,15 +102,25 @@ class PartialState:
         if self._initialized:
             self._check_same(cpu=cpu, backend=backend)
             return
-        env = environment if environment is not None else detect_environment()
+        # Where torch_xla is installed (and CPU is not forced) the process runs on its XLA device,
+        # and torch_xla's runtime, not torch.distributed, knows the ranks.
+        xla = xla_placement() if xla_requested(cpu) else None
+        env = environment if environment is not None else (xla.environment if xla else detect_environment())
         self.environment = env
         self._cpu = cpu
         self.debug = bool(launch.debug)
-        self.device = _pick_device(env.local_rank, cpu)
+        self.device = xla.device if xla else _pick_device(env.local_rank, cpu)
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
         self.backend: str | None = None
-        self.distributed_type = _distributed_type(self.device, env.world_size)
+        self.distributed_type = DistributedType.XLA if xla else _distributed_type(self.device, env.world_size)
+        if xla:
+            self.backend = "xla"
+            # Debug mode's cross-process check talks through a torch.distributed store, which XLA
+            # processes do not share: the collectives run unchecked there.
+            bind_communicator(XLACommunicator(world_size=env.world_size, rank=env.rank, device=self.device))
+            self._initialized = True
+            return
         if env.is_distributed:
             # The group's real backend, also when an existing group was adopted (that warns,
             # naming each requested setting it could not apply).
@@ -214,7 +226,10 @@ class PartialState:
         if self.use_distributed:
             with SLOT.enter("wait_for_everyone"):  # the hang watchdog's record
                 check_arrival("wait_for_everyone")
-                if self.backend == "nccl":
+                comm = current_communicator()
+                if isinstance(comm, XLACommunicator):
+                    comm.barrier()
+                elif self.backend == "nccl":
                     dist.barrier(device_ids=[self.device.index or 0])
                 else:
                     dist.barrier()

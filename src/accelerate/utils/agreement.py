@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch.distributed as dist
-
 from accelerate.utils.comm import current_communicator
 
 
@@ -66,8 +64,9 @@ def agree_on_failure(
         if error is not None:
             raise error
         return [payload]
-    gathered: list[Any] = [None] * world
-    dist.all_gather_object(gathered, (_describe(error), None) if error is not None else (None, payload))
+    gathered = current_communicator().all_gather_objects(
+        (_describe(error), None) if error is not None else (None, payload)
+    )
     failed = {rank: report for rank, (report, _) in enumerate(gathered) if report is not None}
     if failed:
         ranks = ", ".join(str(rank) for rank in failed)

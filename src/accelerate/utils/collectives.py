@@ -14,7 +14,6 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import torch
-import torch.distributed as dist
 
 from accelerate.utils.collective_checks import DistributedOperationException, check_collective
 from accelerate.utils.comm import current_communicator
@@ -39,10 +38,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 class CannotPadNestedTensorWarning(UserWarning):
     """``pad_across_processes`` met a nested (jagged) tensor: it has no single size to pad, so it is left as is."""
-
-
-# torch 2.13 renamed all_gather_into_tensor (now deprecated, with a warning on every call).
-_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 
 def _world() -> int:
@@ -160,11 +155,7 @@ def check_arrival(operation: str) -> None:
 def _gather_tensor(tensor: torch.Tensor) -> torch.Tensor:
     if tensor.dim() == 0:
         tensor = tensor.unsqueeze(0)
-    tensor = tensor.contiguous()
-    world = _world()
-    out = torch.empty((world * tensor.shape[0], *tensor.shape[1:]), dtype=tensor.dtype, device=tensor.device)
-    _all_gather_single(out, tensor)
-    return out
+    return current_communicator().all_gather(tensor.contiguous())
 
 
 def gather(tensor: Any) -> Any:
@@ -186,10 +177,9 @@ def gather_object(object: Any) -> list[Any]:  # noqa: A002 - upstream's paramete
     world = _world()
     if world == 1:
         return list(object) if isinstance(object, list) else [object]
-    out: list[Any] = [None] * world
     with SLOT.enter("gather_object"):
         _checked("gather_object", _Raw(["object"]))
-        dist.all_gather_object(out, object)
+        out = current_communicator().all_gather_objects(object)
     if all(isinstance(item, list) for item in out):
         return [x for item in out for x in item]
     return out
@@ -202,7 +192,7 @@ def broadcast(tensor: Any, from_process: int = 0) -> Any:
         return tensor
 
     def _bcast(t: torch.Tensor) -> torch.Tensor:
-        dist.broadcast(t, src=from_process)
+        current_communicator().broadcast_(t, src=from_process)
         return t
 
     with SLOT.enter("broadcast", tensor):
@@ -218,7 +208,7 @@ def broadcast_object_list(object_list: list[Any], from_process: int = 0) -> list
         # Lists of different lengths would leave some ranks waiting for items never sent.
         with SLOT.enter("broadcast_object_list"):
             _checked("broadcast_object_list", _Raw([f"list of {len(object_list)} objects"]))
-            dist.broadcast_object_list(object_list, src=from_process)
+            current_communicator().broadcast_objects_(object_list, src=from_process)
     return object_list
 
 
@@ -235,7 +225,7 @@ def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
     def _reduce(t: torch.Tensor) -> torch.Tensor:
         out = t.clone()
         if world > 1 and reduction != "none":
-            dist.all_reduce(out, op=dist.ReduceOp.SUM)
+            current_communicator().all_reduce_sum_(out)
         if reduction == "mean":
             out = out / world if not out.is_floating_point() else out.div_(world)
         if scale != 1.0:
@@ -268,8 +258,7 @@ def pad_across_processes(tensor: Any, dim: int = 0, pad_index: int = 0, pad_firs
             return t
         axis = dim % t.dim()
         size = torch.tensor([t.shape[axis]], device=t.device, dtype=torch.int64)
-        sizes = torch.empty(world, device=t.device, dtype=torch.int64)
-        _all_gather_single(sizes, size)
+        sizes = current_communicator().all_gather(size)
         longest = int(sizes.max())
         if longest == t.shape[axis]:
             return t

@@ -53,6 +53,37 @@ class Communicator:
     def is_distributed(self) -> bool:
         return self.world_size > 1
 
+    # --- the primitives every collective in accelerate.utils is built on ----------------------
+    # torch.distributed here; a backend with its own collectives (XLA) subclasses and overrides them.
+    def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Every process's ``tensor`` (same shape everywhere) concatenated along dimension 0."""
+        out = torch.empty(
+            (self.world_size * tensor.shape[0], *tensor.shape[1:]), dtype=tensor.dtype, device=tensor.device
+        )
+        # torch 2.13 renamed all_gather_into_tensor (deprecated there, with a warning on every call);
+        # looked up per call so the older name still serves torch < 2.13.
+        gather_into = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+        gather_into(out, tensor, group=self.group)
+        return out
+
+    def all_reduce_sum_(self, tensor: torch.Tensor) -> None:
+        """Sums ``tensor`` over the processes, in place."""
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=self.group)
+
+    def broadcast_(self, tensor: torch.Tensor, src: int) -> None:
+        """Overwrites ``tensor`` with process ``src``'s, in place."""
+        dist.broadcast(tensor, src=src, group=self.group)
+
+    def all_gather_objects(self, obj: Any) -> list[Any]:
+        """One picklable object from every process, in rank order."""
+        out: list[Any] = [None] * self.world_size
+        dist.all_gather_object(out, obj, group=self.group)
+        return out
+
+    def broadcast_objects_(self, objects: list[Any], src: int) -> None:
+        """Replaces the items of ``objects`` by process ``src``'s, in place."""
+        dist.broadcast_object_list(objects, src=src, group=self.group)
+
 
 _BOUND: Communicator | None = None
 # The communicator derived from torch.distributed when none is bound, kept while the group it

@@ -4,7 +4,8 @@
 ``accelerate.commands.launch.launch_command_parser()`` parses and return what ``accelerate launch``
 would run: they build the same launch plan (``accelerate.launch.plan``), so nothing is decided twice.
 ``PrepareForLaunch`` sets a started process's rank variables, then calls the function.
-DeepSpeed, TPU, SageMaker and fp8 set-up raise the one "not available" error.
+``prepare_tpu`` adds torch_xla's bf16 switch; DeepSpeed, TPU pod, SageMaker and fp8 set-up raise the one
+"not available" error.
 """
 
 from __future__ import annotations
@@ -71,8 +72,24 @@ _NOT_HERE = "the DeepSpeed backend, which this release does not have yet"
 def prepare_deepspeed_cmd_env(args: argparse.Namespace) -> Any: ...
 
 
-@hardware_only("TPU launching", "a TPU VM and `pip install torch_xla`")
-def prepare_tpu(args: argparse.Namespace, current_env: dict[str, str], pod: bool = False) -> Any: ...
+def prepare_tpu(
+    args: argparse.Namespace, current_env: dict[str, str], pod: bool = False
+) -> tuple[argparse.Namespace, dict[str, str]]:
+    """``args`` and ``current_env`` with torch_xla's bf16 switch added, as a TPU launch sets it.
+
+    Under ``mixed_precision == "bf16"``: ``XLA_DOWNCAST_BF16=1`` with ``args.downcast_bf16``, else
+    ``XLA_USE_BF16=1``. ``pod=True`` (launching every worker of a pod from one machine) is refused:
+    run ``accelerate launch --tpu`` on each worker instead (``accelerate tpu-config --command``).
+    """
+    if pod:
+        from accelerate.config.keys import TPU_POD
+        from accelerate.utils.errors import NotAvailableYetError
+
+        raise NotAvailableYetError(f"prepare_tpu(pod=True): {TPU_POD}.")
+    if str(getattr(args, "mixed_precision", None) or "no").lower() == "bf16":
+        name = "XLA_DOWNCAST_BF16" if getattr(args, "downcast_bf16", False) else "XLA_USE_BF16"
+        current_env[name] = "1"
+    return args, current_env
 
 
 @hardware_only("SageMaker launching", "Amazon SageMaker, which this release does not launch on")

@@ -1,0 +1,65 @@
+"""XLA (TPU, or torch_xla's CPU device under PJRT): one process per device, collectives through torch_xla.
+
+Nothing is wrapped around the model: each process holds a full replica on its XLA device. What
+DDP does in backward happens at the optimizer step instead: the gradients are all-reduced (averaged
+over the processes, torch_xla's ``reduce_gradients``) just before the step, or earlier when gradient
+clipping needs the global gradients (then ``GradientState.is_xla_gradients_synced`` says so and the
+step does not reduce them twice). Prepared loaders feed the device (:class:`MpDeviceLoaderWrapper`),
+cutting the recorded graph between steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+
+from accelerate.backends.base import Strategy
+from accelerate.state.distributed_type import DistributedType
+from accelerate.state.gradient import GradientState
+
+
+class XLAStrategy(Strategy):
+    name = "xla"
+    loader_moves_batches = True
+
+    def __init__(self, device: torch.device, num_processes: int) -> None:
+        super().__init__(device, DistributedType.XLA)
+        self.num_processes = num_processes
+
+    def _reduce_gradients(self, gradients: list[torch.Tensor]) -> None:
+        """Averages ``gradients`` over the processes, in place, once per step."""
+        state = GradientState()
+        if self.num_processes > 1 and not state.is_xla_gradients_synced and gradients:
+            import torch_xla.core.xla_model as xm
+
+            xm.all_reduce(xm.REDUCE_SUM, gradients, scale=1.0 / self.num_processes)
+        state.is_xla_gradients_synced = True
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer, step: Callable[[], Any]) -> Any:
+        grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        self._reduce_gradients(grads)
+        try:
+            return step()
+        finally:
+            # The next accumulation window starts with gradients that are local again.
+            GradientState().is_xla_gradients_synced = False
+
+    def clip_grad_norm_(
+        self, parameters: Iterable[torch.Tensor], max_norm: float, norm_type: float = 2.0
+    ) -> torch.Tensor:
+        # The norm must be the global gradient's: reduce first (the step then skips its reduction).
+        parameters = list(parameters)
+        self._reduce_gradients([p.grad for p in parameters if p.grad is not None])
+        return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
+
+    def clip_grad_value_(self, parameters: Iterable[torch.Tensor], clip_value: float) -> None:
+        parameters = list(parameters)
+        self._reduce_gradients([p.grad for p in parameters if p.grad is not None])
+        torch.nn.utils.clip_grad_value_(parameters, clip_value)
+
+    def wrap_dataloader(self, dataloader: Any) -> Any:
+        from accelerate.data.xla_loader import MpDeviceLoaderWrapper
+
+        return MpDeviceLoaderWrapper(dataloader, self.device)
