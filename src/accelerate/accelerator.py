@@ -454,7 +454,11 @@ class Accelerator(AcceleratorFacts):
         every restart (``accelerate launch --max_restarts N``).
         """
         loaded = checkpoint_io.load_state(
-            self._training_objects(), input_dir, strict=strict, missing_ok=missing_ok, **load_model_func_kwargs
+            self._training_objects(),
+            input_dir,
+            strict=strict,
+            missing_ok=missing_ok,
+            **load_model_func_kwargs,
         )
         if loaded is None:
             checkpoint_io.continue_numbering(self.project_configuration)
