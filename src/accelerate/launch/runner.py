@@ -20,6 +20,7 @@ from typing import TextIO
 
 from accelerate.launch.failures import ExitClock, describe_code, exit_code, report_failures
 from accelerate.launch.plan import LaunchPlan
+from accelerate.launch.restarts import reporting_restarts
 
 
 @contextlib.contextmanager
@@ -113,12 +114,23 @@ def _run_torchrun(plan: LaunchPlan, err: TextIO) -> int:
 
     args = get_args_parser().parse_args(plan.torchrun_args)
     clock = ExitClock()
-    with patched_environ(plan.child_env), preserved_signals(), clock.running():
+    with (
+        patched_environ(plan.child_env),
+        preserved_signals(),
+        clock.running(),
+        reporting_restarts(err, clock.ended),
+    ):
         config, entrypoint, entry_args = config_from_args(args)
         try:
             elastic_launch(config, entrypoint)(*entry_args)
         except ChildFailedError as failure:
-            return report_failures(failure.failures, err, clock.ended)
+            code = report_failures(failure.failures, err, clock.ended)
+            if config.max_restarts > 0:
+                print(
+                    f"accelerate launch: no restarts left (--max_restarts {config.max_restarts} used up).",
+                    file=err,
+                )
+            return code
         except KeyboardInterrupt:
             print("accelerate launch: interrupted; the processes were stopped.", file=err)
             return 130
