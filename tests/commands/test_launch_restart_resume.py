@@ -25,32 +25,46 @@ def _launch(home: Path, name: str, *extra: str, restarts: int = 1) -> subprocess
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Holds the uninterrupted reference run's final parameters (reference.pt)."""
     home = tmp_path_factory.mktemp("restart")
     reference = _launch(home, "reference", restarts=0)
     assert reference.returncode == 0, reference.stdout + reference.stderr
-    crashed = _launch(home, "crashed", "--die", "once")
-    return home, crashed
+    return home
+
+
+@pytest.fixture(scope="module")
+def runs(home: Path) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    return home, _launch(home, "crashed", "--die", "once")
+
+
+def _check_resumed_bitwise(home: Path, name: str, crashed: subprocess.CompletedProcess[str]) -> None:
+    assert crashed.returncode == 0, crashed.stdout + crashed.stderr
+    assert (home / f"{name}.pt.died").is_file()  # rank 1 really died once
+    resumed_from = home / name / "checkpoints" / "checkpoint_1"
+    for rank in (0, 1):
+        assert f"rank {rank} attempt 0 resumed from None at step 0" in crashed.stdout
+        assert f"rank {rank} attempt 1 resumed from {resumed_from} at step 6" in crashed.stdout
+        assert f"rank {rank} finished at step 14" in crashed.stdout
+    expected = torch.load(home / "reference.pt")
+    got = torch.load(home / f"{name}.pt")
+    assert expected.keys() == got.keys()
+    for key, tensor in expected.items():
+        assert torch.equal(tensor, got[key]), key
 
 
 def test_a_run_that_loses_a_rank_ends_bitwise_like_an_uninterrupted_one(
     runs: tuple[Path, subprocess.CompletedProcess[str]],
 ) -> None:
     home, crashed = runs
-    assert crashed.returncode == 0, crashed.stdout + crashed.stderr
-    assert (home / "crashed.pt.died").is_file()  # rank 1 really died once
-    for rank in (0, 1):
-        assert f"rank {rank} attempt 0 resumed from None at step 0" in crashed.stdout
-        assert (
-            f"rank {rank} attempt 1 resumed from {home / 'crashed'}/checkpoints/checkpoint_1 at step 6"
-            in (crashed.stdout)
-        )
-        assert f"rank {rank} finished at step 14" in crashed.stdout
-    expected = torch.load(home / "reference.pt")
-    got = torch.load(home / "crashed.pt")
-    assert expected.keys() == got.keys()
-    for name, tensor in expected.items():
-        assert torch.equal(tensor, got[name]), name
+    _check_resumed_bitwise(home, "crashed", crashed)
+
+
+def test_the_same_with_upstreams_default_loader_and_the_skip(home: Path) -> None:
+    # use_stateful_dataloader=False: load_state restores epoch and shuffle only; the script's
+    # skip_first_batches passes over the batches the interrupted epoch already trained on.
+    crashed = _launch(home, "stateless", "--die", "once", "--stateless_loader")
+    _check_resumed_bitwise(home, "stateless", crashed)
 
 
 def test_the_console_names_the_failed_rank_why_and_the_restart(

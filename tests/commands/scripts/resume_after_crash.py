@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 from accelerate import Accelerator
-from accelerate.utils import ProjectConfiguration, set_seed
+from accelerate.utils import DataLoaderConfiguration, ProjectConfiguration, set_seed
 
 SAVE_EVERY = 3
 DIE_AT = 8  # two steps after the checkpoint of step 6: both are lost and trained again
@@ -45,12 +45,18 @@ def main() -> None:
     parser.add_argument("project_dir")
     parser.add_argument("out")
     parser.add_argument("--die", choices=["never", "once", "always"], default="never")
+    parser.add_argument(
+        "--stateless_loader",
+        action="store_true",
+        help="upstream's default loader: load_state restores the epoch and shuffle, the skip does the rest",
+    )
     args = parser.parse_args()
 
     accelerator = Accelerator(
         project_config=ProjectConfiguration(
             project_dir=args.project_dir, automatic_checkpoint_naming=True, total_limit=2
-        )
+        ),
+        dataloader_config=DataLoaderConfiguration(use_stateful_dataloader=not args.stateless_loader),
     )
     set_seed(0)
     gen = torch.Generator().manual_seed(1)
