@@ -63,9 +63,10 @@ def _reporting_agent(base: type[Any], err: TextIO, ended_at: Mapping[int, float]
         def _restart_workers(self, worker_group: Any) -> None:
             failures, self._accelerate_failures = self._accelerate_failures, None
             spec = worker_group.spec
-            # The agent counts the restart down before it calls this (a membership change does not).
+            # The agent counts a failure's restart down before it calls this; a membership change
+            # (no failures) restarts without counting, so it gets no number.
             remaining = getattr(self, "_remaining_restarts", None)
-            done = spec.max_restarts - remaining if isinstance(remaining, int) else None
+            done = spec.max_restarts - remaining if failures and isinstance(remaining, int) else None
             try:
                 print(
                     restart_report(failures, ended_at, restart=done, max_restarts=spec.max_restarts), file=err
