@@ -445,14 +445,33 @@ class Accelerator(AcceleratorFacts):
         return str(saved.path)
 
     def load_state(
-        self, input_dir: str | None = None, strict: bool = True, **load_model_func_kwargs: Any
-    ) -> None:
+        self,
+        input_dir: str | None = None,
+        strict: bool = True,
+        *,
+        missing_ok: bool = False,
+        **load_model_func_kwargs: Any,
+    ) -> str | None:
+        """Restores a ``save_state`` folder; returns its path, or None (``missing_ok``) when there is none.
+
+        ``missing_ok=True`` with automatic checkpoint naming resumes from the newest committed
+        checkpoint, or starts fresh when there is none yet: one script for the first start and
+        every restart (``accelerate launch --max_restarts N``).
+        """
         loaded = checkpoint_io.load_state(
-            self._training_objects(), input_dir, strict=strict, **load_model_func_kwargs
+            self._training_objects(),
+            input_dir,
+            strict=strict,
+            missing_ok=missing_ok,
+            **load_model_func_kwargs,
         )
+        if loaded is None:
+            checkpoint_io.continue_numbering(self.project_configuration)
+            return None
         self.step = loaded.step
         if loaded.next_iteration is not None:
             self.project_configuration.iteration = loaded.next_iteration
+        return str(loaded.path)
 
     # ------------------------------------------------------------------ tracking
     def init_trackers(

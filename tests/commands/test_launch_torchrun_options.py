@@ -36,6 +36,9 @@ def test_max_restarts_restarts_the_group(restarted_run: tuple[subprocess.Complet
         assert f"rank={rank} done" in result.stdout
     # The static rendezvous cannot restart; the launcher picked c10d and said so.
     assert "rdzv_backend: c10d" in result.stderr
+    # Before restarting, the launcher said which rank failed, how, and which restart this is.
+    assert "accelerate launch: rank 0 (pid" in result.stderr and "failed with exit code 3" in result.stderr
+    assert "restart attempt 1 of 1, --max_restarts 1" in result.stderr
 
 
 def test_role_names_the_workers(restarted_run: tuple[subprocess.CompletedProcess[str], Path]) -> None:

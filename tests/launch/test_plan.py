@@ -147,6 +147,13 @@ def test_c10d_rendezvous_gets_an_endpoint() -> None:
     p = plan({"num_processes": 2, "cpu": True, "rdzv_backend": "c10d", "main_process_port": 29700})
     args = p.torchrun_args
     assert args[args.index("--rdzv_endpoint") + 1] == "127.0.0.1:29700"
+    # On one machine the launcher hosts the store itself: a port another run took is an error, not
+    # that run's store joined by mistake.
+    assert args[args.index("--rdzv_conf") + 1] == "is_host=1"
+    conf = plan({"num_processes": 2, "cpu": True, "max_restarts": 1, "rdzv_conf": "join_timeout=9"})
+    assert conf.torchrun_args[conf.torchrun_args.index("--rdzv_conf") + 1] == "join_timeout=9,is_host=1"
+    static = plan({"num_processes": 2, "cpu": True})
+    assert "--rdzv_conf" not in static.torchrun_args
 
 
 def test_user_thread_count_wins() -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -231,27 +230,35 @@ def save_state(
     return Outcome(path, objects.step, config.iteration + 1 if project is not None else None)
 
 
-def load_state(objects: TrainingObjects, input_dir: str | None, *, strict: bool, **kwargs: Any) -> Outcome:
-    """Restores what :func:`save_state` wrote; without a path, the latest committed checkpoint."""
-    from accelerate.checkpointing.project import latest_checkpoint
+def load_state(
+    objects: TrainingObjects, input_dir: str | None, *, strict: bool, missing_ok: bool = False, **kwargs: Any
+) -> Outcome | None:
+    """Restores what :func:`save_state` wrote; without a path, the latest committed checkpoint.
+
+    With ``missing_ok``, None when there is nothing to load (see :mod:`~accelerate.checkpointing.resume_point`).
+    """
+    from accelerate.checkpointing.resume_point import find_resume_checkpoint, iteration_after
     from accelerate.checkpointing.training_state_load import load_training_state
 
     _no_extra("load_state", kwargs)
     project = _project_dir(objects.project, input_dir, "load_state")
-    if project is None:
-        source = Path(input_dir)  # type: ignore[arg-type]  # _project_dir checked it is given
-    else:
-        latest = latest_checkpoint(project)
-        if latest is None:
-            raise FileNotFoundError(f"No committed checkpoint under {project}/checkpoints to load")
-        source = latest
+    found = find_resume_checkpoint(project, input_dir, missing_ok=missing_ok)
+    if found is None:
+        return None
+    source = found
     models = [objects.unwrap(m, keep_torch_compile=False) for m in objects.models]
     for hook in objects.load_hooks:
         hook(models, str(source))
     result = load_training_state(source, models=models, strict=strict, **objects.stateful())
     next_iteration = None
     if project is not None:
-        match = re.fullmatch(r"checkpoint_(\d+)", source.name)
-        if match:
-            next_iteration = int(match.group(1)) + 1
+        next_iteration = iteration_after(project, source, objects.project.iteration)
     return Outcome(source, int(result["step"]), next_iteration)
+
+
+def continue_numbering(config: ProjectConfiguration) -> None:
+    """After ``load_state(missing_ok=True)`` found nothing: the next automatic name must be free."""
+    from accelerate.checkpointing.resume_point import iteration_after
+
+    if config.automatic_checkpoint_naming and config.project_dir is not None:
+        config.iteration = iteration_after(config.project_dir, None, config.iteration)

@@ -285,3 +285,52 @@ def load_error_file(path: str) -> dict[str, Any]:
     with open(path, encoding="utf-8") as file:
         data: dict[str, Any] = json.load(file)
     return data
+
+
+def restart_report(
+    failures: Mapping[int, Any] | None,
+    ended_at: Mapping[int, float],
+    *,
+    restart: int | None,
+    max_restarts: int,
+) -> str:
+    """What the launcher prints when the agent restarts the processes (``--max_restarts``).
+
+    The rank that failed first with why (the last frame and line of its traceback, or its exit
+    code or signal), one line per other failed rank, and which restart this is.
+    """
+    lines = ["", "=" * 78]
+    everything = {**_sibling_failures(failures), **failures} if failures else {}
+    if everything:
+        first_rank = _first_failure(everything, ended_at)
+        first = everything[first_rank]
+        lines.append(_title(first_rank, first, len(everything) > 1))
+        lines += [f"  {line}" for line in _why(first)]
+        rest = sorted(
+            (r for r in everything if r != first_rank), key=lambda r: _order_key(r, everything[r], ended_at)
+        )
+        lines += [_later_line(rank, everything[rank], first_rank) for rank in rest]
+    else:
+        lines.append("accelerate launch: the worker group became unhealthy or its membership changed")
+    if restart is None:
+        lines.append("accelerate launch: restarting every process")
+    else:
+        lines.append(
+            f"accelerate launch: restarting every process (restart attempt {restart} of {max_restarts}, "
+            f"--max_restarts {max_restarts})"
+        )
+    lines.append("=" * 78)
+    return "\n".join(lines)
+
+
+def _why(failure: Any) -> list[str]:
+    """Where the exception was raised and its message, or that there was no traceback."""
+    stack = _traceback_of(failure)
+    if not stack:
+        why = [_NO_TRACEBACK]
+        if failure.exitcode is not None and int(failure.exitcode) == -signal.SIGKILL:
+            why.append("SIGKILL: often the kernel's out-of-memory killer (see `dmesg`), or a job manager.")
+        return why
+    text = stack.strip().splitlines()
+    frames = [line.strip() for line in text if line.lstrip().startswith('File "')]
+    return ([frames[-1]] if frames else []) + [text[-1].strip()]

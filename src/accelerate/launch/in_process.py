@@ -19,6 +19,7 @@ from accelerate.config.env import write_launch_env
 from accelerate.launch.checks import check_count, check_mixed_precision_setting
 from accelerate.launch.failures import report_failures
 from accelerate.launch.plan import Setting, find_free_port, port_is_free
+from accelerate.launch.restarts import reporting_restarts
 from accelerate.launch.runner import patched_environ, preserved_signals
 
 
@@ -104,7 +105,7 @@ def _launch(
         start_method="fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn",
         log_line_prefix_template=log_line_prefix_template,
     )
-    with patched_environ(env), preserved_signals():
+    with patched_environ(env), preserved_signals(), reporting_restarts(sys.stderr):
         try:
             results: dict[int, Any] = elastic_launch(config, _worker)(function, tuple(args), single_thread)
         except ChildFailedError as failure:

@@ -509,6 +509,18 @@ def _child_env(settings: dict[str, Setting], environ: Mapping[str, str], mode: s
     return out
 
 
+def _single_machine_hosts_store(settings: dict[str, Setting], backend: str) -> str:
+    """The rdzv_conf to pass; on one machine, c10d must host its store itself (``is_host=1``).
+
+    Without it, torch's c10d rendezvous that cannot bind its port (another run took it after the
+    port was checked) silently joins that run's store as a client, and the two runs mix.
+    """
+    conf = str(settings["rdzv_conf"].value or "")
+    if backend != "c10d" or int(settings["num_machines"].value) != 1 or "is_host" in conf:
+        return conf
+    return f"{conf},is_host=1" if conf else "is_host=1"
+
+
 def _torchrun_args(
     settings: dict[str, Setting], script: str, script_args: Sequence[str], module: bool, no_python: bool
 ) -> list[str]:
@@ -529,8 +541,9 @@ def _torchrun_args(
     if backend != "static":
         # Dynamic rendezvous finds the others through this endpoint; the run id must match on every machine.
         args += ["--rdzv_endpoint", f"{ip}:{port}", "--rdzv_id", f"accelerate-{port}"]
-    if settings["rdzv_conf"].value:
-        args += ["--rdzv_conf", str(settings["rdzv_conf"].value)]
+    rdzv_conf = _single_machine_hosts_store(settings, backend)
+    if rdzv_conf:
+        args += ["--rdzv_conf", rdzv_conf]
     for name in _TORCHRUN_ONLY:
         if settings[name].value is not None:
             args += [f"--{name}", str(settings[name].value)]

@@ -22,6 +22,7 @@ from typing import TextIO
 from accelerate.launch.failures import ExitClock, describe_code, exit_code, report_failures
 from accelerate.launch.hang_report import hang_env, report_hang
 from accelerate.launch.plan import LaunchPlan
+from accelerate.launch.restarts import reporting_restarts
 
 
 @contextlib.contextmanager
@@ -118,13 +119,25 @@ def _run_torchrun(plan: LaunchPlan, err: TextIO) -> int:
     # Each rank's hang watchdog writes its report there; one summary is printed from them.
     hang_dir = tempfile.TemporaryDirectory(prefix="accelerate-hang-")
     child_env = {**plan.child_env, **hang_env(hang_dir.name, {**os.environ, **plan.child_env})}
-    with hang_dir, patched_environ(child_env), preserved_signals(), clock.running():
+    with (
+        hang_dir,
+        patched_environ(child_env),
+        preserved_signals(),
+        clock.running(),
+        reporting_restarts(err, clock.ended),
+    ):
         config, entrypoint, entry_args = config_from_args(args)
         try:
             elastic_launch(config, entrypoint)(*entry_args)
         except ChildFailedError as failure:
             hung = report_hang(hang_dir.name, failure.failures, err)
-            return hung if hung is not None else report_failures(failure.failures, err, clock.ended)
+            code = hung if hung is not None else report_failures(failure.failures, err, clock.ended)
+            if config.max_restarts > 0:
+                print(
+                    f"accelerate launch: no restarts left (--max_restarts {config.max_restarts} used up).",
+                    file=err,
+                )
+            return code
         except KeyboardInterrupt:
             print("accelerate launch: interrupted; the processes were stopped.", file=err)
             return 130

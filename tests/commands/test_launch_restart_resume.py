@@ -1,0 +1,90 @@
+"""Restart and resume: a 2-process run whose rank 1 dies mid-run finishes with an uninterrupted run's weights.
+
+`accelerate launch --max_restarts 1` restarts both processes after the failure; the script resumes with
+`load_state(missing_ok=True)` from the newest committed checkpoint (see scripts/resume_after_crash.py).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.commands.helpers import SCRIPTS, reserved_port, run_cli
+
+SCRIPT = str(SCRIPTS / "resume_after_crash.py")
+
+
+def _launch(home: Path, name: str, *extra: str, restarts: int = 1) -> subprocess.CompletedProcess[str]:
+    with reserved_port() as port:
+        return run_cli("launch", "--cpu", "--num_processes", "2", "--main_process_port", str(port),
+                       "--max_restarts", str(restarts), "--monitor_interval", "0.2", SCRIPT,
+                       str(home / name), str(home / f"{name}.pt"), *extra, home=home, timeout=240)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Holds the uninterrupted reference run's final parameters (reference.pt)."""
+    home = tmp_path_factory.mktemp("restart")
+    reference = _launch(home, "reference", restarts=0)
+    assert reference.returncode == 0, reference.stdout + reference.stderr
+    return home
+
+
+@pytest.fixture(scope="module")
+def runs(home: Path) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    return home, _launch(home, "crashed", "--die", "once")
+
+
+def _check_resumed_bitwise(home: Path, name: str, crashed: subprocess.CompletedProcess[str]) -> None:
+    assert crashed.returncode == 0, crashed.stdout + crashed.stderr
+    assert (home / f"{name}.pt.died").is_file()  # rank 1 really died once
+    resumed_from = home / name / "checkpoints" / "checkpoint_1"
+    for rank in (0, 1):
+        assert f"rank {rank} attempt 0 resumed from None at step 0" in crashed.stdout
+        assert f"rank {rank} attempt 1 resumed from {resumed_from} at step 6" in crashed.stdout
+        assert f"rank {rank} finished at step 14" in crashed.stdout
+    expected = torch.load(home / "reference.pt")
+    got = torch.load(home / f"{name}.pt")
+    assert expected.keys() == got.keys()
+    for key, tensor in expected.items():
+        assert torch.equal(tensor, got[key]), key
+
+
+def test_a_run_that_loses_a_rank_ends_bitwise_like_an_uninterrupted_one(
+    runs: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    home, crashed = runs
+    _check_resumed_bitwise(home, "crashed", crashed)
+
+
+def test_the_same_with_upstreams_default_loader_and_the_skip(home: Path) -> None:
+    # use_stateful_dataloader=False: load_state restores epoch and shuffle only; the script's
+    # skip_first_batches passes over the batches the interrupted epoch already trained on.
+    crashed = _launch(home, "stateless", "--die", "once", "--stateless_loader")
+    _check_resumed_bitwise(home, "stateless", crashed)
+
+
+def test_the_console_names_the_failed_rank_why_and_the_restart(
+    runs: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    _, crashed = runs
+    report = crashed.stderr.split("accelerate launch: rank 1 (pid", 1)[1]
+    assert report.split("\n", 1)[0].endswith("failed with exit code 13 (the first to fail)")
+    assert "no Python traceback (os._exit" in report
+    assert "rank 0 ended with signal SIGTERM (stopped by the launcher) after rank 1 failed" in report
+    assert "restarting every process (restart attempt 1 of 1, --max_restarts 1)" in report
+    assert "no restarts left" not in crashed.stderr
+
+
+def test_when_restarts_run_out_the_launcher_exits_with_the_failure(tmp_path: Path) -> None:
+    result = _launch(tmp_path, "doomed", "--die", "always")
+    assert result.returncode == 13, result.stdout + result.stderr
+    assert result.stderr.count("restart attempt 1 of 1") == 1
+    # The second attempt resumed from the checkpoint the first one committed, then died again.
+    assert "rank 1 attempt 1 resumed from" in result.stdout and "checkpoint_1 at step 6" in result.stdout
+    final = result.stderr.rsplit("restart attempt 1 of 1", 1)[1]
+    assert "accelerate launch: rank 1 (pid" in final and "failed with exit code 13" in final
+    assert "no restarts left (--max_restarts 1 used up)" in final
