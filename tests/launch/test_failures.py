@@ -7,6 +7,7 @@ pin the rule on the interleavings a real run produces only sometimes.
 from __future__ import annotations
 
 import io
+import json
 import os
 import signal
 import subprocess
@@ -116,3 +117,30 @@ def test_the_exit_clock_survives_many_children_ending_at_once() -> None:
         )  # fmt: skip
         assert result.returncode == 0, result.stderr
         assert int(result.stdout.split()[-1]) == 48
+
+
+def test_a_rank_that_called_sys_exit_first_is_first_even_if_its_peer_ended_sooner(tmp_path: Path) -> None:
+    # A rank that calls sys.exit(3) still tears down (process group, atexit) while its peer fails on
+    # the closed connection and may end sooner; the bootstrap's record of the exit decides.
+    script = tmp_path / "exits.py"
+    script.write_text("import sys\nsys.exit(3)\n")
+    error_file = tmp_path / "error.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "accelerate.launch.bootstrap", str(script)],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, "TORCHELASTIC_ERROR_FILE": str(error_file),
+             "PYTHONPATH": str(Path(__file__).parents[2] / "src")},
+    )  # fmt: skip
+    assert result.returncode == 3, result.stderr
+    recorded = json.loads(error_file.read_text())
+    exited_at = recorded["message"]["extraInfo"]["time"]
+    assert "sys.exit(3)" in recorded["message"]["extraInfo"]["py_callstack"]  # where it was called
+    failures = {
+        0: SimpleNamespace(pid=100, exitcode=3, error_file_data=recorded),
+        1: _failure(101, 1, raised_at=exited_at + 0.5, error="RuntimeError: Connection closed by peer"),
+    }
+    code, lines = _report(failures, {101: exited_at + 0.6, 100: exited_at + 2.0})
+    assert code == 3
+    assert lines[0].startswith(
+        "accelerate launch: rank 0 (pid 100) failed with exit code 3 (the first to fail)"
+    )

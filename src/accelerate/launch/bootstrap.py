@@ -67,7 +67,12 @@ def main(argv: list[str]) -> int:
             sys.argv = [target, *argv[1:]]
             sys.path[0] = os.path.dirname(os.path.abspath(target))
             runpy.run_path(target, run_name="__main__")
-    except SystemExit:
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            # Record when and where sys.exit(N) ended this rank: a peer that then fails on the closed
+            # connection may end sooner (this rank still tears down), and only the recorded time
+            # tells the launcher which rank failed first.
+            write_error_file(exc, _user_traceback(exc))
         raise
     except KeyboardInterrupt:
         raise
