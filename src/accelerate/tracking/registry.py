@@ -150,6 +150,8 @@ def build_tracker(
     kwargs = init_kwargs.get(name, {})
     if tracker_class.requires_logging_directory:
         return make(project_name, logging_dir, **kwargs)
+    if getattr(tracker_class, "takes_logging_dir", False) and logging_dir is not None:
+        kwargs = {"logging_dir": logging_dir, **kwargs}
     return make(project_name, **kwargs)
 
 
