@@ -237,7 +237,14 @@ class Accelerator(AcceleratorFacts):
 
     # ------------------------------------------------------------------ the training step
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
-        """``loss.backward()`` with loss scaling and division by the accumulation steps."""
+        """``loss.backward()`` with loss scaling and division by the accumulation steps.
+
+        ``learning_rate=`` with a prepared LOMO optimizer runs :meth:`lomo_backward` (as transformers'
+        Trainer does for ``optim="lomo"``).
+        """
+        if "learning_rate" in kwargs and self.has_lomo_optimizer:
+            self.lomo_backward(loss, kwargs.pop("learning_rate"))
+            return
         if self.gradient_state.num_steps > 1:
             loss = loss / self.gradient_state.num_steps
         self.precision.backward(loss, **kwargs)

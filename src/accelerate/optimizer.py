@@ -13,6 +13,7 @@ import torch
 
 from accelerate.precision.amp import Precision
 from accelerate.state.gradient import GradientState
+from accelerate.utils.lomo import is_lomo_optimizer
 from accelerate.utils.tree import send_to_device
 
 
@@ -125,8 +126,8 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
             self.optimizer.zero_grad(set_to_none=True if set_to_none is None else set_to_none)
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        if not self.gradient_state.sync_gradients:
-            return None
+        if not self.gradient_state.sync_gradients or is_lomo_optimizer(self.optimizer):
+            return None  # (LOMO updated the parameters inside Accelerator.lomo_backward)
         if self.precision is None:
             self._step_was_skipped = False
             return self.optimizer.step(closure) if closure is not None else self.optimizer.step()
