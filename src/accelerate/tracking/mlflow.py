@@ -35,16 +35,18 @@ def default_store_uri(logging_dir: str | None) -> str | None:
 
 class MLflowTracker(GeneralTracker):
     """Logs to the MLflow tracking server named by ``MLFLOW_TRACKING_URI``; without it, to a sqlite store
-    ``mlflow.db`` in ``logging_dir`` (the Accelerator's logging directory unless given in ``init_kwargs``),
+    ``mlflow.db`` in ``logging_dir`` (from ``init_kwargs``, else the Accelerator's logging directory),
     or MLflow's own default when there is no logging directory either.
 
     Each argument can also come from the environment, which wins when set: ``MLFLOW_EXPERIMENT_NAME``,
     ``MLFLOW_RUN_ID``, ``MLFLOW_TAGS`` (a JSON object), ``MLFLOW_NESTED_RUN``. ``logging_dir`` is the
-    artifact location of an experiment this tracker creates.
+    artifact location of an experiment this tracker creates (the store's folder when this tracker
+    chose the store).
     """
 
-    # The registry passes the Accelerator's logging directory as ``logging_dir=`` unless init_kwargs has one.
+    # The registry sets default_logging_dir to the Accelerator's logging directory.
     takes_logging_dir = True
+    default_logging_dir: str | None = None
 
     name = "mlflow"
     requires_logging_directory = False
@@ -79,10 +81,13 @@ class MLflowTracker(GeneralTracker):
 
         # MLflow's set_tracking_uri also exports MLFLOW_TRACKING_URI; finish() undoes ours so that the
         # next tracker in this process (or a child process) does not inherit this run's store.
-        store = None if mlflow.is_tracking_uri_set() else default_store_uri(self.logging_dir)
+        folder = self.logging_dir or self.default_logging_dir
+        store = None if mlflow.is_tracking_uri_set() else default_store_uri(folder)
         if store is not None:
             mlflow.set_tracking_uri(store)
         self._set_store = store is not None
+        # A store named by the user (maybe a server) keeps its own artifact root unless logging_dir was given.
+        artifacts = self.logging_dir or (folder if self._set_store else None)
         experiment_id = None
         if self.experiment_name is not None:
             found = mlflow.get_experiment_by_name(self.experiment_name)
@@ -90,7 +95,7 @@ class MLflowTracker(GeneralTracker):
                 experiment_id = found.experiment_id
             else:
                 experiment_id = mlflow.create_experiment(
-                    self.experiment_name, artifact_location=self.logging_dir, tags=self.tags
+                    self.experiment_name, artifact_location=artifacts, tags=self.tags
                 )
         self.active_run = mlflow.start_run(
             run_id=self.run_id,
