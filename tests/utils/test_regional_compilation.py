@@ -15,6 +15,7 @@ from torch import nn
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState, GradientState, PartialState
 from accelerate.utils import TorchDynamoPlugin, has_compiled_regions, is_compiled_module
+from tests.helpers.pool import WorkerPool
 
 COUNTING_BACKEND = "accelerate_test_counting"
 _graphs: list[torch.fx.GraphModule] = []
@@ -157,3 +158,31 @@ def test_checkpoints_and_unwrap_see_the_plain_model(tmp_path: Path) -> None:
     assert all(param.abs().sum() > 0 for param in model.parameters())
     # Under bf16 the copy's forward runs in autocast and returns fp32 (the wrapper sits on the copy).
     assert prepared(torch.randn(2, 5, 8)).dtype == torch.float32
+
+
+def _ddp_regional_training(steps: int) -> dict[str, Any]:
+    _register_counting_backend()
+    _graphs.clear()
+    torch._dynamo.reset()
+    plugin = TorchDynamoPlugin(backend=COUNTING_BACKEND, use_regional_compilation=True)
+    accelerator = Accelerator(cpu=True, dynamo_plugin=plugin)
+    model = TwoStacks()  # same seed on both ranks: one starting point
+    prepared, optimizer = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    generator = torch.Generator().manual_seed(accelerator.process_index)  # different data per rank
+    for _ in range(steps):
+        x = torch.randn(2, 5, 8, generator=generator, requires_grad=True)
+        accelerator.backward(prepared(x).pow(2).mean())
+        optimizer.step()
+        optimizer.zero_grad()
+    return {
+        "wrapped": type(prepared).__name__,
+        "graphs": len(_graphs),
+        "sum": float(sum(p.detach().sum() for p in model.parameters())),
+    }
+
+
+def test_regions_under_ddp_on_two_processes(pool2: WorkerPool) -> None:
+    r0, r1 = pool2.run(_ddp_regional_training, 2)
+    assert r0["wrapped"] == "DistributedDataParallel"
+    # DDP averaged the gradients of the compiled blocks: the ranks' weights agree.
+    assert r0["sum"] == r1["sum"] and r0["graphs"] == r1["graphs"] == 2
