@@ -33,6 +33,7 @@ from accelerate.utils.dataclasses import (
 )
 from accelerate.utils.memory import release_memory
 from accelerate.utils.modeling import extract_model_from_parallel
+from accelerate.utils.regional_compilation import compile_regions
 
 
 class Accelerator(AcceleratorFacts):
@@ -154,12 +155,15 @@ class Accelerator(AcceleratorFacts):
         """Moves the model to the device, applies mixed precision and wraps it for the backend."""
         place = self.device_placement if device_placement is None else device_placement
         self.precision.check_model(model)
+        if self.dynamo_plugin.enabled and self.dynamo_plugin.use_regional_compilation:
+            # Before the forward wrapper and DDP: both then wrap the compiled copy (see compile_regions).
+            model = compile_regions(model, **self.dynamo_plugin.to_kwargs())
         self.precision.wrap_forward(model)
         if evaluation_mode:
             model = model.to(self.device) if place else model
         else:
             model = self.strategy.setup_module(model, device_placement=place)
-        if self.dynamo_plugin.enabled:
+        if self.dynamo_plugin.enabled and not self.dynamo_plugin.use_regional_compilation:
             model = torch.compile(model, **self.dynamo_plugin.to_kwargs())  # type: ignore[assignment]
         self._models.append(model)
         return model
@@ -238,7 +242,14 @@ class Accelerator(AcceleratorFacts):
 
     # ------------------------------------------------------------------ the training step
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
-        """``loss.backward()`` with loss scaling and division by the accumulation steps."""
+        """``loss.backward()`` with loss scaling and division by the accumulation steps.
+
+        ``learning_rate=`` with a prepared LOMO optimizer runs :meth:`lomo_backward` (as transformers'
+        Trainer does for ``optim="lomo"``).
+        """
+        if "learning_rate" in kwargs and self.has_lomo_optimizer:
+            self.lomo_backward(loss, kwargs.pop("learning_rate"))
+            return
         if self.gradient_state.num_steps > 1:
             loss = loss / self.gradient_state.num_steps
         self.precision.backward(loss, **kwargs)

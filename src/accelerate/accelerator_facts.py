@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from accelerate.state.distributed_type import DistributedType
-from accelerate.utils.errors import requires_hardware
+from accelerate.utils.lomo import is_lomo_optimizer, lomo_backward
 
 _MULTI_DEVICE = frozenset(
     {
@@ -206,11 +206,10 @@ class AcceleratorFacts:
         """The :meth:`set_trigger` flag of this process (None when not set)."""
         return self._trigger.flag_tensor
 
-    # ------------------------------------------------------------------ fp8 and LOMO (not available here)
+    # ------------------------------------------------------------------ fp8 (not available here) and LOMO
     fp8_enabled = False
     has_fp8_handler = False
     delayed_fp8_autocast = False
-    has_lomo_optimizer = False
     fp8_recipe_handler: Any = None
     te_recipe_handler: Any = None
     msamp_recipe_handler: Any = None
@@ -222,10 +221,20 @@ class AcceleratorFacts:
 
         return FP8BackendType.NO
 
+    @property
+    def has_lomo_optimizer(self) -> bool:
+        """Whether a prepared optimizer is a ``lomo_optim`` Lomo/AdaLomo (its update runs in the backward)."""
+        return any(is_lomo_optimizer(opt.optimizer) for opt in self._optimizers)
+
     def lomo_backward(self, loss: torch.Tensor, learning_rate: float) -> None:
-        raise requires_hardware(
-            "LOMO optimizers (`Accelerator.lomo_backward`)",
-            "the lomo-optim integration, which this release does not have yet; use accelerator.backward(loss)",
+        """Backward pass and parameter update of the prepared LOMO optimizers (no ``optimizer.step()`` after).
+
+        Example:
+            >>> optimizer = accelerator.prepare(lomo_optim.Lomo(model, lr=1e-3))
+            >>> accelerator.lomo_backward(loss, learning_rate=1e-3)
+        """
+        lomo_backward(
+            [opt.optimizer for opt in self._optimizers], loss, learning_rate, self.gradient_state.num_steps
         )
 
     # ------------------------------------------------------------------ context / sequence parallel helpers

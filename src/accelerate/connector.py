@@ -198,13 +198,6 @@ def _dynamo_plugin(plugin: TorchDynamoPlugin | None, backend: str | None, launch
             "set the backend in one place (the plugin is preferred)."
         )
     plugin = dataclasses.replace(plugin) if plugin is not None else TorchDynamoPlugin()
-    if plugin.use_regional_compilation:
-        from accelerate.utils.errors import NotAvailableYetError
-
-        raise NotAvailableYetError(
-            "TorchDynamoPlugin(use_regional_compilation=True) is not available in this accelerate yet; "
-            "drop it to compile the whole model."
-        )
     plugin.backend = plugin.backend or backend or launch.dynamo_backend or "no"
     if plugin.mode is None:
         plugin.mode = launch.dynamo_mode
@@ -212,6 +205,8 @@ def _dynamo_plugin(plugin: TorchDynamoPlugin | None, backend: str | None, launch
         plugin.fullgraph = bool(launch.dynamo_use_fullgraph)
     if plugin.dynamic is None:
         plugin.dynamic = launch.dynamo_use_dynamic
+    if plugin.use_regional_compilation is None:
+        plugin.use_regional_compilation = launch.dynamo_use_regional_compilation
     return plugin
 
 

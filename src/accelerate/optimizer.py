@@ -13,6 +13,7 @@ import torch
 
 from accelerate.precision.amp import Precision
 from accelerate.state.gradient import GradientState
+from accelerate.utils.lomo import is_lomo_optimizer
 from accelerate.utils.tree import send_to_device
 from accelerate.utils.watchdog import SLOT
 
@@ -132,8 +133,8 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
             self.optimizer.zero_grad(set_to_none=True if set_to_none is None else set_to_none)
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        if not self.gradient_state.sync_gradients:
-            return None
+        if not self.gradient_state.sync_gradients or is_lomo_optimizer(self.optimizer):
+            return None  # (LOMO updated the parameters inside Accelerator.lomo_backward)
         SLOT.step += 1  # the step a hang report names
         if self.strategy is not None:
             return self.strategy.optimizer_step(self.optimizer, lambda: self._step(closure))

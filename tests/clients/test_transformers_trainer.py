@@ -1,7 +1,8 @@
 """transformers' Trainer as a real client, unchanged: it trains, evaluates, saves, and resumes.
 
 A tiny BERT built from a config on synthetic data (no Hub), in bf16 with gradient accumulation, in
-one process and in two (``accelerate launch --cpu --num_processes 2``). In each, a fresh Trainer
+one process and in two (``accelerate launch --cpu --num_processes 2``, and ``torchrun``), and with a peft LoRA
+adapter. In each, a fresh Trainer
 resumed from the uninterrupted run's ``checkpoint-2`` must end exactly where that run ended.
 """
 
@@ -35,14 +36,14 @@ def _env(tmp_path: Path) -> dict[str, str]:
     )
 
 
-def _check(report: dict[str, Any], world_size: int) -> None:
+def _check(report: dict[str, Any], world_size: int, saved: tuple[str, ...] = ("model.safetensors", "config.json")) -> None:
     full, resumed = report["full"], report["resumed"]
     assert full["world_size"] == world_size
     assert full["mixed_precision"] == "bf16"
     assert full["distributed_type"] == ("NO" if world_size == 1 else "MULTI_CPU")
     assert full["global_step"] == resumed["global_step"] == 4
     assert full["checkpoints"] == ["checkpoint-2", "checkpoint-4"]
-    assert "model.safetensors" in full["final_files"] and "config.json" in full["final_files"]
+    assert set(saved) <= set(full["final_files"])
     # The loss fell and was logged once per optimizer step.
     assert len(full["losses"]) == 4 and full["losses"][-1] < full["losses"][0]
     # Resumed from checkpoint-2: the same later losses, parameters and evaluation, bit for bit.
@@ -68,3 +69,28 @@ def test_trainer_two_processes_through_accelerate_launch(tmp_path: Path) -> None
             cwd=REPO, env=_env(tmp_path), capture_output=True, text=True, timeout=300,
         )  # fmt: skip
     _check(_report(proc), world_size=2)
+
+
+def test_trainer_two_processes_through_torchrun(tmp_path: Path) -> None:
+    # torchrun starts the processes itself; our state reads its RANK/WORLD_SIZE/MASTER_* (gloo on CPU).
+    with reserved_port() as port:
+        proc = subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
+             SCRIPT, str(tmp_path), *ARGS],
+            cwd=REPO, env=_env(tmp_path), capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+    _check(_report(proc), world_size=2)
+
+
+def test_trainer_with_a_peft_lora_adapter(tmp_path: Path) -> None:
+    pytest.importorskip("peft")
+    proc = subprocess.run(
+        [sys.executable, SCRIPT, str(tmp_path), *ARGS, "--lora"],
+        cwd=REPO, env=_env(tmp_path), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    report = _report(proc)
+    # Only the adapter (and the new classifier head peft keeps trainable for SEQ_CLS) trains and is saved.
+    _check(report, world_size=1, saved=("adapter_model.safetensors", "adapter_config.json"))
+    trainable = report["full"]["trainable"]
+    assert trainable and all("lora_" in name or "classifier" in name for name in trainable)
+    assert "model.safetensors" not in report["full"]["final_files"]

@@ -1,11 +1,12 @@
 """A transformers Trainer run on a tiny BERT built from a config, with synthetic data (no Hub).
 
-Run directly (one process) or under ``accelerate launch --cpu --num_processes 2``.
+Run directly (one process), under ``accelerate launch --cpu --num_processes 2`` or under ``torchrun``.
+``--lora`` trains a peft LoRA adapter on the BERT instead of the whole model.
 
 Trains without interruption, then trains again in a fresh Trainer resumed from the first run's
 ``checkpoint-2``; prints both results (one JSON line, main process).
 
-Usage: trainer_run.py OUTPUT_DIR MAX_STEPS [--bf16] [--accumulation K]
+Usage: trainer_run.py OUTPUT_DIR MAX_STEPS [--bf16] [--accumulation K] [--lora]
 """
 
 from __future__ import annotations
@@ -69,8 +70,13 @@ def run(output_dir: str, args: argparse.Namespace, resume: str | None = None) ->
         # BERT's loss ignores num_items_in_batch; without this transformers multiplies it by the world size.
         average_tokens_across_devices=False,
     )  # fmt: skip
+    model = tiny_bert()
+    if args.lora:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(task_type="SEQ_CLS", r=4, lora_alpha=8, target_modules=["query", "value"]))
     trainer = Trainer(
-        model=tiny_bert(),
+        model=model,
         args=training_args,
         train_dataset=Synthetic(SAMPLES, seed=1),
         eval_dataset=Synthetic(13, seed=2),
@@ -89,6 +95,7 @@ def run(output_dir: str, args: argparse.Namespace, resume: str | None = None) ->
         "eval_loss": metrics["eval_loss"],
         "eval_samples": metrics.get("eval_samples"),
         "params": params.tolist(),
+        "trainable": sorted(n for n, p in trainer.model.named_parameters() if p.requires_grad),
         # save_model writes on the main process only: the other ranks do not wait for it.
         "checkpoints": sorted(d for d in os.listdir(output_dir) if d.startswith("checkpoint-")) if is_main else [],
         "final_files": sorted(os.listdir(os.path.join(output_dir, "final"))) if is_main else [],
@@ -102,6 +109,7 @@ def main() -> None:
     parser.add_argument("max_steps", type=int)
     parser.add_argument("--bf16", action="store_true")
     parser.add_argument("--accumulation", type=int, default=1)
+    parser.add_argument("--lora", action="store_true")
     args = parser.parse_args()
 
     # An uninterrupted run, then a fresh Trainer resuming from its first checkpoint.

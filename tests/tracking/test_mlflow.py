@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+import importlib.util
+import os
 from pathlib import Path
 
 import pytest
 import torch
 
 from accelerate import Accelerator
+from accelerate.utils import ProjectConfiguration
 from accelerate.utils.imports import is_mlflow_available
 
 pytestmark = pytest.mark.skipif(not is_mlflow_available(), reason="mlflow is not installed")
@@ -44,3 +47,34 @@ def test_mlflow_writes_params_and_metrics_to_its_file_store(
     assert (run_dir / "tags" / "mlflow.runName").read_text() == "first"
     assert "cannot log 'note': a str" in caplog.text  # mlflow records numbers only: skipped, with a warning
     assert str(tmp_path / "artifacts") in (run_dir.parent / "meta.yaml").read_text()
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("sqlalchemy") is None or importlib.util.find_spec("alembic") is None,
+    reason="MLflow's sqlite store needs sqlalchemy and alembic",
+)
+def test_mlflow_without_tracking_uri_writes_a_sqlite_store_in_the_logging_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import mlflow
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(tmp_path)  # MLflow's own default would write ./mlflow.db here: it must not
+    logs = tmp_path / "project" / "logs"
+    accelerator = Accelerator(
+        log_with="mlflow",
+        project_config=ProjectConfiguration(project_dir=str(tmp_path / "project"), logging_dir=str(logs)),
+    )
+    accelerator.init_trackers("exp", config={"lr": 0.1})
+    run_id = accelerator.get_tracker("mlflow", unwrap=True).info.run_id
+    accelerator.log({"loss": 2.0}, step=1)
+    accelerator.log({"loss": 1.5}, step=2)
+    accelerator.end_training()
+
+    # The store is left as it was found: no URI exported to this process or its children.
+    assert not mlflow.is_tracking_uri_set() and "MLFLOW_TRACKING_URI" not in os.environ
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlruns").exists()
+    client = mlflow.MlflowClient(f"sqlite:///{logs / 'mlflow.db'}")
+    assert [(m.step, m.value) for m in client.get_metric_history(run_id, "loss")] == [(1, 2.0), (2, 1.5)]
+    assert client.get_run(run_id).data.params == {"lr": "0.1"}
+    assert client.get_experiment_by_name("exp").artifact_location.endswith(str(logs))

@@ -12,7 +12,6 @@ import torch
 
 from accelerate import Accelerator
 from accelerate.utils import dataclasses as dc
-from accelerate.utils.errors import NotAvailableYetError
 
 
 def test_torch_dynamo_plugin_fields_and_kwargs() -> None:
@@ -47,8 +46,6 @@ def test_dynamo_plugin_with_backend_none_defers_to_the_launcher(monkeypatch: pyt
 def test_dynamo_plugin_errors() -> None:
     with pytest.raises(ValueError, match="set the backend in one place"):
         Accelerator(cpu=True, dynamo_backend="eager", dynamo_plugin=dc.TorchDynamoPlugin(backend="inductor"))
-    with pytest.raises(NotAvailableYetError, match="use_regional_compilation"):
-        Accelerator(cpu=True, dynamo_plugin=dc.TorchDynamoPlugin(backend="eager", use_regional_compilation=True))
 
 
 def test_enums() -> None:

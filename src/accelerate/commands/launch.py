@@ -25,7 +25,7 @@ SETTING_FLAGS = (
     "cpu", "multi_gpu", "num_processes", "num_machines", "machine_rank", "main_process_ip", "main_process_port",
     "rdzv_backend", "same_network", "rdzv_conf", "max_restarts", "monitor_interval", "gpu_ids",
     "mixed_precision", "gradient_accumulation_steps", "debug", "dynamo_backend", "dynamo_mode",
-    "dynamo_use_fullgraph", "dynamo_use_dynamic", "num_cpu_threads_per_process",
+    "dynamo_use_fullgraph", "dynamo_use_dynamic", "dynamo_use_regional_compilation", "num_cpu_threads_per_process",
     "tee", "log_dir", "role", "mpirun_hostfile",
 )  # fmt: skip
 
@@ -72,7 +72,7 @@ def _flag_kwargs() -> dict[str, dict[str, Any]]:
     """Every refused flag with its argparse keywords (types and choices as upstream's)."""
     out: dict[str, dict[str, Any]] = {}
     for name in ("use_deepspeed", "use_fsdp", "use_megatron_lm", "tpu", "enable_cpu_affinity",
-                 "use_parallelism_config", "downcast_bf16", "dynamo_use_regional_compilation",
+                 "use_parallelism_config", "downcast_bf16",
                  "fp8_use_autocast_during_eval", "tpu_use_sudo", "no_tpu_cluster"):  # fmt: skip
         out[name] = {"action": "store_true"}
     for name in (*FSDP_FLAGS, *DEEPSPEED_FLAGS, *MEGATRON_STR_FLAGS, "parallelism_config_cp_comm_strategy",
@@ -170,6 +170,7 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
     flag("dynamo_mode", choices=DYNAMO_MODES, help="torch.compile mode.")
     switch("dynamo_use_fullgraph", "torch.compile(fullgraph=True).")
     switch("dynamo_use_dynamic", "torch.compile(dynamic=True).")
+    switch("dynamo_use_regional_compilation", "Compile each repeated block once (compile_regions), not the whole model.")
 
     group = parser.add_argument_group("torch.distributed.run's logs and roles")
     flag("tee", "-t", metavar="STREAMS", help="Also write the processes' output to --log_dir: 1 stdout, 2 stderr, "

@@ -53,6 +53,12 @@ ENV_CONTRACT: tuple[EnvVar, ...] = (
     ),
     EnvVar("ACCELERATE_DYNAMO_USE_FULLGRAPH", "dynamo_use_fullgraph", "bool", "torch.compile(fullgraph=...)"),
     EnvVar("ACCELERATE_DYNAMO_USE_DYNAMIC", "dynamo_use_dynamic", "bool", "torch.compile(dynamic=...)"),
+    EnvVar(
+        "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION",
+        "dynamo_use_regional_compilation",
+        "bool",
+        "compile each repeated block once (compile_regions) instead of the whole model",
+    ),
     EnvVar("ACCELERATE_DOWNCAST_BF16", "downcast_bf16", "bool", "TPU only: store fp32 as bf16"),
     EnvVar(
         "ACCELERATE_HANG_REPORT_DIR",
@@ -91,6 +97,7 @@ class LaunchEnv:
     dynamo_mode: str | None = None
     dynamo_use_fullgraph: bool | None = None
     dynamo_use_dynamic: bool | None = None
+    dynamo_use_regional_compilation: bool | None = None
     downcast_bf16: bool | None = None
     hang_report_dir: str | None = None
 

@@ -35,7 +35,6 @@ TPU_POD = (
     "`accelerate launch --tpu` on each worker with `accelerate tpu-config --command \"accelerate launch ...\"`"
 )
 IPEX = "Intel Extension for PyTorch (ipex) is not supported (upstream dropped it too)"
-REGIONAL = "regional compilation (dynamo_use_regional_compilation) is not available yet in this accelerate"
 AFFINITY = "CPU affinity (enable_cpu_affinity) pins GPU processes to NUMA nodes and is not available yet in this accelerate"
 
 
@@ -133,8 +132,7 @@ RULES: tuple[KeyRule, ...] = (
     *_acts("the [{key}] sub-keys below", "dynamo_config", "mpirun_config", "fsdp_config", "deepspeed_config",
            "megatron_lm_config", "fp8_config", "parallelism_config", "ipex_config"),  # fmt: skip
     *_acts("--{key}", *_section("dynamo_config", "dynamo_backend", "dynamo_mode", "dynamo_use_fullgraph",
-                                "dynamo_use_dynamic")),  # fmt: skip
-    KeyRule("dynamo_config.dynamo_use_regional_compilation", refusal=REGIONAL),
+                                "dynamo_use_dynamic", "dynamo_use_regional_compilation")),  # fmt: skip
     KeyRule("mpirun_config.mpirun_hostfile", acts="--mpirun_hostfile (CPU processes started by mpirun)"),
     KeyRule("mpirun_config.mpirun_ccl", acts="CCL_WORKER_COUNT of every process (Intel oneCCL workers)"),
     *_acts("the FSDP plugin's setting (the FSDP_* variable of --{key})", *_FSDP_KEYS),

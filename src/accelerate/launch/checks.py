@@ -49,7 +49,6 @@ _REFUSED_FLAG_RULES: tuple[tuple[str, str | None, str], ...] = (
     ("main_training_function", "tpu", keys.XLA),
     ("downcast_bf16", "tpu", keys.XLA),
     ("aws_", None, keys.SAGEMAKER),
-    ("dynamo_use_regional_compilation", None, keys.REGIONAL),
     ("enable_cpu_affinity", None, keys.AFFINITY),
 )
 

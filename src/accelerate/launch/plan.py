@@ -175,6 +175,8 @@ _SPECS: tuple[_Spec, ...] = (
     _Spec("dynamo_mode", None, _dynamo("dynamo_mode"), "dynamo_mode"),
     _Spec("dynamo_use_fullgraph", None, _dynamo("dynamo_use_fullgraph"), "dynamo_use_fullgraph"),
     _Spec("dynamo_use_dynamic", None, _dynamo("dynamo_use_dynamic"), "dynamo_use_dynamic"),
+    _Spec("dynamo_use_regional_compilation", None, _dynamo("dynamo_use_regional_compilation"),
+          "dynamo_use_regional_compilation"),  # fmt: skip
     _Spec("num_cpu_threads_per_process", None),
     _Spec("tee", None),
     _Spec("log_dir", None),

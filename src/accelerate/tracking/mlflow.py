@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 from typing import Any
 
 from accelerate.tracking.base import GeneralTracker, loggable, on_main_process, require_tracker_package
@@ -18,13 +19,34 @@ def _flag(value: Any) -> bool:
     return value if isinstance(value, bool) else str(value).strip().lower() in {"1", "true", "yes", "on"}
 
 
+def default_store_uri(logging_dir: str | None) -> str | None:
+    """``sqlite:///<logging_dir>/mlflow.db`` when ``logging_dir`` is a local folder (created here: sqlite
+    does not create folders); else None (MLflow's default decides).
+
+    MLflow's file store is in maintenance mode and refuses to start without MLFLOW_ALLOW_FILE_STORE, so the
+    default is a database; with mlflow-skinny it needs sqlalchemy and alembic (both in our test extra).
+    """
+    if logging_dir is None or "://" in logging_dir:
+        return None
+    folder = Path(logging_dir).resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{folder / 'mlflow.db'}"
+
+
 class MLflowTracker(GeneralTracker):
-    """Logs to the MLflow tracking server (``MLFLOW_TRACKING_URI``, else MLflow's default store).
+    """Logs to the MLflow tracking server named by ``MLFLOW_TRACKING_URI``; without it, to a sqlite store
+    ``mlflow.db`` in ``logging_dir`` (from ``init_kwargs``, else the Accelerator's logging directory),
+    or MLflow's own default when there is no logging directory either.
 
     Each argument can also come from the environment, which wins when set: ``MLFLOW_EXPERIMENT_NAME``,
     ``MLFLOW_RUN_ID``, ``MLFLOW_TAGS`` (a JSON object), ``MLFLOW_NESTED_RUN``. ``logging_dir`` is the
-    artifact location of an experiment this tracker creates.
+    artifact location of an experiment this tracker creates (the store's folder when this tracker
+    chose the store).
     """
+
+    # The registry sets default_logging_dir to the Accelerator's logging directory.
+    takes_logging_dir = True
+    default_logging_dir: str | None = None
 
     name = "mlflow"
     requires_logging_directory = False
@@ -51,11 +73,21 @@ class MLflowTracker(GeneralTracker):
         self.run_name = run_name
         self.description = description
         self.active_run: Any = None
+        self._set_store = False
 
     @on_main_process
     def start(self) -> None:
         import mlflow
 
+        # MLflow's set_tracking_uri also exports MLFLOW_TRACKING_URI; finish() undoes ours so that the
+        # next tracker in this process (or a child process) does not inherit this run's store.
+        folder = self.logging_dir or self.default_logging_dir
+        store = None if mlflow.is_tracking_uri_set() else default_store_uri(folder)
+        if store is not None:
+            mlflow.set_tracking_uri(store)
+        self._set_store = store is not None
+        # A store named by the user (maybe a server) keeps its own artifact root unless logging_dir was given.
+        artifacts = self.logging_dir or (folder if self._set_store else None)
         experiment_id = None
         if self.experiment_name is not None:
             found = mlflow.get_experiment_by_name(self.experiment_name)
@@ -63,7 +95,7 @@ class MLflowTracker(GeneralTracker):
                 experiment_id = found.experiment_id
             else:
                 experiment_id = mlflow.create_experiment(
-                    self.experiment_name, artifact_location=self.logging_dir, tags=self.tags
+                    self.experiment_name, artifact_location=artifacts, tags=self.tags
                 )
         self.active_run = mlflow.start_run(
             run_id=self.run_id,
@@ -132,3 +164,7 @@ class MLflowTracker(GeneralTracker):
         import mlflow
 
         mlflow.end_run()
+        if self._set_store:
+            # None unsets the URI and the variable (MLflow's annotation says str, its code takes None).
+            mlflow.set_tracking_uri(None)  # type: ignore[arg-type]
+            self._set_store = False

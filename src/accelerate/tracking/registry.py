@@ -150,6 +150,10 @@ def build_tracker(
     kwargs = init_kwargs.get(name, {})
     if tracker_class.requires_logging_directory:
         return make(project_name, logging_dir, **kwargs)
+    if getattr(tracker_class, "takes_logging_dir", False) and logging_dir is not None:
+        tracker = make(project_name, **kwargs)
+        tracker.default_logging_dir = str(logging_dir)  # type: ignore[attr-defined]
+        return tracker
     return make(project_name, **kwargs)
 
 

@@ -63,6 +63,11 @@ def _is_compiled(model: torch.nn.Module) -> bool:
     return hasattr(model, "_orig_mod") and type(model).__name__ == "OptimizedModule"
 
 
+def _is_regional_copy(model: torch.nn.Module) -> bool:
+    # compile_regions keeps the original in __dict__ (not as a submodule: its parameters are the copy's).
+    return "_orig_mod" in model.__dict__
+
+
 def extract_model_from_parallel(
     model: torch.nn.Module, keep_fp32_wrapper: bool = True, keep_torch_compile: bool = True
 ) -> torch.nn.Module:
@@ -74,7 +79,10 @@ def extract_model_from_parallel(
     compiled: torch.nn.Module | None = None
     inner = model
     while True:
-        if _is_compiled(inner):
+        if _is_regional_copy(inner):
+            compiled = inner
+            inner = inner.__dict__["_orig_mod"]
+        elif _is_compiled(inner):
             compiled = inner
             inner = inner._orig_mod  # type: ignore[assignment]
         elif isinstance(inner, DistributedDataParallel | DataParallel):
@@ -83,7 +91,12 @@ def extract_model_from_parallel(
             break
     if not keep_fp32_wrapper:
         remove_forward_wrapper(inner)
+        if compiled is not None and _is_regional_copy(compiled):
+            remove_forward_wrapper(compiled)  # the Accelerator wraps a regional copy's own forward
     if keep_torch_compile and compiled is not None:
-        compiled._orig_mod = inner
+        if _is_regional_copy(compiled):
+            compiled.__dict__["_orig_mod"] = inner
+        else:
+            compiled._orig_mod = inner
         return compiled
     return inner
