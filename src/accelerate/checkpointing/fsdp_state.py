@@ -1,0 +1,172 @@
+"""The sharded models and their optimizers in ``save_state`` / ``load_state``.
+
+Saving (every process takes part; the folder stays atomic because everything lands in the staging
+folder and the manifest, listing every process's files, is still written last):
+
+* ``SHARDED_STATE_DICT`` (the default): ``pytorch_model_fsdp_{i}/`` and ``optimizer_{i}/`` are DCP
+  folders, one file per process plus ``.metadata``; no process ever holds the whole model.
+* ``FULL_STATE_DICT``: the state is gathered onto process 0, which writes ``pytorch_model_fsdp.bin``
+  (``_{i}`` from the second model on) and ``optimizer.bin`` keyed by parameter names.
+
+Loading takes whichever of these (or the plain ``model.safetensors`` / ``optimizer.bin`` of an
+unsharded run) the folder holds, into a model that is sharded over any number of processes or not
+sharded at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from accelerate.checkpointing.atomic import FileRecord, SyncGroup, save_torch
+from accelerate.checkpointing.errors import CheckpointError
+from accelerate.checkpointing.fsdp import (
+    SHARDED_STATE_DICT,
+    full_optimizer_state_dict,
+    full_state_dict,
+    is_sharded_model,
+    load_full_optimizer_state_dict,
+    load_full_state_dict,
+    model_file_name,
+    model_folder_name,
+    normalize_state_dict_type,
+    optimizer_file_name,
+    optimizer_folder_name,
+    optimizer_owner,
+    raw_optimizer,
+)
+from accelerate.checkpointing.fsdp_dcp import (
+    METADATA_NAME,
+    MODEL_KEY,
+    OPTIMIZER_KEY,
+    load_model_dcp,
+    load_optimizer_dcp,
+    save_dcp,
+    verify_folder,
+)
+
+
+@dataclass
+class ShardedParts:
+    """Which prepared models are sharded, which optimizers step them, and how to save them."""
+
+    models: dict[int, nn.Module]
+    optimizers: dict[int, tuple[Any, nn.Module]] = field(default_factory=dict)
+    kind: str = SHARDED_STATE_DICT
+
+    def write(self, staging: Path, *, is_main_process: bool, sync: SyncGroup) -> dict[str, FileRecord]:
+        """Writes this process's part into ``staging``; a collective (call it on every process)."""
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+
+        records: dict[str, FileRecord] = {}
+        sharded = self.kind == SHARDED_STATE_DICT
+        for index, model in self.models.items():
+            if sharded:
+                records.update(
+                    save_dcp(
+                        {MODEL_KEY: get_model_state_dict(model)},
+                        staging / model_folder_name(index),
+                        root=staging,
+                    )
+                )
+                continue
+            full = full_state_dict(model)
+            if is_main_process:
+                name = model_file_name(index)
+                records[name] = save_torch(full, staging / name, sync=sync)
+        for index, (optimizer, model) in self.optimizers.items():
+            if sharded:
+                optim_state = get_optimizer_state_dict(model, raw_optimizer(optimizer))
+                records.update(
+                    save_dcp(
+                        {OPTIMIZER_KEY: optim_state}, staging / optimizer_folder_name(index), root=staging
+                    )
+                )
+                continue
+            full = full_optimizer_state_dict(model, optimizer)
+            if is_main_process:
+                name = optimizer_file_name(index)
+                records[name] = save_torch(full, staging / name, sync=sync)
+        return records
+
+    def describe(self) -> dict[str, Any]:
+        """What the manifest records about the sharded parts."""
+        return {
+            "state_dict_type": self.kind,
+            "models": sorted(self.models),
+            "optimizers": sorted(self.optimizers),
+        }
+
+
+def plan_sharded(models: Sequence[nn.Module], optimizers: Sequence[Any], kind: Any) -> ShardedParts | None:
+    """The sharded models among ``models`` (unwrapped) and the optimizers stepping them; None if none."""
+    sharded = {i: m for i, m in enumerate(models) if is_sharded_model(m)}
+    if not sharded:
+        return None
+    owned: dict[int, tuple[Any, nn.Module]] = {}
+    for index, optimizer in enumerate(optimizers):
+        owner = optimizer_owner(optimizer, models)
+        if owner in sharded:
+            owned[index] = (optimizer, sharded[owner])
+    return ShardedParts(sharded, owned, normalize_state_dict_type(kind))
+
+
+# --- loading ----------------------------------------------------------------------------------------
+def _dcp_folder(reader: Any, name: str, *, rank: int, world_size: int) -> Path | None:
+    """The DCP folder ``name`` when the checkpoint has it (verified, this process's share), else None."""
+    if not reader.has(f"{name}/{METADATA_NAME}"):
+        return None
+    folder = reader.path(f"{name}/{METADATA_NAME}").parent
+    if reader.manifest is not None:
+        verify_folder(reader.manifest.files, name, folder, rank=rank, world_size=world_size)
+    return folder
+
+
+def load_model(
+    reader: Any, index: int, model: nn.Module, *, strict: bool, rank: int, world_size: int
+) -> bool:
+    """Loads model ``index`` from an FSDP layout; False when the checkpoint has the plain layout."""
+    folder = _dcp_folder(reader, model_folder_name(index), rank=rank, world_size=world_size)
+    if folder is not None:
+        load_model_dcp(model, folder, strict=strict)
+        return True
+    name = model_file_name(index)
+    if reader.has(name):
+        load_full_state_dict(model, reader.torch_file(name, f"model {index}"), strict=strict)
+        return True
+    return False
+
+
+def has_optimizer_folder(reader: Any, index: int) -> bool:
+    return bool(reader.has(f"{optimizer_folder_name(index)}/{METADATA_NAME}"))
+
+
+def load_optimizer(
+    reader: Any, index: int, optimizer: Any, models: Sequence[nn.Module], *, rank: int, world_size: int
+) -> None:
+    """Loads optimizer ``index`` from its DCP folder into the model it steps."""
+    folder = _dcp_folder(reader, optimizer_folder_name(index), rank=rank, world_size=world_size)
+    owner = optimizer_owner(optimizer, models)
+    if folder is None or owner is None:
+        raise CheckpointError(
+            f"Checkpoint {reader.directory}: optimizer {index} was saved sharded, but it steps none of the "
+            "prepared models; prepare the model it was built for."
+        )
+    load_optimizer_dcp(models[owner], optimizer, folder)
+
+
+def load_full_optimizer(optimizer: Any, models: Sequence[nn.Module], state: Mapping[str, Any]) -> bool:
+    """Loads a full optimizer state into an optimizer of a sharded model; False for plain ones.
+
+    A state keyed by parameter names (FULL_STATE_DICT) also loads into a plain model's optimizer.
+    """
+    owner = optimizer_owner(optimizer, models)
+    named = any(isinstance(key, str) for key in state.get("state", {}))
+    if owner is None or not (named or is_sharded_model(models[owner])):
+        return False
+    load_full_optimizer_state_dict(models[owner], optimizer, state)
+    return True
