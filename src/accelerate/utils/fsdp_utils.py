@@ -1,6 +1,8 @@
 """`accelerate.utils.fsdp_utils`: upstream's FSDP helpers, by name and signature.
 
-FSDP is not available in this release yet (it comes as its own backend). Every name here keeps
+The checkpoint helpers (save/load_fsdp_model, save/load_fsdp_optimizer, merge_fsdp_weights,
+fsdp2_load_full_state_dict) are re-exported from accelerate.checkpointing, where they live. For the
+others, FSDP is not available in this release yet (it comes as its own backend). Every name here keeps
 upstream's signature, so clients such as transformers' Trainer import it, and any call raises the one
 :class:`~accelerate.utils.errors.NotAvailableYetError` (made by :func:`hardware_only`) instead of
 doing something else silently.
@@ -10,6 +12,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from accelerate.checkpointing.fsdp_api import (  # noqa: F401 - re-exported: upstream's home of these names
+    fsdp2_load_full_state_dict,
+    load_fsdp_model,
+    load_fsdp_optimizer,
+    save_fsdp_model,
+    save_fsdp_optimizer,
+)
+from accelerate.checkpointing.fsdp_merge import merge_fsdp_weights  # noqa: F401 - re-exported
 from accelerate.utils.errors import hardware_only
 
 _FEATURE = "FSDP"
@@ -26,40 +36,6 @@ def disable_fsdp_ram_efficient_loading() -> None: ...
 
 
 @_fsdp
-def save_fsdp_model(
-    fsdp_plugin: Any, accelerator: Any, model: Any, output_dir: str, model_index: int = 0,
-    adapter_only: bool = False, use_dcp: bool = True,
-) -> None: ...  # fmt: skip
-
-
-@_fsdp
-def load_fsdp_model(
-    fsdp_plugin: Any, accelerator: Any, model: Any, input_dir: str, model_index: int = 0,
-    adapter_only: bool = False, use_dcp: bool = True,
-) -> None: ...  # fmt: skip
-
-
-@_fsdp
-def save_fsdp_optimizer(
-    fsdp_plugin: Any, accelerator: Any, optimizer: Any, model: Any, output_dir: str, optimizer_index: int = 0,
-    use_dcp: bool = True,
-) -> None: ...  # fmt: skip
-
-
-@_fsdp
-def load_fsdp_optimizer(
-    fsdp_plugin: Any, accelerator: Any, optimizer: Any, model: Any, input_dir: str, optimizer_index: int = 0,
-    adapter_only: bool = False, use_dcp: bool = True,
-) -> None: ...  # fmt: skip
-
-
-@_fsdp
-def merge_fsdp_weights(
-    checkpoint_dir: str, output_path: str, safe_serialization: bool = True, remove_checkpoint_dir: bool = False
-) -> None: ...
-
-
-@_fsdp
 def ensure_weights_retied(param_init_fn: Any, model: Any, device: Any) -> Any: ...
 
 
@@ -69,10 +45,6 @@ def fsdp2_apply_ac(accelerator: Any, model: Any) -> Any: ...
 
 @_fsdp
 def fsdp2_canonicalize_names(named_params: dict[str, Any]) -> Any: ...
-
-
-@_fsdp
-def fsdp2_load_full_state_dict(accelerator: Any, model: Any, full_sd: dict[str, Any], cpu_offload: bool = False) -> None: ...
 
 
 @_fsdp
