@@ -7,6 +7,7 @@ DTensor parameters.
 
 from __future__ import annotations
 
+import copy
 import random
 from typing import Any
 
@@ -142,7 +143,8 @@ def full_model_state(model: nn.Module) -> dict[str, torch.Tensor]:
 def full_optimizer_state(run: dict[str, Any]) -> dict[str, Any]:
     from accelerate.checkpointing.fsdp import full_optimizer_state_dict
 
-    return full_optimizer_state_dict(run["model"], run["optimizer"])
+    # A copy: plain (unsharded) entries such as Adam's ``step`` come back as the live tensors.
+    return copy.deepcopy(full_optimizer_state_dict(run["model"], run["optimizer"]))
 
 
 def snapshot(run: dict[str, Any]) -> dict[str, Any]:
@@ -150,7 +152,8 @@ def snapshot(run: dict[str, Any]) -> dict[str, Any]:
     sharded = run["sharded"]
     return {
         "model": full_model_state(run["accelerator"].unwrap_model(run["model"])),
-        "optimizer": full_optimizer_state(run) if sharded else run["optimizer"].state_dict(),
+        # A copy: the live optimizer state is updated in place by the training that follows.
+        "optimizer": full_optimizer_state(run) if sharded else copy.deepcopy(run["optimizer"].state_dict()),
         "scheduler": run["scheduler"].state_dict(),
         "step": run["progress"].step,
     }
@@ -173,3 +176,41 @@ def resume_and_finish(ckpt: str, *, sharded: bool = True, **plugin: Any) -> dict
     loaded = snapshot(run)
     losses = train(run, until=TOTAL_STEPS)
     return {"loaded": loaded, "losses": losses, "final": full_model_state(run["model"])}
+
+
+def save_model_and_state_dict(out_dir: str) -> dict[str, Any]:
+    """save_model and get_state_dict of a sharded model after two steps; the full state for comparison."""
+    run = setup(sharded=True)
+    train(run, until=2)
+    accelerator, model = run["accelerator"], run["model"]
+    accelerator.save_model(model, out_dir, max_shard_size=300)
+    return {"state_dict": accelerator.get_state_dict(model), "full": full_model_state(model)}
+
+
+def api_round_trip(out_dir: str, kind: str) -> dict[str, Any]:
+    """save_fsdp_model/optimizer, then load_fsdp_model/optimizer into a fresh sharded run."""
+    from accelerate.utils import load_fsdp_model, load_fsdp_optimizer, save_fsdp_model, save_fsdp_optimizer
+
+    plugin = type("Plugin", (), {"state_dict_type": kind})()
+    run = setup(sharded=True)
+    train(run, until=3)
+    accelerator = run["accelerator"]
+    save_fsdp_model(plugin, accelerator, run["model"], out_dir)
+    save_fsdp_optimizer(plugin, accelerator, run["optimizer"], run["model"], out_dir)
+    saved = snapshot(run)
+    fresh = setup(sharded=True, seed=5)
+    load_fsdp_model(plugin, fresh["accelerator"], fresh["model"], out_dir)
+    load_fsdp_optimizer(plugin, fresh["accelerator"], fresh["optimizer"], fresh["model"], out_dir)
+    return {"saved": saved, "loaded": snapshot(fresh)}
+
+
+def broadcast_full_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """fsdp2_load_full_state_dict: process 0 passes the weights, the others nothing."""
+    import torch.distributed as dist
+
+    from accelerate.utils import fsdp2_load_full_state_dict
+
+    run = setup(sharded=True)
+    given = state if dist.get_rank() == 0 else {}
+    fsdp2_load_full_state_dict(run["accelerator"], run["model"], given)
+    return full_model_state(run["model"])
