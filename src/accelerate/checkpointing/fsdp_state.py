@@ -48,6 +48,7 @@ from accelerate.checkpointing.fsdp_dcp import (
     save_dcp,
     verify_folder,
 )
+from accelerate.utils.agreement import agree_on_failure
 
 
 @dataclass
@@ -121,8 +122,15 @@ def _dcp_folder(reader: Any, name: str, *, rank: int, world_size: int) -> Path |
     if not reader.has(f"{name}/{METADATA_NAME}"):
         return None
     folder = reader.path(f"{name}/{METADATA_NAME}").parent
-    if reader.manifest is not None:
+    if reader.manifest is None:
+        return folder  # upstream's folders: loaded unverified (the reader warned)
+    error: BaseException | None = None
+    try:
         verify_folder(reader.manifest.files, name, folder, rank=rank, world_size=world_size)
+    except CheckpointError as exc:
+        error = exc
+    # Each process checked its share; all must learn of a damaged file before DCP's collectives.
+    agree_on_failure(error, what=f"Loading {folder}", error_type=CheckpointError)
     return folder
 
 
