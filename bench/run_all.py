@@ -13,12 +13,20 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import big_modeling, checkpoint_io, collectives, data_loading, ddp_two_proc, startup, step_overhead
-from bench import fsdp_checkpoint
+from bench import (
+    big_modeling,
+    checkpoint_io,
+    collectives,
+    data_loading,
+    ddp_two_proc,
+    fsdp_checkpoint,
+    startup,
+    step_overhead,
+)
 from bench.common import ROOT, Row, format_table, guarded, write_results
 
 BENCHMARKS = [startup, step_overhead, ddp_two_proc, data_loading, collectives, checkpoint_io, big_modeling]
-BENCHMARKS.append(fsdp_checkpoint)
+BENCHMARKS += [fsdp_checkpoint]
 
 
 def main() -> None:
