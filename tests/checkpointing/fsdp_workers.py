@@ -214,3 +214,29 @@ def broadcast_full_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tens
     given = state if dist.get_rank() == 0 else {}
     fsdp2_load_full_state_dict(run["accelerator"], run["model"], given)
     return full_model_state(run["model"])
+
+
+def save_sharded_transformers_model(out_dir: str) -> dict[str, torch.Tensor]:
+    """A tiny transformers GPT-2, sharded per block then at the root, written by save_model."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    accelerator = Accelerator()
+    torch.manual_seed(0)
+    config = GPT2Config(
+        n_layer=2, n_embd=8, n_head=2, vocab_size=32, n_positions=16, bos_token_id=0, eos_token_id=0
+    )
+    model = GPT2LMHeadModel(config)
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    for block in model.transformer.h:
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    accelerator._models.append(model)
+    accelerator.save_model(model, out_dir)
+    if accelerator.is_main_process:
+        model.config.save_pretrained(out_dir)
+    accelerator.wait_for_everyone()
+    return full_model_state(model)

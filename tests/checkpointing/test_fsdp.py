@@ -190,3 +190,10 @@ def test_fsdp2_load_full_state_dict_broadcasts_from_process_zero() -> None:
     state = w.TinyTransformer().state_dict()
     results = get_pool(2).run(w.broadcast_full_state, state)
     _assert_model_equal(state, results[0])
+
+
+def test_save_model_of_a_sharded_transformers_model_loads_with_from_pretrained(tmp_path: Path) -> None:
+    transformers = pytest.importorskip("transformers")
+    full = get_pool(2).run(w.save_sharded_transformers_model, str(tmp_path))[0]
+    loaded = transformers.GPT2LMHeadModel.from_pretrained(tmp_path).state_dict()
+    _assert_model_equal(full, {k: v for k, v in loaded.items() if k in full})
