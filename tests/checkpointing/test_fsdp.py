@@ -197,3 +197,15 @@ def test_save_model_of_a_sharded_transformers_model_loads_with_from_pretrained(t
     full = get_pool(2).run(w.save_sharded_transformers_model, str(tmp_path))[0]
     loaded = transformers.GPT2LMHeadModel.from_pretrained(tmp_path).state_dict()
     _assert_model_equal(full, {k: v for k, v in loaded.items() if k in full})
+
+
+def test_saving_over_an_existing_sharded_checkpoint_commits_in_place(saved: dict[str, Any], tmp_path: Path) -> None:
+    ckpt = tmp_path / "again"
+    shutil.copytree(saved["ckpt"], ckpt)
+    (ckpt / "pytorch_model_fsdp_0" / "__1_0.distcp").write_bytes(b"stale")  # overwritten by the new save
+    pool = get_pool(2)
+    first = pool.run(w.save_then_finish, str(ckpt))[0]
+    verify_checkpoint(ckpt)
+    assert not (ckpt / ".accelerate-staging").exists()
+    resumed = pool.run(w.resume_and_finish, str(ckpt))[0]
+    assert resumed["losses"] == first["losses"]
