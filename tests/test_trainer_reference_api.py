@@ -96,7 +96,14 @@ def _dummy_args(obj: Any) -> list[Any]:
     ]
 
 
-FACES = [e for e in ENTRIES if e.module in {"accelerate.utils.fsdp_utils", "accelerate.utils.deepspeed"}]
+# Faces that work now (FSDP checkpoints live in accelerate.checkpointing) and so no longer refuse.
+WORKING = {"save_fsdp_model", "load_fsdp_model", "save_fsdp_optimizer", "load_fsdp_optimizer",
+           "merge_fsdp_weights", "fsdp2_load_full_state_dict"}  # fmt: skip
+FACES = [
+    e
+    for e in ENTRIES
+    if e.module in {"accelerate.utils.fsdp_utils", "accelerate.utils.deepspeed"} and e.name not in WORKING
+]
 
 
 @pytest.mark.parametrize("entry", FACES, ids=lambda e: f"{e.module}:{e.name}")
