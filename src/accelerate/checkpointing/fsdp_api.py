@@ -19,8 +19,6 @@ from accelerate.checkpointing.fsdp import (
     FSDP_MODEL_NAME,
     OPTIMIZER_NAME,
     SHARDED_STATE_DICT,
-    full_optimizer_state_dict,
-    full_state_dict,
     load_full_optimizer_state_dict,
     load_full_state_dict,
     model_file_name,
@@ -28,15 +26,9 @@ from accelerate.checkpointing.fsdp import (
     normalize_state_dict_type,
     optimizer_file_name,
     optimizer_folder_name,
-    raw_optimizer,
 )
-from accelerate.checkpointing.fsdp_dcp import (
-    MODEL_KEY,
-    OPTIMIZER_KEY,
-    load_model_dcp,
-    load_optimizer_dcp,
-    save_dcp,
-)
+from accelerate.checkpointing.fsdp_dcp import load_model_dcp, load_optimizer_dcp
+from accelerate.checkpointing.fsdp_state import save_model_part, save_optimizer_part
 
 __all__ = [
     "fsdp2_load_full_state_dict",
@@ -96,19 +88,15 @@ def save_fsdp_model(
         >>> save_fsdp_model(accelerator.state.fsdp_plugin, accelerator, model, "ckpt")  # ckpt/pytorch_model_fsdp_0/
     """
     _no_adapter_only("save_fsdp_model", adapter_only)
-    model = _unwrap(accelerator, model)
     Path(output_dir).mkdir(parents=True, exist_ok=True)
-    if _kind(fsdp_plugin) == SHARDED_STATE_DICT:
-        from torch.distributed.checkpoint.state_dict import get_model_state_dict
-
-        folder = Path(output_dir) / model_folder_name(model_index)
-        save_dcp({MODEL_KEY: get_model_state_dict(model)}, folder, root=Path(output_dir))
-    else:
-        from accelerate.checkpointing.atomic import save_torch
-
-        state = full_state_dict(model)
-        if _is_main(accelerator):
-            save_torch(state, Path(output_dir) / model_file_name(model_index), checksum=False)
+    save_model_part(
+        _unwrap(accelerator, model),
+        model_index,
+        Path(output_dir),
+        kind=_kind(fsdp_plugin),
+        is_main_process=_is_main(accelerator),
+        checksum=False,
+    )
     _wait(accelerator)
 
 
@@ -143,20 +131,16 @@ def save_fsdp_optimizer(
     use_dcp: bool = True,
 ) -> None:
     """Saves the optimizer of a sharded model (``optimizer_{i}/``, or ``optimizer.bin`` when full)."""
-    model = _unwrap(accelerator, model)
     Path(output_dir).mkdir(parents=True, exist_ok=True)
-    if _kind(fsdp_plugin) == SHARDED_STATE_DICT:
-        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
-
-        state = get_optimizer_state_dict(model, raw_optimizer(optimizer))
-        folder = Path(output_dir) / optimizer_folder_name(optimizer_index)
-        save_dcp({OPTIMIZER_KEY: state}, folder, root=Path(output_dir))
-    else:
-        from accelerate.checkpointing.atomic import save_torch
-
-        full = full_optimizer_state_dict(model, optimizer)
-        if _is_main(accelerator):
-            save_torch(full, Path(output_dir) / optimizer_file_name(optimizer_index), checksum=False)
+    save_optimizer_part(
+        optimizer,
+        _unwrap(accelerator, model),
+        optimizer_index,
+        Path(output_dir),
+        kind=_kind(fsdp_plugin),
+        is_main_process=_is_main(accelerator),
+        checksum=False,
+    )
     _wait(accelerator)
 
 

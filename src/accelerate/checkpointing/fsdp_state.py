@@ -60,38 +60,27 @@ class ShardedParts:
     kind: str = SHARDED_STATE_DICT
 
     def write(self, staging: Path, *, is_main_process: bool, sync: SyncGroup) -> dict[str, FileRecord]:
-        """Writes this process's part into ``staging``; a collective (call it on every process)."""
-        from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+        """Writes this process's part into ``staging``; a collective (call it on every process).
 
+        Every part's collectives run on every process even after a failure (a process that stopped
+        early would leave the others waiting in the next gather); the first error is raised at the end.
+        """
         records: dict[str, FileRecord] = {}
-        sharded = self.kind == SHARDED_STATE_DICT
+        errors: list[BaseException] = []
+        options = {"kind": self.kind, "is_main_process": is_main_process, "sync": sync}
+
+        def attempt(save: Any, *args: Any) -> None:
+            try:
+                records.update(save(*args, staging, **options))
+            except Exception as exc:  # raised below, after the other parts' collectives
+                errors.append(exc)
+
         for index, model in self.models.items():
-            if sharded:
-                records.update(
-                    save_dcp(
-                        {MODEL_KEY: get_model_state_dict(model)},
-                        staging / model_folder_name(index),
-                        root=staging,
-                    )
-                )
-                continue
-            full = full_state_dict(model)
-            if is_main_process:
-                name = model_file_name(index)
-                records[name] = save_torch(full, staging / name, sync=sync)
+            attempt(save_model_part, model, index)
         for index, (optimizer, model) in self.optimizers.items():
-            if sharded:
-                optim_state = get_optimizer_state_dict(model, raw_optimizer(optimizer))
-                records.update(
-                    save_dcp(
-                        {OPTIMIZER_KEY: optim_state}, staging / optimizer_folder_name(index), root=staging
-                    )
-                )
-                continue
-            full = full_optimizer_state_dict(model, optimizer)
-            if is_main_process:
-                name = optimizer_file_name(index)
-                records[name] = save_torch(full, staging / name, sync=sync)
+            attempt(save_optimizer_part, optimizer, model, index)
+        if errors:
+            raise errors[0]
         return records
 
     def describe(self) -> dict[str, Any]:
@@ -101,6 +90,56 @@ class ShardedParts:
             "models": sorted(self.models),
             "optimizers": sorted(self.optimizers),
         }
+
+
+def save_model_part(
+    model: nn.Module,
+    index: int,
+    directory: Path,
+    *,
+    kind: str,
+    is_main_process: bool,
+    sync: SyncGroup | None = None,
+    checksum: bool = True,
+) -> dict[str, FileRecord]:
+    """Model ``index``: a DCP folder (every process writes its shard) or process 0's full file.
+
+    Returns the records of the files this process wrote, named relative to ``directory``.
+    """
+    if kind == SHARDED_STATE_DICT:
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+        state = {MODEL_KEY: get_model_state_dict(model)}
+        return save_dcp(state, directory / model_folder_name(index), root=directory)
+    full = full_state_dict(model)  # a collective: before the main-process-only write
+    if not is_main_process:
+        return {}
+    name = model_file_name(index)
+    return {name: save_torch(full, directory / name, sync=sync, checksum=checksum)}
+
+
+def save_optimizer_part(
+    optimizer: Any,
+    model: nn.Module,
+    index: int,
+    directory: Path,
+    *,
+    kind: str,
+    is_main_process: bool,
+    sync: SyncGroup | None = None,
+    checksum: bool = True,
+) -> dict[str, FileRecord]:
+    """Optimizer ``index`` of a sharded ``model``, like :func:`save_model_part`."""
+    if kind == SHARDED_STATE_DICT:
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+        state = {OPTIMIZER_KEY: get_optimizer_state_dict(model, raw_optimizer(optimizer))}
+        return save_dcp(state, directory / optimizer_folder_name(index), root=directory)
+    full = full_optimizer_state_dict(model, optimizer)
+    if not is_main_process:
+        return {}
+    name = optimizer_file_name(index)
+    return {name: save_torch(full, directory / name, sync=sync, checksum=checksum)}
 
 
 def plan_sharded(models: Sequence[nn.Module], optimizers: Sequence[Any], kind: Any) -> ShardedParts | None:
