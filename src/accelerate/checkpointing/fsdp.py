@@ -40,16 +40,11 @@ def is_sharded_model(model: nn.Module) -> bool:
     return any(is_dtensor(p) for p in model.parameters())
 
 
-def state_dict_type(state: Any) -> str:
-    """``SHARDED_STATE_DICT`` or ``FULL_STATE_DICT``: the FSDP plugin's choice (sharded without one).
-
-    Accepts the plugin's enum, its name, or upstream's integer values (FULL=1, SHARDED=3).
-    """
-    value = getattr(getattr(state, "fsdp_plugin", None), "state_dict_type", None)
-    return normalize_state_dict_type(value)
-
-
 def normalize_state_dict_type(value: Any) -> str:
+    """``SHARDED_STATE_DICT`` or ``FULL_STATE_DICT`` for the FSDP plugin's ``state_dict_type``.
+
+    Accepts the enum, its name, upstream's integer values (FULL=1, SHARDED=3), or None (sharded).
+    """
     if value is None:
         return SHARDED_STATE_DICT
     name = getattr(value, "name", value)
