@@ -26,7 +26,7 @@ WIDTH, LAYERS = 2048, 6
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--scratch", required=True, help="folder on the disk to measure")
     parser.add_argument("--out", required=True)
     parser.add_argument("--t0", type=float, default=0.0)
