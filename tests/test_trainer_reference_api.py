@@ -96,11 +96,14 @@ def _dummy_args(obj: Any) -> list[Any]:
     ]
 
 
-# The FSDP engine helpers run (tests/backends/test_fsdp_api.py); the checkpoint ones are still faces.
+# The FSDP engine helpers run (tests/backends/test_fsdp_api.py) and so do the checkpoint ones
+# (tests/checkpointing/test_fsdp.py): neither refuses any more.
 FSDP_RUNS = {
     "disable_fsdp_ram_efficient_loading", "enable_fsdp_ram_efficient_loading", "ensure_weights_retied",
     "fsdp2_apply_ac", "fsdp2_canonicalize_names", "fsdp2_prepare_auto_wrap_policy", "fsdp2_prepare_model",
     "fsdp2_switch_optimizer_parameters", "get_fsdp2_grad_scaler", "get_parameters_from_modules",
+    "save_fsdp_model", "load_fsdp_model", "save_fsdp_optimizer", "load_fsdp_optimizer",
+    "merge_fsdp_weights", "fsdp2_load_full_state_dict",
 }  # fmt: skip
 FACES = [
     e for e in ENTRIES

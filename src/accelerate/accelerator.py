@@ -440,6 +440,7 @@ class Accelerator(AcceleratorFacts):
             load_hooks=list(self._load_model_state_pre_hook.values()),
             unwrap=self.unwrap_model,
             in_accumulation_window=self.gradient_state.num_steps > 1 and not self.gradient_state.sync_gradients,
+            fsdp_state_dict_type=getattr(getattr(self.state, "fsdp_plugin", None), "state_dict_type", None),
         )
 
     def save_state(

@@ -34,8 +34,11 @@ class Strategy:
         """Points an optimizer at what ``setup_module`` made of its parameters (FSDP: the shards)."""
 
     def model_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
-        """The model's full state dict (FSDP: gathered from the shards, on the main process)."""
-        return model.state_dict()
+        """The model's full state dict; a sharded (DTensor) model is gathered onto the main process
+        (the others get ``{}``) whichever strategy prepared it. A collective in that case."""
+        from accelerate.checkpointing.fsdp import full_state_dict  # the one gathering implementation
+
+        return full_state_dict(model)
 
     def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[Any]:
         """Context in which backward accumulates locally without communicating."""

@@ -174,15 +174,6 @@ class FSDPStrategy(Strategy):
     def unwrap(self, model: nn.Module) -> nn.Module:
         return model  # fully_shard works in place: the module is the user's own
 
-    def model_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
-        """The full (unsharded) state dict on CPU, on the main process only (others get ``{}``)."""
-        if not isinstance(model, FSDPModule):
-            return super().model_state_dict(model)
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        return dict(get_model_state_dict(model, options=options))  # type: ignore[arg-type]
-
     # ------------------------------------------------------------------ gradients
     @contextlib.contextmanager
     def no_sync(self, model: nn.Module) -> Iterator[None]:

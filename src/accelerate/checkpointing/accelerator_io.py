@@ -58,6 +58,7 @@ def get_state_dict(
 ) -> dict[str, torch.Tensor]:
     if unwrap:
         model = accelerator.unwrap_model(model, keep_fp32_wrapper=True, keep_torch_compile=False)
+    # FSDP2: gathered onto the main process (the others get an empty dict); DeepSpeed ZeRO-3 likewise.
     return accelerator.strategy.model_state_dict(model)
 
 
@@ -149,6 +150,8 @@ class TrainingObjects:
     unwrap: Callable[..., torch.nn.Module]
     # True between the micro-steps of an accumulation window: gradients are held, not yet applied.
     in_accumulation_window: bool = False
+    # The FSDP plugin's state_dict_type (enum or name; None: sharded), for sharded models only.
+    fsdp_state_dict_type: Any = None
 
     def stateful(self) -> dict[str, Any]:
         """The keyword arguments save_training_state and load_training_state share."""
@@ -196,6 +199,10 @@ def save_state(
     ]
     for hook in objects.save_hooks:
         hook(models, weights, str(target))
+    from accelerate.checkpointing.fsdp_state import plan_sharded
+
+    unwrapped = [objects.unwrap(m, keep_torch_compile=False) for m in models]
+    sharded = plan_sharded(unwrapped, objects.optimizers, objects.fsdp_state_dict_type)
     pending = None
     if objects.in_accumulation_window:
         pending = [
@@ -213,6 +220,7 @@ def save_state(
         pending_gradients=pending,
         safe_serialization=safe_serialization,
         save_on_each_node=config.save_on_each_node,
+        sharded=sharded,
         **objects.stateful(),
     )
     state = objects.state

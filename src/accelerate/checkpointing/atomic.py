@@ -295,6 +295,8 @@ def finish_pending_commit(target: Path) -> bool:
         old = None
     for name in new.files:
         if (staging / name).is_file():
+            # Names may have folders (a sharded model's pytorch_model_fsdp_0/__0_0.distcp).
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
             os.replace(staging / name, target / name)
     fsync_dir(target)
     # The manifest goes last: from here on the folder is complete without the staging folder.

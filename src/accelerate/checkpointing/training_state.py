@@ -32,7 +32,7 @@ import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
@@ -54,6 +54,9 @@ from accelerate.checkpointing.rng import (
     rng_file_name,
 )
 from accelerate.utils.agreement import agree_on_failure
+
+if TYPE_CHECKING:
+    from accelerate.checkpointing.fsdp_state import ShardedParts
 
 logger = logging.getLogger(__name__)
 
@@ -110,17 +113,25 @@ def _write_shared(
     custom_objects: Sequence[Any],
     safe_serialization: bool,
     sync: SyncGroup,
+    sharded: ShardedParts | None = None,
 ) -> dict[str, FileRecord]:
     records: dict[str, FileRecord] = {}
+    # Sharded models and their optimizers are written by every process (see fsdp_state.py).
+    skip_models = set(sharded.models) if sharded is not None else set()
+    skip_optimizers = set(sharded.optimizers) if sharded is not None else set()
 
     def put(name: str, obj: Any) -> None:
         records[name] = save_torch(obj, ckpt.path(name), sync=sync)
 
     for i, state_dict in enumerate(models_state_dicts):
+        if i in skip_models:
+            continue
         name = model_names(i)[0 if safe_serialization else 1]
         prepared = prepare_state_dict(state_dict, safetensors=safe_serialization)
         records[name] = write_weights_file(ckpt.path(name), prepared, sync=sync)
     for i, optimizer in enumerate(optimizers):
+        if i in skip_optimizers:
+            continue
         put(indexed_name(OPTIMIZER_NAME, i, "bin"), optimizer.state_dict())
     for i, scheduler in enumerate(schedulers):
         put(indexed_name(SCHEDULER_NAME, i, "bin"), scheduler.state_dict())
@@ -213,7 +224,16 @@ def _write(
     records: dict[str, FileRecord] = {}
     error: BaseException | None = None
     sync = SyncGroup()  # each file is flushed while the next is serialised
+    sharded: ShardedParts | None = shared.get("sharded")
     try:
+        if sharded is not None:
+            if node != 0:
+                raise CheckpointError(
+                    "save_state of a sharded (FSDP) model with save_on_each_node=True on several nodes: "
+                    "torch.distributed.checkpoint writes one checkpoint across all nodes, so it needs a "
+                    "shared filesystem; set ProjectConfiguration(save_on_each_node=False)."
+                )
+            records.update(sharded.write(ckpt.staging, is_main_process=state.is_main_process, sync=sync))
         if writer:
             records.update(_write_shared(ckpt, sync=sync, **shared))
         rng_name = rng_file_name(state.process_index)
@@ -278,6 +298,7 @@ def save_training_state(
     safe_serialization: bool = True,
     save_on_each_node: bool = False,
     pending_gradients: Sequence[dict[str, torch.Tensor]] | None = None,
+    sharded: ShardedParts | None = None,
 ) -> Path:
     """Writes a complete, crash-safe checkpoint to ``output_dir``; call it on every process.
 
@@ -298,6 +319,8 @@ def save_training_state(
         pending_gradients: this process's accumulated gradients of an unfinished accumulation
             window, one ``{parameter name: gradient}`` per model (None when there is none); restored
             by ``load_training_state`` so a run saved mid-window resumes exactly.
+        sharded: the FSDP-sharded models and their optimizers (``fsdp_state.plan_sharded``),
+            written by every process instead of from ``models_state_dicts`` / ``optimizers``.
 
     Returns:
         The committed folder. When this returns on any rank, the checkpoint is committed everywhere.
@@ -320,6 +343,7 @@ def save_training_state(
         "scaler": scaler,
         "custom_objects": custom_objects,
         "safe_serialization": safe_serialization,
+        "sharded": sharded,
     }
     gathered = _write(
         ckpt,
@@ -330,7 +354,7 @@ def save_training_state(
         shared=shared,
         pending_gradients=pending_gradients,
     )
-    extra = {
+    extra: dict[str, Any] = {
         "num_models": len(models_state_dicts),
         "num_optimizers": len(optimizers),
         "num_schedulers": len(schedulers),
@@ -339,5 +363,7 @@ def save_training_state(
         "has_scaler": scaler is not None,
         "safe_serialization": safe_serialization,
     }
+    if sharded is not None:
+        extra["fsdp"] = sharded.describe()
     _commit(ckpt, gathered, writer=writer, node=node, step=step, world_size=state.num_processes, extra=extra)
     return ckpt.target

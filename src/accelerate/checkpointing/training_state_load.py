@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from accelerate.checkpointing import fsdp_state
 from accelerate.checkpointing.atomic import (
     MANIFEST_NAME,
     FileRecord,
@@ -27,6 +28,7 @@ from accelerate.checkpointing.atomic import (
     read_manifest,
 )
 from accelerate.checkpointing.errors import CheckpointError
+from accelerate.checkpointing.fsdp import is_sharded_model, load_full_state_dict
 from accelerate.checkpointing.model_files import (
     _torch_load,
     load_state_dict_file,
@@ -137,8 +139,13 @@ class _Reader:
         return load_verified(path, record, _torch_load)
 
 
-def _load_models(reader: _Reader, models: Sequence[nn.Module], strict: bool) -> None:
+def _load_models(reader: _Reader, models: Sequence[nn.Module], strict: bool, state: ProcessInfo) -> None:
     for i, model in enumerate(models):
+        # The FSDP layouts (sharded folders or gathered files) load into sharded and plain models alike.
+        if fsdp_state.load_model(
+            reader, i, model, strict=strict, rank=state.process_index, world_size=state.num_processes
+        ):
+            continue
         names = [n for n in model_names(i) if reader.has(n)]
         if not names:
             raise CheckpointError(
@@ -147,6 +154,9 @@ def _load_models(reader: _Reader, models: Sequence[nn.Module], strict: bool) -> 
             )
         state_dict = load_state_dict_file(reader.path(names[0]), reader.record(names[0]))
         fill_tied_keys(model, state_dict)
+        if is_sharded_model(model):  # saved unsharded, loaded sharded
+            load_full_state_dict(model, state_dict, strict=strict)
+            continue
         try:
             model.load_state_dict(state_dict, strict=strict)
         except RuntimeError as exc:
@@ -236,12 +246,19 @@ def load_training_state(
     # release the GIL, so on a machine with a spare core the two overlap.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="accelerate-load") as pool:
         pending = [
-            pool.submit(reader.torch_file, indexed_name(OPTIMIZER_NAME, i, "bin"), f"optimizer {i}")
+            None
+            if fsdp_state.has_optimizer_folder(reader, i)
+            else pool.submit(reader.torch_file, indexed_name(OPTIMIZER_NAME, i, "bin"), f"optimizer {i}")
             for i in range(len(optimizers))
         ]
-        _load_models(reader, models, strict)
-        for optimizer, state_future in zip(optimizers, pending, strict=True):
-            optimizer.load_state_dict(state_future.result())
+        _load_models(reader, models, strict, state)
+        for i, (optimizer, state_future) in enumerate(zip(optimizers, pending, strict=True)):
+            if state_future is None:
+                fsdp_state.load_optimizer(
+                    reader, i, optimizer, models, rank=state.process_index, world_size=state.num_processes
+                )
+            elif not fsdp_state.load_full_optimizer(optimizer, models, state_future.result()):
+                optimizer.load_state_dict(state_future.result())
     for i, scheduler in enumerate(schedulers):
         name = indexed_name(SCHEDULER_NAME, i, "bin")
         scheduler.load_state_dict(reader.torch_file(name, f"scheduler {i}"))

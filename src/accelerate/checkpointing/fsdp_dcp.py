@@ -1,0 +1,166 @@
+"""torch.distributed.checkpoint (DCP) folders inside our checksummed, manifest-committed checkpoints.
+
+DCP writes one ``__{rank}_{n}.distcp`` file per process and a ``.metadata`` file from the
+coordinator. Its writer is given a file system whose streams are :class:`ChecksumSink` s, so each
+file is checksummed while DCP writes it (no second read) and each process returns the records of
+the files it wrote for the manifest. DCP itself fsyncs every file.
+
+Loading goes through DCP's own planner, which reshards: a folder written by N processes loads into
+a model sharded over M processes, or into a plain model (every process reads whole tensors).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Generator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from accelerate.checkpointing.atomic import ChecksumSink, FileRecord, verify_file
+from accelerate.checkpointing.errors import CheckpointError
+from accelerate.checkpointing.fsdp import check_shapes, global_shapes, raw_optimizer
+
+METADATA_NAME = ".metadata"
+MODEL_KEY = "model"
+OPTIMIZER_KEY = "optimizer"
+
+
+class _DcpSink(ChecksumSink):
+    """A ChecksumSink with what DCP's writer also asks of its streams (``tell``, ``fileno``)."""
+
+    def tell(self) -> int:
+        return self.size
+
+    def fileno(self) -> int:
+        return self._fd
+
+
+def _writer_class() -> type:
+    """A FileSystemWriter whose streams checksum what they write (built lazily: DCP is heavy)."""
+    from torch.distributed.checkpoint import FileSystemWriter
+    from torch.distributed.checkpoint.filesystem import FileSystem
+
+    class RecordingFileSystem(FileSystem):
+        def __init__(self) -> None:
+            self.records: dict[Path, FileRecord] = {}
+
+        @contextmanager
+        def create_stream(self, path: str | os.PathLike[str], mode: str) -> Generator[Any, None, None]:
+            if mode != "wb":
+                with super().create_stream(path, mode) as stream:
+                    yield stream
+                return
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            sink = _DcpSink(fd)
+            try:
+                yield sink
+            finally:
+                os.close(fd)
+            self.records[Path(path)] = sink.record()
+
+        def rename(self, path: str | os.PathLike[str], new_path: str | os.PathLike[str]) -> None:
+            super().rename(path, new_path)  # the metadata file: written under .tmp, renamed whole
+            record = self.records.pop(Path(path), None)
+            if record is not None:
+                self.records[Path(new_path)] = record
+
+    class RecordingWriter(FileSystemWriter):
+        def __init__(self, path: Path) -> None:
+            super().__init__(path)
+            self.fs = RecordingFileSystem()
+            self.path = self.fs.init_path(path)
+
+    return RecordingWriter
+
+
+def save_dcp(state: dict[str, Any], folder: Path, *, root: Path) -> dict[str, FileRecord]:
+    """``dcp.save(state)`` into ``folder`` (a collective); returns this process's files' records.
+
+    The records are named relative to ``root`` (the checkpoint folder), e.g.
+    ``pytorch_model_fsdp_0/__1_0.distcp``.
+    """
+    import torch.distributed.checkpoint as dcp
+
+    writer = _writer_class()(folder)
+    dcp.save(state, storage_writer=writer)
+    return {path.relative_to(root).as_posix(): rec for path, rec in writer.fs.records.items()}
+
+
+def verify_folder(
+    records: Mapping[str, FileRecord], folder_name: str, folder: Path, *, rank: int, world_size: int
+) -> None:
+    """Checks this process's share of a DCP folder's files against the manifest (sizes, checksums)."""
+    names = sorted(name for name in records if name.startswith(f"{folder_name}/"))
+    if f"{folder_name}/{METADATA_NAME}" not in names:
+        raise CheckpointError(f"{folder} has no {METADATA_NAME} listed in the manifest")
+    for name in names[rank::world_size]:
+        verify_file(folder / name.split("/", 1)[1], records[name])
+
+
+def _saved_shapes(folder: Path, key: str) -> tuple[Any, dict[str, torch.Size]]:
+    from torch.distributed.checkpoint import FileSystemReader
+
+    if not (folder / METADATA_NAME).is_file():
+        raise CheckpointError(f"{folder} is not a torch.distributed.checkpoint folder (no {METADATA_NAME})")
+    reader = FileSystemReader(folder)
+    metadata = reader.read_metadata()
+    prefix = f"{key}."
+    shapes = {
+        name[len(prefix) :]: entry.size
+        for name, entry in metadata.state_dict_metadata.items()
+        if name.startswith(prefix) and hasattr(entry, "size")
+    }
+    return reader, shapes
+
+
+def load_model_dcp(model: nn.Module, folder: Path, *, strict: bool = True) -> None:
+    """Loads a DCP model folder (``{"model": state}``) into ``model``, sharded or not; a collective."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_model_state_dict,
+        set_model_state_dict,
+    )
+
+    reader, saved = _saved_shapes(folder, MODEL_KEY)
+    state = get_model_state_dict(model)
+    check_shapes(global_shapes(state.items()), saved, source=f"Checkpoint {folder}", strict=strict)
+    if not strict:
+        state = {name: value for name, value in state.items() if name in saved}
+    dcp.load({MODEL_KEY: state}, storage_reader=reader)
+    set_model_state_dict(model, state, options=StateDictOptions(strict=strict))
+
+
+def load_optimizer_dcp(model: nn.Module, optimizer: Any, folder: Path) -> None:
+    """Loads a DCP optimizer folder (``{"optimizer": state}``) into the optimizer of ``model``."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
+
+    inner = raw_optimizer(optimizer)
+    reader, _ = _saved_shapes(folder, OPTIMIZER_KEY)
+    # Creates the optimizer's state (a step with zero learning rate) so DCP has tensors to fill.
+    state = get_optimizer_state_dict(model, inner)
+    try:
+        dcp.load({OPTIMIZER_KEY: state}, storage_reader=reader)
+    except Exception as exc:  # DCP's CheckpointException lists every rank's failure
+        raise CheckpointError(
+            f"Loading the optimizer state in {folder}: {exc}. Was it saved for this model and optimizer?"
+        ) from exc
+    set_optimizer_state_dict(model, inner, state)
+
+
+def read_full_dcp(folder: Path) -> dict[str, Any]:
+    """A DCP folder as one plain state dict, in this process alone (no process group needed)."""
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+
+    state: dict[str, Any] = {}
+    # The empty planner builds the state dict from the folder's metadata (DCP's own format_utils do
+    # the same); no_dist reads every shard in this process.
+    _load_state_dict(state, storage_reader=FileSystemReader(folder), planner=_EmptyStateDictLoadPlanner(), no_dist=True)  # fmt: skip
+    return state

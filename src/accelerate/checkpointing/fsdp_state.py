@@ -1,0 +1,219 @@
+"""The sharded models and their optimizers in ``save_state`` / ``load_state``.
+
+Saving (every process takes part; the folder stays atomic because everything lands in the staging
+folder and the manifest, listing every process's files, is still written last):
+
+* ``SHARDED_STATE_DICT`` (the default): ``pytorch_model_fsdp_{i}/`` and ``optimizer_{i}/`` are DCP
+  folders, one file per process plus ``.metadata``; no process ever holds the whole model.
+* ``FULL_STATE_DICT``: the state is gathered onto process 0, which writes ``pytorch_model_fsdp.bin``
+  (``_{i}`` from the second model on) and ``optimizer.bin`` keyed by parameter names.
+
+Loading takes whichever of these (or the plain ``model.safetensors`` / ``optimizer.bin`` of an
+unsharded run) the folder holds, into a model that is sharded over any number of processes or not
+sharded at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from accelerate.checkpointing.atomic import FileRecord, SyncGroup, save_torch
+from accelerate.checkpointing.errors import CheckpointError
+from accelerate.checkpointing.fsdp import (
+    SHARDED_STATE_DICT,
+    full_optimizer_state_dict,
+    full_state_dict,
+    is_sharded_model,
+    load_full_optimizer_state_dict,
+    load_full_state_dict,
+    model_file_name,
+    model_folder_name,
+    normalize_state_dict_type,
+    optimizer_file_name,
+    optimizer_folder_name,
+    optimizer_owner,
+    raw_optimizer,
+)
+from accelerate.checkpointing.fsdp_dcp import (
+    METADATA_NAME,
+    MODEL_KEY,
+    OPTIMIZER_KEY,
+    load_model_dcp,
+    load_optimizer_dcp,
+    save_dcp,
+    verify_folder,
+)
+from accelerate.utils.agreement import agree_on_failure
+
+
+@dataclass
+class ShardedParts:
+    """Which prepared models are sharded, which optimizers step them, and how to save them."""
+
+    models: dict[int, nn.Module]
+    optimizers: dict[int, tuple[Any, nn.Module]] = field(default_factory=dict)
+    kind: str = SHARDED_STATE_DICT
+
+    def write(self, staging: Path, *, is_main_process: bool, sync: SyncGroup) -> dict[str, FileRecord]:
+        """Writes this process's part into ``staging``; a collective (call it on every process).
+
+        Every part's collectives run on every process even after a failure (a process that stopped
+        early would leave the others waiting in the next gather); the first error is raised at the end.
+        """
+        records: dict[str, FileRecord] = {}
+        errors: list[BaseException] = []
+        options = {"kind": self.kind, "is_main_process": is_main_process, "sync": sync}
+
+        def attempt(save: Any, *args: Any) -> None:
+            try:
+                records.update(save(*args, staging, **options))
+            except Exception as exc:  # raised below, after the other parts' collectives
+                errors.append(exc)
+
+        for index, model in self.models.items():
+            attempt(save_model_part, model, index)
+        for index, (optimizer, model) in self.optimizers.items():
+            attempt(save_optimizer_part, optimizer, model, index)
+        if errors:
+            raise errors[0]
+        return records
+
+    def describe(self) -> dict[str, Any]:
+        """What the manifest records about the sharded parts."""
+        return {
+            "state_dict_type": self.kind,
+            "models": sorted(self.models),
+            "optimizers": sorted(self.optimizers),
+        }
+
+
+def save_model_part(
+    model: nn.Module,
+    index: int,
+    directory: Path,
+    *,
+    kind: str,
+    is_main_process: bool,
+    sync: SyncGroup | None = None,
+    checksum: bool = True,
+) -> dict[str, FileRecord]:
+    """Model ``index``: a DCP folder (every process writes its shard) or process 0's full file.
+
+    Returns the records of the files this process wrote, named relative to ``directory``.
+    """
+    if kind == SHARDED_STATE_DICT:
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+        state = {MODEL_KEY: get_model_state_dict(model)}
+        return save_dcp(state, directory / model_folder_name(index), root=directory)
+    full = full_state_dict(model)  # a collective: before the main-process-only write
+    if not is_main_process:
+        return {}
+    name = model_file_name(index)
+    return {name: save_torch(full, directory / name, sync=sync, checksum=checksum)}
+
+
+def save_optimizer_part(
+    optimizer: Any,
+    model: nn.Module,
+    index: int,
+    directory: Path,
+    *,
+    kind: str,
+    is_main_process: bool,
+    sync: SyncGroup | None = None,
+    checksum: bool = True,
+) -> dict[str, FileRecord]:
+    """Optimizer ``index`` of a sharded ``model``, like :func:`save_model_part`."""
+    if kind == SHARDED_STATE_DICT:
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+        state = {OPTIMIZER_KEY: get_optimizer_state_dict(model, raw_optimizer(optimizer))}
+        return save_dcp(state, directory / optimizer_folder_name(index), root=directory)
+    full = full_optimizer_state_dict(model, optimizer)
+    if not is_main_process:
+        return {}
+    name = optimizer_file_name(index)
+    return {name: save_torch(full, directory / name, sync=sync, checksum=checksum)}
+
+
+def plan_sharded(models: Sequence[nn.Module], optimizers: Sequence[Any], kind: Any) -> ShardedParts | None:
+    """The sharded models among ``models`` (unwrapped) and the optimizers stepping them; None if none."""
+    sharded = {i: m for i, m in enumerate(models) if is_sharded_model(m)}
+    if not sharded:
+        return None
+    owned: dict[int, tuple[Any, nn.Module]] = {}
+    for index, optimizer in enumerate(optimizers):
+        owner = optimizer_owner(optimizer, models)
+        if owner in sharded:
+            owned[index] = (optimizer, sharded[owner])
+    return ShardedParts(sharded, owned, normalize_state_dict_type(kind))
+
+
+# --- loading ----------------------------------------------------------------------------------------
+def _dcp_folder(reader: Any, name: str, *, rank: int, world_size: int) -> Path | None:
+    """The DCP folder ``name`` when the checkpoint has it (verified, this process's share), else None."""
+    if not reader.has(f"{name}/{METADATA_NAME}"):
+        return None
+    folder = reader.path(f"{name}/{METADATA_NAME}").parent
+    if reader.manifest is None:
+        return folder  # upstream's folders: loaded unverified (the reader warned)
+    error: BaseException | None = None
+    try:
+        verify_folder(reader.manifest.files, name, folder, rank=rank, world_size=world_size)
+    except CheckpointError as exc:
+        error = exc
+    # Each process checked its share; all must learn of a damaged file before DCP's collectives.
+    agree_on_failure(error, what=f"Loading {folder}", error_type=CheckpointError)
+    return folder
+
+
+def load_model(
+    reader: Any, index: int, model: nn.Module, *, strict: bool, rank: int, world_size: int
+) -> bool:
+    """Loads model ``index`` from an FSDP layout; False when the checkpoint has the plain layout."""
+    folder = _dcp_folder(reader, model_folder_name(index), rank=rank, world_size=world_size)
+    if folder is not None:
+        load_model_dcp(model, folder, strict=strict)
+        return True
+    name = model_file_name(index)
+    if reader.has(name):
+        load_full_state_dict(model, reader.torch_file(name, f"model {index}"), strict=strict)
+        return True
+    return False
+
+
+def has_optimizer_folder(reader: Any, index: int) -> bool:
+    return bool(reader.has(f"{optimizer_folder_name(index)}/{METADATA_NAME}"))
+
+
+def load_optimizer(
+    reader: Any, index: int, optimizer: Any, models: Sequence[nn.Module], *, rank: int, world_size: int
+) -> None:
+    """Loads optimizer ``index`` from its DCP folder into the model it steps."""
+    folder = _dcp_folder(reader, optimizer_folder_name(index), rank=rank, world_size=world_size)
+    owner = optimizer_owner(optimizer, models)
+    if folder is None or owner is None:
+        raise CheckpointError(
+            f"Checkpoint {reader.directory}: optimizer {index} was saved sharded, but it steps none of the "
+            "prepared models; prepare the model it was built for."
+        )
+    load_optimizer_dcp(models[owner], optimizer, folder)
+
+
+def load_full_optimizer(optimizer: Any, models: Sequence[nn.Module], state: Mapping[str, Any]) -> bool:
+    """Loads a full optimizer state into an optimizer of a sharded model; False for plain ones.
+
+    A state keyed by parameter names (FULL_STATE_DICT) also loads into a plain model's optimizer.
+    """
+    owner = optimizer_owner(optimizer, models)
+    named = any(isinstance(key, str) for key in state.get("state", {}))
+    if owner is None or not (named or is_sharded_model(models[owner])):
+        return False
+    load_full_optimizer_state_dict(models[owner], optimizer, state)
+    return True
