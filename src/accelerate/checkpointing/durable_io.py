@@ -49,6 +49,11 @@ def _helper() -> ThreadPoolExecutor:
         return _EXECUTOR
 
 
+def ensure_helper() -> None:
+    """Starts the helper threads now (so their shutdown is registered before a later user's)."""
+    _helper()
+
+
 def shutdown_helper() -> None:
     """Finishes the queued work and joins the helper threads; the next use starts new ones.
 
