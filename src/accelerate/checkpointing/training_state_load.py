@@ -7,6 +7,7 @@ own traces (then its manifest was lost). Models load while the optimizer files a
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Sequence
@@ -129,12 +130,43 @@ class _Reader:
             raise CheckpointError(f"Checkpoint {self.directory} has no {name} for {what}")
         return self.path(name)
 
-    def torch_file(self, name: str, what: str) -> Any:
+    def torch_file(self, name: str, what: str, *, mapped: bool = False) -> Any:
+        """The file's ``torch.load``, verified; ``mapped``: its tensors view the file's pages."""
         path = self.require(name, what)
         record = self.record(name)
         if record is None and not path.is_file():
             raise CheckpointError(f"Checkpoint file {path} is missing")
-        return load_verified(path, record, _torch_load)
+        return load_verified(path, record, functools.partial(_torch_load, mmap=mapped))
+
+
+def _load_optimizer(optimizer: Any, loaded: Any) -> None:
+    """``optimizer.load_state_dict(loaded)`` where ``loaded``'s tensors view the file's pages.
+
+    Each saved tensor is copied into the tensor the optimizer already holds for it, when it has one
+    of the same shape and dtype (a resumed run's optimizer has stepped before): memory that is
+    already mapped takes the copy at memory speed, where ``torch.load`` would fault in fresh pages
+    for all of it, which costs more than reading the file. Any other tensor gets its own copy, so
+    nothing stays tied to the checkpoint file.
+    """
+    live_state = optimizer.state_dict().get("state", {}) if isinstance(loaded, dict) else {}
+    saved_state = loaded.get("state", {}) if isinstance(loaded, dict) else {}
+    with torch.no_grad():
+        for index, entry in saved_state.items():
+            live = live_state.get(index)
+            for key, value in list(entry.items()):
+                if not isinstance(value, torch.Tensor):
+                    continue
+                target = live.get(key) if isinstance(live, dict) else None
+                if (
+                    isinstance(target, torch.Tensor)
+                    and target.shape == value.shape
+                    and target.dtype == value.dtype
+                    and target.layout == value.layout == torch.strided
+                ):
+                    entry[key] = target.copy_(value)
+                else:
+                    entry[key] = value.clone()
+    optimizer.load_state_dict(loaded)
 
 
 def _load_models(reader: _Reader, models: Sequence[nn.Module], strict: bool) -> None:
@@ -232,16 +264,18 @@ def load_training_state(
     """
     directory = _open_folder(input_dir)
     reader = _Reader(directory)
-    # Optimizer files (usually the largest) are read on a thread while the models load: both reads
-    # release the GIL, so on a machine with a spare core the two overlap.
+    # Optimizer files (usually the largest) are read, verified and copied in on a thread while the
+    # models load: every step releases the GIL, so on a machine with a spare core the two overlap.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="accelerate-load") as pool:
-        pending = [
-            pool.submit(reader.torch_file, indexed_name(OPTIMIZER_NAME, i, "bin"), f"optimizer {i}")
-            for i in range(len(optimizers))
-        ]
+
+        def load_optimizer(index: int, optimizer: Any) -> None:
+            name = indexed_name(OPTIMIZER_NAME, index, "bin")
+            _load_optimizer(optimizer, reader.torch_file(name, f"optimizer {index}", mapped=True))
+
+        pending = [pool.submit(load_optimizer, i, optimizer) for i, optimizer in enumerate(optimizers)]
         _load_models(reader, models, strict)
-        for optimizer, state_future in zip(optimizers, pending, strict=True):
-            optimizer.load_state_dict(state_future.result())
+        for future in pending:
+            future.result()
     for i, scheduler in enumerate(schedulers):
         name = indexed_name(SCHEDULER_NAME, i, "bin")
         scheduler.load_state_dict(reader.torch_file(name, f"scheduler {i}"))
