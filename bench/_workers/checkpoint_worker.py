@@ -145,7 +145,9 @@ def main() -> None:
             raw_save()
             accel_save()
         times: dict[str, list[float]] = {"raw": [], "accel": []}
-        for i in range(args.repeats + 1):  # the first pair is a warm-up
+        # Loads are short: more pairs steady their median on a shared machine.
+        repeats = args.repeats * 3 if name == "load" else args.repeats
+        for i in range(repeats + 1):  # the first pair is a warm-up
             order = (("raw", raw), ("accel", accel)) if i % 2 == 0 else (("accel", accel), ("raw", raw))
             for side, fn in order:
                 start = time.perf_counter()

@@ -10,6 +10,7 @@ import errno
 import io
 import mmap
 import os
+import sys
 import threading
 import zlib
 from collections.abc import Callable
@@ -306,6 +307,21 @@ def _check_crc(path: Path, digest: str, record: FileRecord) -> None:
 _MAP_MIN = 1024 * 1024
 
 
+# Linux 5.14+: map every page of the file in one call instead of one fault per few pages.
+_MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22 if sys.platform.startswith("linux") else None)
+
+
+def _map(path: Path, size: int, access: int) -> mmap.mmap:
+    with open(path, "rb", buffering=0) as handle:
+        mapped = mmap.mmap(handle.fileno(), size, access=access)
+    if _MADV_POPULATE_READ is not None and hasattr(mapped, "madvise"):
+        try:
+            mapped.madvise(_MADV_POPULATE_READ)
+        except OSError:  # an older kernel: the pages fault in as they are read
+            pass
+    return mapped
+
+
 def _hash_mapped(path: Path, mapped: mmap.mmap, record: FileRecord) -> None:
     hasher = Hasher(record.algorithm)
     view = memoryview(mapped)
@@ -328,10 +344,7 @@ def read_verified(path: str | os.PathLike[str], record: FileRecord | None = None
     path = Path(path)
     size = _check_size(path, record)
     if size >= _MAP_MIN:
-        with open(path, "rb", buffering=0) as handle:
-            mapped = mmap.mmap(handle.fileno(), size, access=mmap.ACCESS_COPY)
-        if hasattr(mapped, "madvise"):
-            mapped.madvise(mmap.MADV_SEQUENTIAL if record is not None else mmap.MADV_NORMAL)
+        mapped = _map(path, size, mmap.ACCESS_COPY)
         if record is not None:
             _hash_mapped(path, mapped, record)
         return memoryview(mapped)
@@ -363,11 +376,8 @@ def verify_file(path: str | os.PathLike[str], record: FileRecord) -> None:
     path = Path(path)
     size = _check_size(path, record)
     if size >= _MAP_MIN:
-        with open(path, "rb", buffering=0) as handle:
-            mapped = mmap.mmap(handle.fileno(), size, access=mmap.ACCESS_READ)
+        mapped = _map(path, size, mmap.ACCESS_READ)
         try:
-            if hasattr(mapped, "madvise"):
-                mapped.madvise(mmap.MADV_SEQUENTIAL)
             _hash_mapped(path, mapped, record)
         finally:
             mapped.close()

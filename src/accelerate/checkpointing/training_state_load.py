@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -130,25 +130,41 @@ class _Reader:
             raise CheckpointError(f"Checkpoint {self.directory} has no {name} for {what}")
         return self.path(name)
 
-    def torch_file(self, name: str, what: str, *, mapped: bool = False) -> Any:
-        """The file's ``torch.load``, verified; ``mapped``: its tensors view the file's pages."""
+    def torch_file(self, name: str, what: str, apply: Callable[[Any], Any] | None = None) -> Any:
+        """The file's ``torch.load``, verified (while ``apply`` runs on it, if given; see below).
+
+        With ``apply`` the file is memory-mapped (its tensors view the page cache) and
+        ``apply(loaded)`` runs while the checksum is computed on another thread; its result is
+        returned once the file is verified. A damaged file still raises, but after ``apply`` has
+        used its contents: as with any failed ``load_state``, load an earlier checkpoint then.
+        """
         path = self.require(name, what)
         record = self.record(name)
         if record is None and not path.is_file():
             raise CheckpointError(f"Checkpoint file {path} is missing")
-        return load_verified(path, record, functools.partial(_torch_load, mmap=mapped))
+        if apply is None:
+            return load_verified(path, record, _torch_load)
+        return load_verified(path, record, lambda p: apply(_torch_load(p, mmap=True)))
 
 
-def _load_optimizer(optimizer: Any, loaded: Any) -> None:
-    """``optimizer.load_state_dict(loaded)`` where ``loaded``'s tensors view the file's pages.
+def _live_state(optimizer: Any) -> dict[int, Any]:
+    """The optimizer's current per-parameter state by ``state_dict()`` index, read without ``state_dict()``."""
+    state, groups = getattr(optimizer, "state", None), getattr(optimizer, "param_groups", None)
+    if not isinstance(state, Mapping) or not isinstance(groups, list):
+        return {}
+    params = [param for group in groups for param in group.get("params", ())]
+    return {index: state[param] for index, param in enumerate(params) if param in state}
+
+
+def _fill_optimizer_state(live_state: dict[int, Any], loaded: Any) -> Any:
+    """``loaded`` (whose tensors view the file's pages) with every tensor in memory of its own.
 
     Each saved tensor is copied into the tensor the optimizer already holds for it, when it has one
     of the same shape and dtype (a resumed run's optimizer has stepped before): memory that is
     already mapped takes the copy at memory speed, where ``torch.load`` would fault in fresh pages
     for all of it, which costs more than reading the file. Any other tensor gets its own copy, so
-    nothing stays tied to the checkpoint file.
+    nothing stays tied to the checkpoint file. ``load_state_dict`` then finds the same tensors.
     """
-    live_state = optimizer.state_dict().get("state", {}) if isinstance(loaded, dict) else {}
     saved_state = loaded.get("state", {}) if isinstance(loaded, dict) else {}
     with torch.no_grad():
         for index, entry in saved_state.items():
@@ -166,7 +182,7 @@ def _load_optimizer(optimizer: Any, loaded: Any) -> None:
                     entry[key] = target.copy_(value)
                 else:
                     entry[key] = value.clone()
-    optimizer.load_state_dict(loaded)
+    return loaded
 
 
 def _load_models(reader: _Reader, models: Sequence[nn.Module], strict: bool) -> None:
@@ -264,18 +280,22 @@ def load_training_state(
     """
     directory = _open_folder(input_dir)
     reader = _Reader(directory)
-    # Optimizer files (usually the largest) are read, verified and copied in on a thread while the
-    # models load: every step releases the GIL, so on a machine with a spare core the two overlap.
+    # Optimizer files (usually the largest) are read, verified and copied on a thread while the
+    # models load: both release the GIL, so on a machine with a spare core the two overlap. The
+    # thread only moves bytes; the optimizers themselves are touched here, on the caller's thread.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="accelerate-load") as pool:
-
-        def load_optimizer(index: int, optimizer: Any) -> None:
-            name = indexed_name(OPTIMIZER_NAME, index, "bin")
-            _load_optimizer(optimizer, reader.torch_file(name, f"optimizer {index}", mapped=True))
-
-        pending = [pool.submit(load_optimizer, i, optimizer) for i, optimizer in enumerate(optimizers)]
+        pending = [
+            pool.submit(
+                reader.torch_file,
+                indexed_name(OPTIMIZER_NAME, i, "bin"),
+                f"optimizer {i}",
+                functools.partial(_fill_optimizer_state, _live_state(optimizer)),
+            )
+            for i, optimizer in enumerate(optimizers)
+        ]
         _load_models(reader, models, strict)
-        for future in pending:
-            future.result()
+        for optimizer, state_future in zip(optimizers, pending, strict=True):
+            optimizer.load_state_dict(state_future.result())
     for i, scheduler in enumerate(schedulers):
         name = indexed_name(SCHEDULER_NAME, i, "bin")
         scheduler.load_state_dict(reader.torch_file(name, f"scheduler {i}"))
