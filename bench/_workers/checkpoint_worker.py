@@ -52,9 +52,8 @@ def main() -> None:
     torch.set_num_threads(1)
     from safetensors.torch import load_file, save_file
 
-    from accelerate.checkpointing.accelerator_io import wait_for_async_save
-
     from accelerate import Accelerator
+    from accelerate.checkpointing.accelerator_io import wait_for_async_save
 
     accelerator = Accelerator(cpu=True)
     model = torch.nn.Sequential(*[torch.nn.Linear(WIDTH, WIDTH) for _ in range(LAYERS)])
