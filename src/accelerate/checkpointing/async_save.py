@@ -94,6 +94,13 @@ class StoreExchange:
     def post(self, kind: str, value: Any) -> None:
         self.store.set(f"{self.base}/{kind}/{self.rank}", pickle.dumps(value))
 
+    def forget(self, kinds: Iterable[str], ranks: Iterable[int]) -> None:
+        """Deletes the keys of ``kinds`` posted by ``ranks`` (absent ones are skipped)."""
+        ranks = list(ranks)
+        for kind in kinds:
+            for r in ranks:
+                self.store.delete_key(f"{self.base}/{kind}/{r}")
+
     def collect(
         self, kind: str, ranks: Iterable[int], *, what: str, timeout_s: float | None = None
     ) -> dict[int, Any]:
@@ -195,6 +202,8 @@ class _Job:
                 exchange.collect("done", range(world), what=what, timeout_s=_LINGER_S)
             except CheckpointError as exc:
                 logger.warning("%s", exc)
+            else:  # everyone has read everything: the store need not keep this save's keys
+                exchange.forget(["files", "commit", "done"], range(world))
         if failed:
             raise self._failure("; ".join(failed.values()), error)
         self._after_commit()
