@@ -7,6 +7,7 @@ own traces (then its manifest was lost). Models load while the optimizer files a
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import logging
 import os
@@ -130,11 +131,11 @@ class _Reader:
             raise CheckpointError(f"Checkpoint {self.directory} has no {name} for {what}")
         return self.path(name)
 
-    def torch_file(self, name: str, what: str, apply: Callable[[Any], Any] | None = None) -> Any:
+    def torch_file(self, name: str, what: str, apply: Callable[[Path, Any], Any] | None = None) -> Any:
         """The file's ``torch.load``, verified (while ``apply`` runs on it, if given; see below).
 
         With ``apply`` the file is memory-mapped (its tensors view the page cache) and
-        ``apply(loaded)`` runs while the checksum is computed on another thread; its result is
+        ``apply(path, loaded)`` runs while the checksum is computed on another thread; its result is
         returned once the file is verified. A damaged file still raises, but after ``apply`` has
         used its contents: as with any failed ``load_state``, load an earlier checkpoint then.
         """
@@ -144,7 +145,7 @@ class _Reader:
             raise CheckpointError(f"Checkpoint file {path} is missing")
         if apply is None:
             return load_verified(path, record, _torch_load)
-        return load_verified(path, record, lambda p: apply(_torch_load(p, mmap=True)))
+        return load_verified(path, record, lambda p: apply(p, _torch_load(p, mmap=True)))
 
 
 def _live_state(optimizer: Any) -> dict[int, Any]:
@@ -156,7 +157,52 @@ def _live_state(optimizer: Any) -> dict[int, Any]:
     return {index: state[param] for index, param in enumerate(params) if param in state}
 
 
-def _fill_optimizer_state(live_state: dict[int, Any], loaded: Any) -> Any:
+class _FileRanges:
+    """Where each tensor of a ``torch.load(mmap=True)`` result lies in its file, to read it directly.
+
+    With ``mmap=True`` torch maps the whole file once and every storage views its record there, so a
+    storage's address minus the mapping's start is its record's offset in the file. Reading those
+    bytes with ``pread`` into a tensor the optimizer already holds skips the page faults of touching
+    the mapping. Anything that does not line up is copied from the mapping instead.
+    """
+
+    def __init__(self, path: Path, tensors: list[torch.Tensor]) -> None:
+        self.base: int | None = None
+        self.size = path.stat().st_size
+        try:
+            reader: Any = torch._C.PyTorchFileReader(str(path))
+            offsets = [reader.get_record_offset(r) for r in reader.get_all_records() if r.startswith("data/")]
+        except (RuntimeError, AttributeError):
+            return
+        pointers = [t.untyped_storage().data_ptr() for t in tensors if t.numel()]
+        if offsets and pointers:
+            self.base = min(pointers) - min(offsets)
+
+    def read_into(self, handle: Any, target: torch.Tensor, value: torch.Tensor) -> bool:
+        """Reads ``value``'s bytes from the file into ``target``; False when it cannot."""
+        nbytes = int(value.numel()) * value.element_size()
+        if (
+            self.base is None
+            or target.device.type != "cpu"
+            or not (target.is_contiguous() and value.is_contiguous())
+            or nbytes == 0
+        ):
+            return False
+        start = int(value.storage_offset()) * value.element_size()
+        offset = value.untyped_storage().data_ptr() - self.base + start
+        if offset < 0 or offset + nbytes > self.size:
+            return False
+        view = memoryview((ctypes.c_char * nbytes).from_address(target.data_ptr())).cast("B")
+        done = 0
+        while done < nbytes:
+            got = os.preadv(handle.fileno(), [view[done:]], offset + done)
+            if got <= 0:
+                return False
+            done += got
+        return True
+
+
+def _fill_optimizer_state(live_state: dict[int, Any], path: Path, loaded: Any) -> Any:
     """``loaded`` (whose tensors view the file's pages) with every tensor in memory of its own.
 
     Each saved tensor is copied into the tensor the optimizer already holds for it, when it has one
@@ -166,7 +212,9 @@ def _fill_optimizer_state(live_state: dict[int, Any], loaded: Any) -> Any:
     nothing stays tied to the checkpoint file. ``load_state_dict`` then finds the same tensors.
     """
     saved_state = loaded.get("state", {}) if isinstance(loaded, dict) else {}
-    with torch.no_grad():
+    tensors = [v for entry in saved_state.values() for v in entry.values() if isinstance(v, torch.Tensor)]
+    ranges = _FileRanges(path, tensors)
+    with torch.no_grad(), open(path, "rb", buffering=0) as handle:
         for index, entry in saved_state.items():
             live = live_state.get(index)
             for key, value in list(entry.items()):
@@ -179,7 +227,9 @@ def _fill_optimizer_state(live_state: dict[int, Any], loaded: Any) -> Any:
                     and target.dtype == value.dtype
                     and target.layout == value.layout == torch.strided
                 ):
-                    entry[key] = target.copy_(value)
+                    if not ranges.read_into(handle, target, value):
+                        target.copy_(value)
+                    entry[key] = target
                 else:
                     entry[key] = value.clone()
     return loaded
