@@ -142,8 +142,15 @@ class _Job:
     def run(self) -> None:
         try:
             self._save()
-        except BaseException as exc:  # noqa: BLE001 - kept for the next call on the training thread
+        except CheckpointError as exc:  # already names the folder
             self.error = exc
+        except BaseException as exc:  # noqa: BLE001 - kept for the next call on the training thread
+            # The store or a rotation failed: still say which save it was.
+            error = CheckpointError(
+                f"The background save_state(async_save=True) to {self.ckpt.target} failed: {_describe(exc)}"
+            )
+            error.__cause__ = exc
+            self.error = error
         finally:
             # The snapshot is written: its memory serves the next one (the job holds no copy).
             self.shared, self.rng_state = {}, {}
