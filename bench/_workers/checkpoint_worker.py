@@ -1,10 +1,14 @@
 """The checkpoint benchmark's process: ~300 MB of model + AdamW state, saved and loaded both ways.
 
 Raw side: ``torch.save`` of the model's and the optimizer's state dicts (each file flushed and
-fsynced), ``torch.load`` + ``load_state_dict``, and ``safetensors.torch.save_file`` (fsynced).
-Accelerate side: ``save_state`` (atomic commit: staging folder, checksums, manifest, renames,
-fsyncs), ``load_state`` and ``save_model``. The operations alternate; DIR/rank0.json holds the wall
-seconds of each (disk I/O is the point here, so wall time, not CPU time).
+fsynced); ``safetensors.torch.load_file`` + ``torch.load`` of the very files ``save_state`` wrote,
+then ``load_state_dict``; and ``safetensors.torch.save_file`` (fsynced). Accelerate side:
+``save_state`` (atomic commit: staging folder, checksums, manifest, renames, fsyncs), ``load_state``
+(checksums verified) and ``save_model``. ``async``: the time ``save_state(async_save=True)`` blocks
+against a synchronous ``save_state``; after each, the background write is waited for (untimed) and
+the folder it committed is loaded and compared with the state at the call. The operations
+alternate; DIR/rank0.json holds the wall seconds of each (disk I/O is the point here, so wall time,
+not CPU time).
 """
 
 from __future__ import annotations
@@ -46,9 +50,10 @@ def main() -> None:
     parser.add_argument("--t0", type=float, default=0.0)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    from safetensors.torch import save_file
+    from safetensors.torch import load_file, save_file
 
     from accelerate import Accelerator
+    from accelerate.checkpointing.accelerator_io import wait_for_async_save
 
     accelerator = Accelerator(cpu=True)
     model = torch.nn.Sequential(*[torch.nn.Linear(WIDTH, WIDTH) for _ in range(LAYERS)])
@@ -87,9 +92,9 @@ def main() -> None:
         last["accel"] = d
 
     def raw_load() -> None:
-        d = last["raw"]
-        model.load_state_dict(torch.load(d / "model.pt", weights_only=True))
-        optimizer.load_state_dict(torch.load(d / "optimizer.pt", weights_only=True))
+        d = last["accel"]  # the same files load_state reads
+        model.load_state_dict(load_file(d / "model.safetensors"))
+        optimizer.load_state_dict(torch.load(d / "optimizer.bin", weights_only=True))
 
     def accel_load() -> None:
         accelerator.load_state(str(last["accel"]))
@@ -105,10 +110,32 @@ def main() -> None:
     def accel_save_model() -> None:
         accelerator.save_model(model, str(fresh()))
 
+    async_checks: list[bool] = []
+
+    def sync_save() -> None:
+        accel_save()
+
+    def async_save() -> None:
+        d = fresh()
+        expected = {k: v.clone() for k, v in model.state_dict().items()}
+        start = time.perf_counter()
+        accelerator.save_state(str(d), async_save=True)
+        blocked.append(time.perf_counter() - start)
+        with torch.no_grad():  # the loop goes on changing the state while the writer works
+            for param in model.parameters():
+                param.add_(1.0)
+        wait_for_async_save()
+        accelerator.load_state(str(d))
+        loaded = model.state_dict()
+        async_checks.append(all(torch.equal(loaded[k], expected[k]) for k in expected))
+
+    blocked: list[float] = []
+
     pairs: dict[str, tuple[Callable[[], None], Callable[[], None]]] = {
         "save": (raw_save, accel_save),
         "load": (raw_load, accel_load),
         "save_model": (raw_save_model, accel_save_model),
+        "async": (sync_save, async_save),
     }
     model_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
     result: dict[str, object] = {"bytes": nbytes, "model_bytes": model_bytes}
@@ -117,18 +144,23 @@ def main() -> None:
             raw_save()
             accel_save()
         times: dict[str, list[float]] = {"raw": [], "accel": []}
-        for i in range(args.repeats + 1):  # the first pair is a warm-up
+        # Loads are short: more pairs steady their median on a shared machine.
+        repeats = args.repeats * 3 if name == "load" else args.repeats
+        for i in range(repeats + 1):  # the first pair is a warm-up
             order = (("raw", raw), ("accel", accel)) if i % 2 == 0 else (("accel", accel), ("raw", raw))
             for side, fn in order:
                 start = time.perf_counter()
                 fn()
                 if i > 0:
                     times[side].append(time.perf_counter() - start)
+                    if name == "async" and side == "accel":
+                        times[side][-1] = blocked[-1]  # only the time the loop was blocked
             if name != "load":
                 for path in list(root.iterdir()):
                     if path not in last.values():
                         shutil.rmtree(path, ignore_errors=True)
         result[name] = times
+    result["async_loads_same"] = bool(async_checks) and all(async_checks)
     shutil.rmtree(root, ignore_errors=True)
     Path(args.out, "rank0.json").write_text(json.dumps(result))
 

@@ -392,6 +392,7 @@ class Accelerator(AcceleratorFacts):
 
     def end_training(self) -> None:
         """Finishes the trackers and tears the process group down."""
+        checkpoint_io.wait_for_async_save()  # a background save_state commits (or raises) first
         for tracker in self.trackers:
             tracker.finish()
         self.partial_state.destroy_process_group()
@@ -444,12 +445,24 @@ class Accelerator(AcceleratorFacts):
         )
 
     def save_state(
-        self, output_dir: str | None = None, safe_serialization: bool = True, **save_model_func_kwargs: Any
+        self,
+        output_dir: str | None = None,
+        safe_serialization: bool = True,
+        *,
+        async_save: bool = False,
+        **save_model_func_kwargs: Any,
     ) -> str:
+        """Saves every prepared object, RNG states and registered objects into one checkpoint folder.
+
+        With ``async_save=True`` it returns once the state is copied to host memory; a background
+        thread writes and commits the folder. The next ``save_state``, ``load_state``,
+        ``end_training`` or exit waits for it and raises its error, if any.
+        """
         saved = checkpoint_io.save_state(
             self._training_objects(),
             output_dir,
             safe_serialization=safe_serialization,
+            async_save=async_save,
             **save_model_func_kwargs,
         )
         if saved.next_iteration is not None:

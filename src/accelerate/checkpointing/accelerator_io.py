@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -174,14 +175,32 @@ class Outcome:
     next_iteration: int | None  # None without automatic checkpoint naming
 
 
+def wait_for_async_save() -> None:
+    """Waits for a background ``save_state(async_save=True)``; raises its error, naming the folder."""
+    if "accelerate.checkpointing.async_save" in sys.modules:  # none can be in flight otherwise
+        from accelerate.checkpointing.async_save import wait_for_async_save as wait
+
+        wait()
+
+
 def save_state(
-    objects: TrainingObjects, output_dir: str | None, *, safe_serialization: bool, **kwargs: Any
+    objects: TrainingObjects,
+    output_dir: str | None,
+    *,
+    safe_serialization: bool,
+    async_save: bool = False,
+    **kwargs: Any,
 ) -> Outcome:
-    """Writes every prepared object, the scaler, RNG states and registered objects, atomically."""
+    """Writes every prepared object, the scaler, RNG states and registered objects, atomically.
+
+    With ``async_save`` the state is copied to host memory and written by a background thread
+    (see async_save.py); the returned folder is committed later.
+    """
     from accelerate.checkpointing.project import checkpoint_dir, rotate_checkpoints
     from accelerate.checkpointing.training_state import save_training_state
 
     _no_extra("save_state", kwargs)
+    wait_for_async_save()  # one snapshot in flight at most; its error surfaces here
     config = objects.project
     project = _project_dir(config, output_dir, "save_state")
     if project is None:
@@ -213,29 +232,50 @@ def save_state(
             }
             for m in models
         ]
-    path = save_training_state(
-        target,
-        models_state_dicts=weights,
-        step=objects.step,
-        pending_gradients=pending,
-        safe_serialization=safe_serialization,
-        save_on_each_node=config.save_on_each_node,
-        sharded=sharded,
+    next_iteration = config.iteration + 1 if project is not None else None
+
+    def rotate(path: Path) -> None:
+        try:
+            rotate_checkpoints(project, config.total_limit, keep=path)  # type: ignore[arg-type]
+        except OSError as exc:
+            # The new checkpoint is committed; failing to delete an old one must not stop training
+            # (nor leave the other ranks waiting below).
+            logger.warning("Could not remove old checkpoints under %s: %s", config.project_dir, exc)
+
+    save_kwargs: dict[str, Any] = {
+        "models_state_dicts": weights,
+        "step": objects.step,
+        "pending_gradients": pending,
+        "safe_serialization": safe_serialization,
+        "save_on_each_node": config.save_on_each_node,
+        "sharded": sharded,
         **objects.stateful(),
-    )
+    }
+    if async_save:
+        if sharded is not None:
+            # torch.distributed.checkpoint's save runs collectives; on the writer thread they could
+            # pair with the training loop's collectives and hang.
+            raise ValueError(
+                "save_state(async_save=True) does not support FSDP-sharded models yet: their sharded "
+                "save runs collectives that cannot leave the training thread. Use async_save=False "
+                "(or torch.distributed.checkpoint.async_save directly)."
+            )
+        from accelerate.checkpointing.async_save import start_async_save
+
+        del save_kwargs["sharded"]  # None here: the snapshot holds full state dicts only
+
+        # Rotation runs on the writer thread, after every writer committed.
+        path = start_async_save(target, after_commit=rotate if project is not None else None, **save_kwargs)
+        return Outcome(path, objects.step, next_iteration)
+    path = save_training_state(target, **save_kwargs)
     state = objects.state
     if project is not None:
         # save_training_state returned, so every rank knows the new one is committed.
         writer = state.is_local_main_process if config.save_on_each_node else state.is_main_process
         if writer:
-            try:
-                rotate_checkpoints(project, config.total_limit, keep=path)
-            except OSError as exc:
-                # The new checkpoint is committed; failing to delete an old one must not stop training
-                # (nor leave the other ranks waiting below).
-                logger.warning("Could not remove old checkpoints under %s: %s", config.project_dir, exc)
+            rotate(path)
     state.wait_for_everyone()
-    return Outcome(path, objects.step, config.iteration + 1 if project is not None else None)
+    return Outcome(path, objects.step, next_iteration)
 
 
 def load_state(
@@ -249,6 +289,7 @@ def load_state(
     from accelerate.checkpointing.training_state_load import load_training_state
 
     _no_extra("load_state", kwargs)
+    wait_for_async_save()  # the folder to load may be the one still being written
     project = _project_dir(objects.project, input_dir, "load_state")
     found = find_resume_checkpoint(project, input_dir, missing_ok=missing_ok)
     if found is None:

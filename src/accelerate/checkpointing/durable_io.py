@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import errno
 import io
+import mmap
 import os
-import queue
+import sys
 import threading
 import zlib
 from collections.abc import Callable
@@ -47,6 +48,11 @@ def _helper() -> ThreadPoolExecutor:
             _EXECUTOR = ThreadPoolExecutor(max_workers=2, thread_name_prefix="accelerate-checksum")
             on_shutdown(shutdown_helper)
         return _EXECUTOR
+
+
+def ensure_helper() -> None:
+    """Starts the helper threads now (so their shutdown is registered before a later user's)."""
+    _helper()
 
 
 def shutdown_helper() -> None:
@@ -89,27 +95,6 @@ class Hasher:
 
     def hexdigest(self) -> str:
         return str(self._xxh.hexdigest()) if self._xxh is not None else f"{self._crc:08x}"
-
-
-class _CrcPipe:
-    """A checksum of buffers fed in order, computed on a helper thread while the caller keeps reading."""
-
-    def __init__(self, algorithm: str) -> None:
-        self._queue: queue.SimpleQueue[memoryview | None] = queue.SimpleQueue()
-        self._hasher = Hasher(algorithm)
-        self._result: Future[str] = _helper().submit(self._consume)
-
-    def _consume(self) -> str:
-        while (view := self._queue.get()) is not None:
-            self._hasher.update(view)
-        return self._hasher.hexdigest()
-
-    def feed(self, view: memoryview) -> None:
-        self._queue.put(view)
-
-    def finish(self) -> str:
-        self._queue.put(None)
-        return self._result.result()
 
 
 # --- single files -------------------------------------------------------------------------------
@@ -321,38 +306,85 @@ def _check_crc(path: Path, digest: str, record: FileRecord) -> None:
         )
 
 
+# Files at least this large are read through a memory map rather than read() into new memory.
+_MAP_MIN = 1024 * 1024
+
+
+# Linux 5.14+: map every page of the file in one call instead of one fault per few pages.
+_MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22 if sys.platform.startswith("linux") else None)
+
+
+def _map(path: Path, size: int, access: int) -> mmap.mmap:
+    with open(path, "rb", buffering=0) as handle:
+        mapped = mmap.mmap(handle.fileno(), size, access=access)
+    if _MADV_POPULATE_READ is not None and hasattr(mapped, "madvise"):
+        try:
+            mapped.madvise(_MADV_POPULATE_READ)
+        except OSError:  # an older kernel: the pages fault in as they are read
+            pass
+    return mapped
+
+
+def _hash_mapped(path: Path, mapped: mmap.mmap, record: FileRecord) -> None:
+    hasher = Hasher(record.algorithm)
+    view = memoryview(mapped)
+    try:
+        for start in range(0, len(view), _CHUNK):
+            hasher.update(view[start : start + _CHUNK])  # releases the GIL: other threads go on
+    finally:
+        view.release()
+    _check_crc(path, hasher.hexdigest(), record)
+
+
 def read_verified(path: str | os.PathLike[str], record: FileRecord | None = None) -> memoryview:
-    """Reads a whole file into one buffer, checking size and checksum against ``record`` if given."""
+    """The whole file as one buffer, its size and checksum checked against ``record`` if given.
+
+    A large file is memory-mapped copy-on-write, like the safetensors package's ``load_file``: its
+    pages come straight from the page cache (no copy into freshly faulted memory, which cost more
+    than the disk read), the checksum is computed from the mapped pages, and tensors viewing the
+    buffer stay writable without touching the file.
+    """
     path = Path(path)
     size = _check_size(path, record)
+    if size >= _MAP_MIN:
+        mapped = _map(path, size, mmap.ACCESS_COPY)
+        if record is not None:
+            _hash_mapped(path, mapped, record)
+        return memoryview(mapped)
     # torch.empty, not bytearray(size): skipping the zero-fill saves a full pass over the memory.
     import torch
 
     view = memoryview(cast(Any, torch.empty(size, dtype=torch.uint8).numpy()))
-    buffer = view
-    pipe = _CrcPipe(record.algorithm) if record is not None else None
     with open(path, "rb", buffering=0) as handle:
         got = 0
         while got < size:
-            n = handle.readinto(view[got : got + _CHUNK])
+            n = handle.readinto(view[got:])
             if not n:
-                if pipe is not None:
-                    pipe.finish()
                 raise CheckpointError(
                     f"Checkpoint file {path} shrank while being read ({got} of {size} bytes)"
                 )
-            if pipe is not None:
-                pipe.feed(view[got : got + n])
             got += n
-    if pipe is not None and record is not None:
-        _check_crc(path, pipe.finish(), record)
-    return buffer
+    if record is not None:
+        hasher = Hasher(record.algorithm)
+        hasher.update(view)
+        _check_crc(path, hasher.hexdigest(), record)
+    return view
 
 
 def verify_file(path: str | os.PathLike[str], record: FileRecord) -> None:
-    """Checks a file against its record in chunks (for files another reader will open by path)."""
+    """Checks a file against its record (for files another reader will open by path).
+
+    Large files are hashed from a read-only map of the page cache: no copy of the bytes at all.
+    """
     path = Path(path)
-    _check_size(path, record)
+    size = _check_size(path, record)
+    if size >= _MAP_MIN:
+        mapped = _map(path, size, mmap.ACCESS_READ)
+        try:
+            _hash_mapped(path, mapped, record)
+        finally:
+            mapped.close()
+        return
     hasher = Hasher(record.algorithm)
     chunk = bytearray(_CHUNK)
     view = memoryview(chunk)

@@ -240,9 +240,9 @@ def _remove_stale_weights(directory: Path, stem: str, suffix: str, index_name: s
 
 
 # --- reading ----------------------------------------------------------------------------------------
-def _torch_load(path: Path) -> Any:
+def _torch_load(path: Path, *, mmap: bool = False) -> Any:
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as exc:
         raise CheckpointError(
             f"{path} holds Python objects that are not plain tensors or containers, and it is loaded with "

@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -191,11 +192,17 @@ def _explain_disk_full(
     )
 
 
-def _stage(ckpt: AtomicCheckpoint, *, writer: bool, node: int) -> None:
-    """Step 1: the writer recovers leftovers and creates the staging folder; every rank learns where."""
-    error: BaseException | None = None
+def _stage(
+    ckpt: AtomicCheckpoint, *, writer: bool, node: int, error: BaseException | None = None
+) -> list[tuple[int, str | None, str]]:
+    """Step 1: the writer recovers leftovers and creates the staging folder; every rank learns where.
+
+    Returns every rank's ``(node, staging folder or None, token)``: the ranks with a staging folder
+    are the writers, and the token (rank 0's) names this save uniquely (the background writer's keys
+    in the store, see async_save.py). ``error``: this rank already failed (taking a snapshot).
+    """
     staging = None
-    if writer:
+    if writer and error is None:
         try:
             staging = str(ckpt.prepare())
         except CheckpointError as exc:
@@ -203,11 +210,58 @@ def _stage(ckpt: AtomicCheckpoint, *, writer: bool, node: int) -> None:
         except OSError as exc:
             error = CheckpointError(f"cannot create a staging folder for {ckpt.target}: {exc}")
             error.__cause__ = exc
-    paths = agree_on_failure(
-        error, what=f"save_state to {ckpt.target}", payload=(node, staging), error_type=CheckpointError
-    )
+    try:
+        paths: list[tuple[int, str | None, str]] = agree_on_failure(
+            error,
+            what=f"save_state to {ckpt.target}",
+            payload=(node, staging, uuid.uuid4().hex),
+            error_type=CheckpointError,
+        )
+    except BaseException:
+        if staging is not None:
+            ckpt.abort()
+        raise
     if not writer:  # write into the staging folder of this node's writer
-        ckpt.staging = Path(next(path for rank_node, path in paths if rank_node == node and path))
+        ckpt.staging = Path(next(path for rank_node, path, _ in paths if rank_node == node and path))
+    return paths
+
+
+def write_rank_files(
+    ckpt: AtomicCheckpoint,
+    *,
+    writer: bool,
+    process_index: int,
+    shared: dict[str, Any],
+    rng_state: dict[str, Any],
+    node: int = 0,
+) -> dict[str, FileRecord]:
+    """This rank's files (the writer's: the shared ones too), durable when it returns; their records."""
+    records: dict[str, FileRecord] = {}
+    sync = SyncGroup()  # each file is flushed while the next is serialised
+    sharded: ShardedParts | None = shared.get("sharded")
+    try:
+        if sharded is not None:
+            if node != 0:
+                raise CheckpointError(
+                    "save_state of a sharded (FSDP) model with save_on_each_node=True on several nodes: "
+                    "torch.distributed.checkpoint writes one checkpoint across all nodes, so it needs a "
+                    "shared filesystem; set ProjectConfiguration(save_on_each_node=False)."
+                )
+            records.update(sharded.write(ckpt.staging, is_main_process=process_index == 0, sync=sync))
+        if writer:
+            records.update(_write_shared(ckpt, sync=sync, **shared))
+        rng_name = rng_file_name(process_index)
+        records[rng_name] = save_torch(rng_state, ckpt.path(rng_name), sync=sync)
+    finally:
+        sync.wait()  # this rank's files are durable before it reports success
+    return records
+
+
+def explain_failure(exc: Exception, ckpt: AtomicCheckpoint, shared: dict[str, Any]) -> Exception:
+    """A full disk gets the sizes involved; other errors pass unchanged."""
+    if isinstance(exc, DiskFullError):
+        return _explain_disk_full(exc, ckpt, shared["models_state_dicts"], shared["optimizers"])
+    return exc
 
 
 def _write(
@@ -223,28 +277,13 @@ def _write(
     """Step 2: every rank writes its files (the writer the shared ones too) and reports its records."""
     records: dict[str, FileRecord] = {}
     error: BaseException | None = None
-    sync = SyncGroup()  # each file is flushed while the next is serialised
-    sharded: ShardedParts | None = shared.get("sharded")
     try:
-        if sharded is not None:
-            if node != 0:
-                raise CheckpointError(
-                    "save_state of a sharded (FSDP) model with save_on_each_node=True on several nodes: "
-                    "torch.distributed.checkpoint writes one checkpoint across all nodes, so it needs a "
-                    "shared filesystem; set ProjectConfiguration(save_on_each_node=False)."
-                )
-            records.update(sharded.write(ckpt.staging, is_main_process=state.is_main_process, sync=sync))
-        if writer:
-            records.update(_write_shared(ckpt, sync=sync, **shared))
-        rng_name = rng_file_name(state.process_index)
-        dataloaders = shared["dataloaders"]
-        rng_state = capture_rng_state(step, dataloaders, pending_gradients)
-        records[rng_name] = save_torch(rng_state, ckpt.path(rng_name), sync=sync)
-        sync.wait()  # this rank's files are durable before it reports success
-    except DiskFullError as exc:
-        error = _explain_disk_full(exc, ckpt, shared["models_state_dicts"], shared["optimizers"])
+        rng_state = capture_rng_state(step, shared["dataloaders"], pending_gradients)
+        records = write_rank_files(
+            ckpt, writer=writer, process_index=state.process_index, shared=shared, rng_state=rng_state, node=node
+        )
     except Exception as exc:  # told to every rank below, then raised everywhere
-        error = exc
+        error = explain_failure(exc, ckpt, shared)
     try:
         return agree_on_failure(
             error,
@@ -332,8 +371,7 @@ def save_training_state(
             and the space the checkpoint needs.
     """
     ckpt = AtomicCheckpoint(output_dir)
-    writer = state.is_local_main_process if save_on_each_node else state.is_main_process
-    node = state.process_index - state.local_process_index if save_on_each_node else 0
+    writer, node = writer_and_node(state, save_on_each_node)
     _stage(ckpt, writer=writer, node=node)
     shared = {
         "models_state_dicts": models_state_dicts,
@@ -354,16 +392,29 @@ def save_training_state(
         shared=shared,
         pending_gradients=pending_gradients,
     )
-    extra: dict[str, Any] = {
-        "num_models": len(models_state_dicts),
-        "num_optimizers": len(optimizers),
-        "num_schedulers": len(schedulers),
-        "num_dataloaders": len(dataloaders),
-        "num_custom_objects": len(custom_objects),
-        "has_scaler": scaler is not None,
-        "safe_serialization": safe_serialization,
-    }
-    if sharded is not None:
-        extra["fsdp"] = sharded.describe()
+    extra = manifest_extra(shared)
     _commit(ckpt, gathered, writer=writer, node=node, step=step, world_size=state.num_processes, extra=extra)
     return ckpt.target
+
+
+def writer_and_node(state: ProcessInfo, save_on_each_node: bool) -> tuple[bool, int]:
+    """Whether this rank writes the shared files, and the node whose copy it belongs to."""
+    if save_on_each_node:
+        return state.is_local_main_process, state.process_index - state.local_process_index
+    return state.is_main_process, 0
+
+
+def manifest_extra(shared: dict[str, Any]) -> dict[str, Any]:
+    """What the manifest records about the saved objects (counted by ``load_training_state``)."""
+    extra: dict[str, Any] = {
+        "num_models": len(shared["models_state_dicts"]),
+        "num_optimizers": len(shared["optimizers"]),
+        "num_schedulers": len(shared["schedulers"]),
+        "num_dataloaders": len(shared["dataloaders"]),
+        "num_custom_objects": len(shared["custom_objects"]),
+        "has_scaler": shared["scaler"] is not None,
+        "safe_serialization": shared["safe_serialization"],
+    }
+    if shared.get("sharded") is not None:
+        extra["fsdp"] = shared["sharded"].describe()
+    return extra

@@ -7,9 +7,11 @@ own traces (then its manifest was lost). Models load while the optimizer files a
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -131,12 +133,108 @@ class _Reader:
             raise CheckpointError(f"Checkpoint {self.directory} has no {name} for {what}")
         return self.path(name)
 
-    def torch_file(self, name: str, what: str) -> Any:
+    def torch_file(self, name: str, what: str, apply: Callable[[Path, Any], Any] | None = None) -> Any:
+        """The file's ``torch.load``, verified (while ``apply`` runs on it, if given; see below).
+
+        With ``apply`` the file is memory-mapped (its tensors view the page cache) and
+        ``apply(path, loaded)`` runs while the checksum is computed on another thread; its result is
+        returned once the file is verified. A damaged file still raises, but after ``apply`` has
+        used its contents: as with any failed ``load_state``, load an earlier checkpoint then.
+        """
         path = self.require(name, what)
         record = self.record(name)
         if record is None and not path.is_file():
             raise CheckpointError(f"Checkpoint file {path} is missing")
-        return load_verified(path, record, _torch_load)
+        if apply is None:
+            return load_verified(path, record, _torch_load)
+        return load_verified(path, record, lambda p: apply(p, _torch_load(p, mmap=True)))
+
+
+def _live_state(optimizer: Any) -> dict[int, Any]:
+    """The optimizer's current per-parameter state by ``state_dict()`` index, read without ``state_dict()``."""
+    state, groups = getattr(optimizer, "state", None), getattr(optimizer, "param_groups", None)
+    if not isinstance(state, Mapping) or not isinstance(groups, list):
+        return {}
+    params = [param for group in groups for param in group.get("params", ())]
+    return {index: state[param] for index, param in enumerate(params) if param in state}
+
+
+class _FileRanges:
+    """Where each tensor of a ``torch.load(mmap=True)`` result lies in its file, to read it directly.
+
+    With ``mmap=True`` torch maps the whole file once and every storage views its record there, so a
+    storage's address minus the mapping's start is its record's offset in the file. Reading those
+    bytes with ``pread`` into a tensor the optimizer already holds skips the page faults of touching
+    the mapping. Anything that does not line up is copied from the mapping instead.
+    """
+
+    def __init__(self, path: Path, tensors: list[torch.Tensor]) -> None:
+        self.base: int | None = None
+        self.size = path.stat().st_size
+        try:
+            reader: Any = torch._C.PyTorchFileReader(str(path))
+            offsets = [reader.get_record_offset(r) for r in reader.get_all_records() if r.startswith("data/")]
+        except (RuntimeError, AttributeError):
+            return
+        pointers = [t.untyped_storage().data_ptr() for t in tensors if t.numel()]
+        if offsets and pointers:
+            self.base = min(pointers) - min(offsets)
+
+    def read_into(self, handle: Any, target: torch.Tensor, value: torch.Tensor) -> bool:
+        """Reads ``value``'s bytes from the file into ``target``; False when it cannot."""
+        nbytes = int(value.numel()) * value.element_size()
+        if (
+            self.base is None
+            or target.device.type != "cpu"
+            or not (target.is_contiguous() and value.is_contiguous())
+            or nbytes == 0
+        ):
+            return False
+        start = int(value.storage_offset()) * value.element_size()
+        offset = value.untyped_storage().data_ptr() - self.base + start
+        if offset < 0 or offset + nbytes > self.size:
+            return False
+        view = memoryview((ctypes.c_char * nbytes).from_address(target.data_ptr())).cast("B")
+        done = 0
+        while done < nbytes:
+            got = os.preadv(handle.fileno(), [view[done:]], offset + done)
+            if got <= 0:
+                return False
+            done += got
+        return True
+
+
+def _fill_optimizer_state(live_state: dict[int, Any], path: Path, loaded: Any) -> Any:
+    """``loaded`` (whose tensors view the file's pages) with every tensor in memory of its own.
+
+    Each saved tensor is copied into the tensor the optimizer already holds for it, when it has one
+    of the same shape and dtype (a resumed run's optimizer has stepped before): memory that is
+    already mapped takes the copy at memory speed, where ``torch.load`` would fault in fresh pages
+    for all of it, which costs more than reading the file. Any other tensor gets its own copy, so
+    nothing stays tied to the checkpoint file. ``load_state_dict`` then finds the same tensors.
+    """
+    saved_state = loaded.get("state", {}) if isinstance(loaded, dict) else {}
+    tensors = [v for entry in saved_state.values() for v in entry.values() if isinstance(v, torch.Tensor)]
+    ranges = _FileRanges(path, tensors)
+    with torch.no_grad(), open(path, "rb", buffering=0) as handle:
+        for index, entry in saved_state.items():
+            live = live_state.get(index)
+            for key, value in list(entry.items()):
+                if not isinstance(value, torch.Tensor):
+                    continue
+                target = live.get(key) if isinstance(live, dict) else None
+                if (
+                    type(target) is torch.Tensor  # not a DTensor (sharded state): load_state_dict places those
+                    and target.shape == value.shape
+                    and target.dtype == value.dtype
+                    and target.layout == value.layout == torch.strided
+                ):
+                    if not ranges.read_into(handle, target, value):
+                        target.copy_(value)
+                    entry[key] = target
+                else:
+                    entry[key] = value.clone()
+    return loaded
 
 
 def _load_models(reader: _Reader, models: Sequence[nn.Module], strict: bool, state: ProcessInfo) -> None:
@@ -242,14 +340,20 @@ def load_training_state(
     """
     directory = _open_folder(input_dir)
     reader = _Reader(directory)
-    # Optimizer files (usually the largest) are read on a thread while the models load: both reads
-    # release the GIL, so on a machine with a spare core the two overlap.
+    # Optimizer files (usually the largest) are read, verified and copied on a thread while the
+    # models load: both release the GIL, so on a machine with a spare core the two overlap. The
+    # thread only moves bytes; the optimizers themselves are touched here, on the caller's thread.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="accelerate-load") as pool:
         pending = [
             None
             if fsdp_state.has_optimizer_folder(reader, i)
-            else pool.submit(reader.torch_file, indexed_name(OPTIMIZER_NAME, i, "bin"), f"optimizer {i}")
-            for i in range(len(optimizers))
+            else pool.submit(
+                reader.torch_file,
+                indexed_name(OPTIMIZER_NAME, i, "bin"),
+                f"optimizer {i}",
+                functools.partial(_fill_optimizer_state, _live_state(optimizer)),
+            )
+            for i, optimizer in enumerate(optimizers)
         ]
         _load_models(reader, models, strict, state)
         for i, (optimizer, state_future) in enumerate(zip(optimizers, pending, strict=True)):
