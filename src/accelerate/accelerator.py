@@ -234,6 +234,9 @@ class Accelerator(AcceleratorFacts):
     # ------------------------------------------------------------------ the training step
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         """``loss.backward()`` with loss scaling and division by the accumulation steps."""
+        if self.strategy.owns_backward:  # DeepSpeed: the engine scales, accumulates and steps
+            self.strategy.backward(loss, sync_gradients=self.gradient_state.sync_gradients, **kwargs)
+            return
         if self.gradient_state.num_steps > 1:
             loss = loss / self.gradient_state.num_steps
         self.precision.backward(loss, **kwargs)

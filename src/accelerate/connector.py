@@ -19,6 +19,7 @@ from accelerate.config.env import LaunchEnv, read_launch_env
 from accelerate.precision.amp import Precision
 from accelerate.state import AcceleratorState, GradientState, PartialState
 from accelerate.state.parallelism import device_mesh_for
+from accelerate.utils.deepspeed_plugin import deepspeed_accumulation, resolve_deepspeed_plugins
 from accelerate.utils.dataclasses import (
     AutocastKwargs,
     DataLoaderConfiguration,
@@ -101,8 +102,15 @@ def connect(
         init_method=pg.init_method if pg else None,
     )
     mode = resolve_mixed_precision(mixed_precision, launch.mixed_precision, partial.device)
+    ds_plugins = resolve_deepspeed_plugins(deepspeed_plugin, deepspeed_plugins, launched=bool(launch.use_deepspeed))
+    if ds_plugins:
+        gradient_accumulation_steps = deepspeed_accumulation(
+            ds_plugins, gradient_accumulation_steps, launch.gradient_accumulation_steps, mode
+        )
     # Raises, naming both values, if an earlier Accelerator in this process chose differently.
-    state = AcceleratorState(mixed_precision=mode, cpu=cpu)
+    state = AcceleratorState(
+        mixed_precision=mode, cpu=cpu, **({"deepspeed_plugins": ds_plugins} if ds_plugins else {})
+    )
     precision = Precision(
         mode,
         partial.device,
@@ -110,7 +118,7 @@ def connect(
         scaler_kwargs=handlers.get(GradScalerKwargs),
     )
     ddp_handler = handlers.get(DistributedDataParallelKwargs)
-    strategy = resolve_strategy(partial, ddp_kwargs=ddp_handler)
+    strategy = resolve_strategy(partial, ddp_kwargs=ddp_handler, deepspeed_plugins=ds_plugins)
     gradient_state = GradientState(
         accumulation_plugin(
             gradient_accumulation_plugin, gradient_accumulation_steps, launch.gradient_accumulation_steps

@@ -6,6 +6,8 @@ before any model is touched.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from accelerate.backends.base import Strategy
@@ -39,9 +41,12 @@ def check_unavailable(
     deepspeed_plugins: object = None,
     parallelism_config: object = None,
 ) -> None:
+    if fsdp_plugin is not None and (deepspeed_plugin is not None or deepspeed_plugins is not None):
+        raise ValueError(
+            "Accelerator got both fsdp_plugin and deepspeed_plugin(s): FSDP and DeepSpeed each shard the model "
+            "their own way and cannot be combined. Pass one of them (--use_fsdp or --use_deepspeed)."
+        )
     for name, value, flag in (
-        ("deepspeed_plugin", deepspeed_plugin, "--use_deepspeed"),
-        ("deepspeed_plugins", deepspeed_plugins, "--use_deepspeed"),
         ("fsdp_plugin", fsdp_plugin, "--use_fsdp"),
         ("megatron_lm_plugin", megatron_lm_plugin, "--use_megatron_lm"),
         ("torch_tp_plugin", torch_tp_plugin, "--parallelism_config_tp_size"),
@@ -61,9 +66,17 @@ def check_unavailable(
 
 
 def resolve_strategy(
-    state: PartialState, *, ddp_kwargs: DistributedDataParallelKwargs | None = None
+    state: PartialState,
+    *,
+    ddp_kwargs: DistributedDataParallelKwargs | None = None,
+    deepspeed_plugins: dict[str, Any] | None = None,
 ) -> Strategy:
-    """The strategy for this process: DDP when there are several processes, else one device."""
+    """The strategy for this process: DeepSpeed when it has plugins, DDP when there are several
+    processes, else one device."""
+    if deepspeed_plugins:
+        from accelerate.backends.deepspeed import DeepSpeedStrategy
+
+        return DeepSpeedStrategy(state.device, deepspeed_plugins)
     if state.num_processes > 1:
         from accelerate.backends.ddp import DDPStrategy
 

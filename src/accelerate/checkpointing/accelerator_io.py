@@ -57,6 +57,9 @@ def check_checkpointable_objects(objects: Sequence[Any]) -> None:
 def get_state_dict(
     accelerator: Accelerator, model: torch.nn.Module, unwrap: bool = True
 ) -> dict[str, torch.Tensor]:
+    gathered = accelerator.strategy.full_state_dict(model)  # ZeRO-3: gathered from every rank
+    if gathered is not None:
+        return gathered
     if unwrap:
         model = accelerator.unwrap_model(model, keep_fp32_wrapper=True, keep_torch_compile=False)
     return model.state_dict()

@@ -413,10 +413,6 @@ class _UnavailablePlugin:
         )
 
 
-class DeepSpeedPlugin(_UnavailablePlugin):
-    backend, flag = "DeepSpeed", "--use_deepspeed"
-
-
 class FullyShardedDataParallelPlugin(_UnavailablePlugin):
     backend, flag = "FSDP", "--use_fsdp"
 
@@ -478,6 +474,7 @@ _ELSEWHERE = {
     "TorchTensorParallelConfig": "accelerate.utils.parallel_configs",
     "TorchContextParallelConfig": "accelerate.utils.parallel_configs",
     "DeepSpeedSequenceParallelConfig": "accelerate.utils.parallel_configs",
+    "DeepSpeedPlugin": "accelerate.utils.deepspeed_plugin",
     "TorchTensorParallelPlugin": "accelerate.utils.parallel_configs",
     "get_module_class_from_name": "accelerate.utils.parallel_configs",
     "DistributedType": "accelerate.state.distributed_type",

@@ -5,6 +5,9 @@ and load on first use.
 
 from __future__ import annotations
 
+import sys
+from typing import Any
+
 import torch
 from torch.nn.parallel import DataParallel, DistributedDataParallel
 
@@ -63,6 +66,12 @@ def _is_compiled(model: torch.nn.Module) -> bool:
     return hasattr(model, "_orig_mod") and type(model).__name__ == "OptimizedModule"
 
 
+def _is_deepspeed_engine(model: Any) -> bool:
+    # Only a loaded deepspeed can have made an engine; never import it here.
+    engine = getattr(sys.modules.get("deepspeed.runtime.engine"), "DeepSpeedEngine", None)
+    return engine is not None and isinstance(model, engine)
+
+
 def extract_model_from_parallel(
     model: torch.nn.Module, keep_fp32_wrapper: bool = True, keep_torch_compile: bool = True
 ) -> torch.nn.Module:
@@ -77,7 +86,7 @@ def extract_model_from_parallel(
         if _is_compiled(inner):
             compiled = inner
             inner = inner._orig_mod  # type: ignore[assignment]
-        elif isinstance(inner, DistributedDataParallel | DataParallel):
+        elif isinstance(inner, DistributedDataParallel | DataParallel) or _is_deepspeed_engine(inner):
             inner = inner.module
         else:
             break

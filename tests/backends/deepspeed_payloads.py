@@ -1,0 +1,80 @@
+"""What each rank runs in the DeepSpeed tests (top-level functions: the worker pool imports them by name)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+SAMPLES = 32
+LR = 1e-2
+
+
+def make_model(seed: int = 0) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2))
+
+
+def make_data() -> TensorDataset:
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(SAMPLES, 6, generator=g)
+    y = torch.stack([x.sum(1), x[:, 0] * x[:, 1]], dim=1)
+    return TensorDataset(x, y)
+
+
+def reference_weights(batch_size: int, steps_per_update: int = 1) -> dict[str, torch.Tensor]:
+    """Plain torch in one process: full global batches (``batch_size`` = per-rank batch x 2 ranks)."""
+    model = make_model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
+    loader = DataLoader(make_data(), batch_size=batch_size)
+    for i, (x, y) in enumerate(loader, start=1):
+        (F.mse_loss(model(x), y) / steps_per_update).backward()
+        if i % steps_per_update == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def _accelerator(stage: int, **kwargs: Any) -> Any:
+    from accelerate import Accelerator
+    from accelerate.utils import DeepSpeedPlugin
+
+    plugin_kwargs = {k: kwargs.pop(k) for k in ("gradient_clipping", "zero3_save_16bit_model", "hf_ds_config") if k in kwargs}
+    if "hf_ds_config" not in plugin_kwargs:
+        plugin_kwargs["zero_stage"] = stage
+        plugin_kwargs.setdefault("zero3_save_16bit_model", True)
+    return Accelerator(deepspeed_plugin=DeepSpeedPlugin(**plugin_kwargs), **kwargs)
+
+
+def train(stage: int, *, batch_size: int = 4, gas: int = 1, mixed_precision: str = "no", hf_ds_config: Any = None) -> dict[str, Any]:
+    """The five-line loop under ZeRO-``stage``; returns the full weights and facts about the run."""
+    extra = {"hf_ds_config": hf_ds_config} if hf_ds_config is not None else {}
+    accelerator = _accelerator(stage, gradient_accumulation_steps=gas, mixed_precision=mixed_precision, **extra)
+    model = make_model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
+    loader = DataLoader(make_data(), batch_size=batch_size)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    losses = []
+    for x, y in loader:
+        with accelerator.accumulate(model):
+            loss = F.mse_loss(model(x), y)
+            accelerator.backward(loss)
+            optimizer.step()
+            optimizer.zero_grad()
+        losses.append(loss.item())
+    local = sum(p.numel() for p in model.module.parameters() if p.numel() > 0)
+    partitioned = sum(getattr(p, "ds_tensor", p).numel() for p in model.module.parameters())
+    weights = accelerator.get_state_dict(model)
+    return {
+        "weights": {k: v.float().clone() for k, v in weights.items()},
+        "losses": losses,
+        "distributed_type": accelerator.distributed_type.value,
+        "local_numel": local,
+        "partitioned_numel": partitioned,
+        "total_numel": sum(p.numel() for p in make_model().parameters()),
+        "config": accelerator.deepspeed_plugin.deepspeed_config if hasattr(model, "config") else None,
+        "engine_config_micro": model.train_micro_batch_size_per_gpu(),
+        "engine_gas": model.gradient_accumulation_steps(),
+    }
