@@ -427,6 +427,7 @@ class Accelerator(AcceleratorFacts):
             load_hooks=list(self._load_model_state_pre_hook.values()),
             unwrap=self.unwrap_model,
             in_accumulation_window=self.gradient_state.num_steps > 1 and not self.gradient_state.sync_gradients,
+            engine_io=self.strategy.checkpoint_io(),
         )
 
     def save_state(

@@ -78,3 +78,51 @@ def train(stage: int, *, batch_size: int = 4, gas: int = 1, mixed_precision: str
         "engine_config_micro": model.train_micro_batch_size_per_gpu(),
         "engine_gas": model.gradient_accumulation_steps(),
     }
+
+
+def _loop_with_scheduler(stage: int) -> tuple[Any, Any, Any, Any, Any]:
+    accelerator = _accelerator(stage)
+    model = make_model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 / (1 + step))
+    loader = DataLoader(make_data(), batch_size=2, shuffle=True, generator=torch.Generator().manual_seed(3))
+    model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
+    return accelerator, model, optimizer, loader, scheduler
+
+
+def _steps(accelerator: Any, model: Any, optimizer: Any, scheduler: Any, batches: Any) -> None:
+    for x, y in batches:
+        accelerator.backward(F.mse_loss(model(x), y))
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad()
+
+
+def save_midway(stage: int, folder: str, save_after: int) -> dict[str, Any]:
+    """Trains one epoch, saving after ``save_after`` steps; returns the final weights and lr."""
+    accelerator, model, optimizer, loader, scheduler = _loop_with_scheduler(stage)
+    for step, (x, y) in enumerate(loader, start=1):
+        _steps(accelerator, model, optimizer, scheduler, [(x, y)])
+        if step == save_after:
+            accelerator.save_state(folder)
+    return {"weights": {k: v.float().clone() for k, v in accelerator.get_state_dict(model).items()},
+            "lr": scheduler.get_last_lr()}  # fmt: skip
+
+
+def resume(stage: int, folder: str, save_after: int) -> dict[str, Any]:
+    """A fresh run that loads ``folder`` and finishes the epoch."""
+    accelerator, model, optimizer, loader, scheduler = _loop_with_scheduler(stage)
+    accelerator.load_state(folder)
+    _steps(accelerator, model, optimizer, scheduler, accelerator.skip_first_batches(loader, save_after))
+    return {"weights": {k: v.float().clone() for k, v in accelerator.get_state_dict(model).items()},
+            "lr": scheduler.get_last_lr()}  # fmt: skip
+
+
+def load_into_stage(stage: int, folder: str) -> str:
+    """Loads ``folder`` under another ZeRO stage: returns the error message."""
+    accelerator, *_ = _loop_with_scheduler(stage)
+    try:
+        accelerator.load_state(folder)
+    except Exception as exc:  # the test checks the message
+        return f"{type(exc).__name__}: {exc}"
+    return "loaded"

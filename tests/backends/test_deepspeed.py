@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -38,3 +40,20 @@ def test_zero_matches_full_batch_torch(ds_pool: WorkerPool, stage: int) -> None:
         # DeepSpeed flattens the parameters into one buffer per group and averages the gradients
         # with a pre-division by the world size: the same AdamW math, rounded differently (1e-5).
         _close(rank["weights"], want, atol=1e-5)
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_save_state_load_state_continues_identically(ds_pool: WorkerPool, tmp_path: Any, stage: int) -> None:
+    folder = str(tmp_path / "ckpt")
+    straight = ds_pool.run(payloads.save_midway, stage, folder, 3, env=ENV, timeout=300)
+    # upstream's layout: the engine's own checkpoint under pytorch_model/, inside our committed folder
+    names = {p.relative_to(folder).as_posix() for p in Path(folder).rglob("*") if p.is_file()}
+    assert "accelerate_manifest.json" in names and "random_states_1.pkl" in names
+    assert any(n.startswith("pytorch_model/") and "optim_states" in n for n in names)
+    resumed = ds_pool.run(payloads.resume, stage, folder, 3, env=ENV, timeout=300)
+    for a, b in zip(straight, resumed, strict=True):
+        assert a["lr"] == b["lr"]
+        _close(b["weights"], a["weights"], atol=0)
+    other = 2 if stage == 3 else 3
+    messages = ds_pool.run(payloads.load_into_stage, other, folder, env=ENV, timeout=300)
+    assert all("ZeRO stage" in m and str(stage) in m and str(other) in m for m in messages), messages

@@ -42,6 +42,10 @@ class Strategy:
         """Only called when ``prepares_jointly``: prepares ``objects`` together, in the caller's order."""
         raise NotImplementedError(f"the {self.name} strategy prepares objects one by one")
 
+    def checkpoint_io(self) -> Any:
+        """An object that saves/loads the prepared models and optimizers itself (DeepSpeed), else None."""
+        return None
+
     def full_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor] | None:
         """The whole model's weights when the backend must gather them; None: use ``state_dict()``."""
         return None

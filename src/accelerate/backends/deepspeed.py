@@ -166,6 +166,11 @@ class DeepSpeedStrategy(Strategy):
             "use clip_grad_norm_ with DeepSpeedPlugin(gradient_clipping=...)."
         )
 
+    def checkpoint_io(self) -> Any:
+        from accelerate.backends.deepspeed_checkpoint import EngineCheckpointIO
+
+        return EngineCheckpointIO(self.engines) if self.engines else None
+
     # --- weights -------------------------------------------------------------------------------------
     def full_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor] | None:
         """The whole model's weights (ZeRO-3 gathers them; main process only there), or None if not an engine."""

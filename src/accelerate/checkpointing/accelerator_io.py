@@ -153,13 +153,16 @@ class TrainingObjects:
     unwrap: Callable[..., torch.nn.Module]
     # True between the micro-steps of an accumulation window: gradients are held, not yet applied.
     in_accumulation_window: bool = False
+    # A backend that checkpoints models, optimizers and schedulers itself (DeepSpeed engines).
+    engine_io: Any = None
 
     def stateful(self) -> dict[str, Any]:
         """The keyword arguments save_training_state and load_training_state share."""
+        engine = self.engine_io is not None  # then the engine's own checkpoint holds these
         return {
             "state": self.state,
-            "optimizers": self.optimizers,
-            "schedulers": self.schedulers,
+            "optimizers": [] if engine else self.optimizers,
+            "schedulers": [s for s in self.schedulers if not getattr(s, "owned_by_engine", False)],
             "dataloaders": self.dataloaders,
             "scaler": self.scaler,
             "custom_objects": self.custom_objects,
@@ -195,13 +198,14 @@ def save_state(
                 "iteration past the latest checkpoint), or set ProjectConfiguration(iteration=...)."
             )
     models = list(objects.models)
+    engine = objects.engine_io
     weights = [
         objects.unwrap(m, keep_fp32_wrapper=True, keep_torch_compile=False).state_dict() for m in models
-    ]
+    ] if engine is None else []  # fmt: skip
     for hook in objects.save_hooks:
         hook(models, weights, str(target))
     pending = None
-    if objects.in_accumulation_window:
+    if objects.in_accumulation_window and engine is None:
         pending = [
             {
                 name: p.grad.detach().cpu()
@@ -217,6 +221,8 @@ def save_state(
         pending_gradients=pending,
         safe_serialization=safe_serialization,
         save_on_each_node=config.save_on_each_node,
+        engine_files=engine.save if engine is not None else None,
+        manifest_extra=engine.manifest_extra() if engine is not None else None,
         **objects.stateful(),
     )
     state = objects.state
@@ -251,6 +257,12 @@ def load_state(objects: TrainingObjects, input_dir: str | None, *, strict: bool,
     models = [objects.unwrap(m, keep_torch_compile=False) for m in objects.models]
     for hook in objects.load_hooks:
         hook(models, str(source))
+    engine = objects.engine_io
+    if engine is not None:  # the engines load their modules, optimizers and schedulers themselves
+        from accelerate.checkpointing.atomic import checkpoint_folder, read_manifest
+
+        engine.load(checkpoint_folder(source), read_manifest(source))
+        models = []
     result = load_training_state(source, models=models, strict=strict, **objects.stateful())
     next_iteration = None
     if project is not None:

@@ -295,6 +295,7 @@ def finish_pending_commit(target: Path) -> bool:
         old = None
     for name in new.files:
         if (staging / name).is_file():
+            (target / name).parent.mkdir(parents=True, exist_ok=True)  # names may hold folders (DeepSpeed's)
             os.replace(staging / name, target / name)
     fsync_dir(target)
     # The manifest goes last: from here on the folder is complete without the staging folder.

@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -208,6 +208,7 @@ def _write(
     step: int,
     shared: dict[str, Any],
     pending_gradients: Sequence[dict[str, torch.Tensor]] | None,
+    engine_files: Callable[[Path, bool], dict[str, FileRecord]] | None = None,
 ) -> list[tuple[int, dict[str, FileRecord]]]:
     """Step 2: every rank writes its files (the writer the shared ones too) and reports its records."""
     records: dict[str, FileRecord] = {}
@@ -220,6 +221,8 @@ def _write(
         dataloaders = shared["dataloaders"]
         rng_state = capture_rng_state(step, dataloaders, pending_gradients)
         records[rng_name] = save_torch(rng_state, ckpt.path(rng_name), sync=sync)
+        if engine_files is not None:  # a backend that writes its own files (DeepSpeed engines)
+            records.update(engine_files(ckpt.staging, writer))
         sync.wait()  # this rank's files are durable before it reports success
     except DiskFullError as exc:
         error = _explain_disk_full(exc, ckpt, shared["models_state_dicts"], shared["optimizers"])
@@ -278,6 +281,8 @@ def save_training_state(
     safe_serialization: bool = True,
     save_on_each_node: bool = False,
     pending_gradients: Sequence[dict[str, torch.Tensor]] | None = None,
+    engine_files: Callable[[Path, bool], dict[str, FileRecord]] | None = None,
+    manifest_extra: dict[str, Any] | None = None,
 ) -> Path:
     """Writes a complete, crash-safe checkpoint to ``output_dir``; call it on every process.
 
@@ -298,6 +303,9 @@ def save_training_state(
         pending_gradients: this process's accumulated gradients of an unfinished accumulation
             window, one ``{parameter name: gradient}`` per model (None when there is none); restored
             by ``load_training_state`` so a run saved mid-window resumes exactly.
+        engine_files: ``(staging folder, is_writer) -> records``, called on every rank after its own
+            files: a backend (DeepSpeed) writes its checkpoint there; the writer returns every record.
+        manifest_extra: more entries for the manifest's ``extra`` (read back by that backend).
 
     Returns:
         The committed folder. When this returns on any rank, the checkpoint is committed everywhere.
@@ -329,8 +337,10 @@ def save_training_state(
         step=step,
         shared=shared,
         pending_gradients=pending_gradients,
+        engine_files=engine_files,
     )
     extra = {
+        **(manifest_extra or {}),
         "num_models": len(models_state_dicts),
         "num_optimizers": len(optimizers),
         "num_schedulers": len(schedulers),

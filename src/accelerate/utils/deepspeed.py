@@ -88,6 +88,8 @@ class DeepSpeedOptimizerWrapper(AcceleratedOptimizer):
 class DeepSpeedSchedulerWrapper(AcceleratedScheduler):
     """The engine's scheduler: the engine steps it with the optimizer, inside ``backward``."""
 
+    owned_by_engine = True  # saved and loaded inside the engine's checkpoint
+
     def __init__(self, scheduler: Any, optimizers: Any) -> None:
         super().__init__(scheduler, optimizers)
 
