@@ -126,3 +126,97 @@ def load_into_stage(stage: int, folder: str) -> str:
     except Exception as exc:  # the test checks the message
         return f"{type(exc).__name__}: {exc}"
     return "loaded"
+
+
+def bf16_facts() -> dict[str, Any]:
+    """ZeRO-2 in bf16: the engine holds bf16 weights (fp32 master copies in the optimizer) and learns."""
+    accelerator = _accelerator(2, mixed_precision="bf16")
+    model = make_model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
+    loader = DataLoader(make_data(), batch_size=4)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    losses = []
+    for _ in range(3):
+        for x, y in loader:
+            loss = F.mse_loss(model(x).float(), y)
+            accelerator.backward(loss)
+            optimizer.step()
+            optimizer.zero_grad()
+            losses.append(loss.item())
+    return {
+        "dtype": str(next(model.module.parameters()).dtype),
+        "config_bf16": accelerator.deepspeed_plugin.deepspeed_config["bf16"]["enabled"],
+        "first": sum(losses[:4]) / 4,
+        "last": sum(losses[-4:]) / 4,
+    }
+
+
+def save_model_zero3(folder: str) -> dict[str, Any]:
+    """ZeRO-3 save_model writes the gathered full weights; load_checkpoint_in_model reads them back."""
+    from accelerate.utils import load_checkpoint_in_model
+
+    result = train(3)
+    accelerator = _accelerator(3)
+    model = make_model()
+    model, optimizer = accelerator.prepare(model, torch.optim.AdamW(model.parameters(), lr=LR))
+    accelerator.save_model(model, folder)
+    accelerator.wait_for_everyone()
+    fresh = make_model(seed=5)
+    load_checkpoint_in_model(fresh, folder)
+    return {"loaded": {k: v.clone() for k, v in fresh.state_dict().items()}, "want": make_model().state_dict(), "trained": result}
+
+
+ZERO3_CONFIG = {
+    "train_batch_size": "auto",
+    "train_micro_batch_size_per_gpu": "auto",
+    "gradient_accumulation_steps": "auto",
+    "gradient_clipping": 0.0,
+    # small parameters are otherwise kept whole on every rank (DeepSpeed's persistence threshold)
+    "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0, "stage3_gather_16bit_weights_on_model_save": True},
+}
+
+AUTO_CONFIG = {
+    "train_batch_size": "auto",
+    "train_micro_batch_size_per_gpu": "auto",
+    "gradient_accumulation_steps": "auto",
+    "gradient_clipping": "auto",
+    "bf16": {"enabled": "auto"},
+    "zero_optimization": {"stage": 2},
+    "optimizer": {"type": "AdamW", "params": {"lr": "auto", "weight_decay": "auto", "torch_adam": True}},
+    "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": "auto", "warmup_max_lr": "auto", "warmup_num_steps": "auto"}},
+}
+
+
+def train_auto_config() -> dict[str, Any]:
+    """A user JSON full of "auto", with DummyOptim/DummyScheduler standing for its optimizer/scheduler."""
+    from accelerate import Accelerator
+    from accelerate.utils import DeepSpeedPlugin, DummyOptim, DummyScheduler
+
+    accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=AUTO_CONFIG), gradient_accumulation_steps=2)
+    model = make_model()
+    optimizer = DummyOptim(model.parameters(), lr=0.02, weight_decay=0.0)
+    scheduler = DummyScheduler(optimizer, warmup_num_steps=3)
+    loader = DataLoader(make_data(), batch_size=2)
+    model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
+    losses = []
+    for _ in range(2):
+        for x, y in loader:
+            with accelerator.accumulate(model):
+                loss = F.mse_loss(model(x), y)
+                accelerator.backward(loss)
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad()
+            losses.append(loss.item())
+    config = model.config  # the engine's completed config
+    return {
+        "micro": model.train_micro_batch_size_per_gpu(),
+        "gas": model.gradient_accumulation_steps(),
+        "train_batch_size": config["train_batch_size"],
+        "lr_max": config["scheduler"]["params"]["warmup_max_lr"],
+        "clipping": config["gradient_clipping"],
+        "optimizer": type(optimizer.optimizer).__name__,
+        "lr_now": scheduler.get_last_lr(),
+        "first": sum(losses[: len(losses) // 2]),  # the same batches, epoch 1 and epoch 2
+        "last": sum(losses[len(losses) // 2 :]),
+    }

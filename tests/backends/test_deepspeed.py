@@ -57,3 +57,42 @@ def test_save_state_load_state_continues_identically(ds_pool: WorkerPool, tmp_pa
     other = 2 if stage == 3 else 3
     messages = ds_pool.run(payloads.load_into_stage, other, folder, env=ENV, timeout=300)
     assert all("ZeRO stage" in m and str(stage) in m and str(other) in m for m in messages), messages
+
+
+def test_accumulation_matches_big_batch(ds_pool: WorkerPool) -> None:
+    results = ds_pool.run(payloads.train, 2, batch_size=2, gas=2, env=ENV, timeout=300)
+    # 2 ranks x micro-batch 2 x 2 accumulation steps = one update per 8 samples, as torch with batches of 4, 2 steps.
+    want = payloads.reference_weights(batch_size=4, steps_per_update=2)
+    for rank in results:
+        assert rank["engine_gas"] == 2 and rank["engine_config_micro"] == 2
+        _close(rank["weights"], want, atol=1e-5)
+
+
+def test_zero3_ranks_hold_half_the_parameters(ds_pool: WorkerPool) -> None:
+    results = ds_pool.run(payloads.train, 3, hf_ds_config=payloads.ZERO3_CONFIG, env=ENV, timeout=300)
+    total = results[0]["total_numel"]
+    for rank in results:
+        assert rank["local_numel"] == 0  # released after each forward/backward: only the partition stays
+        # each rank keeps its half, padded by at most one element per parameter (4 tensors here)
+        assert total / 2 <= rank["partitioned_numel"] <= total / 2 + 4
+
+
+def test_bf16_trains(ds_pool: WorkerPool) -> None:
+    for rank in ds_pool.run(payloads.bf16_facts, env=ENV, timeout=300):
+        assert rank["dtype"] == "torch.bfloat16" and rank["config_bf16"] is True
+        assert rank["last"] < 0.7 * rank["first"]
+
+
+def test_zero3_save_model_gives_full_weights(ds_pool: WorkerPool, tmp_path: Any) -> None:
+    results = ds_pool.run(payloads.save_model_zero3, str(tmp_path / "model"), env=ENV, timeout=300)
+    loaded = results[0]["loaded"]
+    assert {k: tuple(v.shape) for k, v in loaded.items()} == {k: tuple(v.shape) for k, v in results[0]["want"].items()}
+    _close(loaded, results[0]["want"], atol=0)  # the freshly prepared model's weights, gathered from both ranks
+
+
+def test_user_json_with_auto_values(ds_pool: WorkerPool) -> None:
+    for rank in ds_pool.run(payloads.train_auto_config, env=ENV, timeout=300):
+        assert (rank["micro"], rank["gas"], rank["train_batch_size"]) == (2, 2, 8)
+        assert rank["lr_max"] == 0.02 and rank["clipping"] == 1.0  # upstream's value for "auto" clipping
+        assert rank["lr_now"] == [0.02]  # WarmupLR reached its max after 3 warm-up steps
+        assert rank["last"] < rank["first"]

@@ -61,7 +61,8 @@ class HfDeepSpeedConfig:
         self.set_stage_and_offload()
 
     def set_stage_and_offload(self) -> None:
-        self._stage = int(self.get_value("zero_optimization.stage", -1))
+        stage = self.get_value("zero_optimization.stage", -1)
+        self._stage = -1 if stage == AUTO else int(stage)  # "auto" is filled later (DeepSpeedPlugin)
         self._offload = False
         if self.is_zero2() or self.is_zero3():
             devices = {
