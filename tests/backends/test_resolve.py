@@ -34,7 +34,7 @@ def test_ddp_leaves_frozen_modules_unwrapped() -> None:
     assert strategy.setup_module(frozen, device_placement=True) is frozen
 
 
-@pytest.mark.parametrize("name", ["DeepSpeedPlugin", "FullyShardedDataParallelPlugin"])
+@pytest.mark.parametrize("name", ["FullyShardedDataParallelPlugin"])  # DeepSpeedPlugin runs: test_deepspeed*
 def test_unavailable_plugins_import_but_refuse_to_be_built(name: str) -> None:
     import accelerate
 
