@@ -307,7 +307,9 @@ def resolve_deepspeed_plugins(plugin: Any, plugins: Any, *, launched: bool) -> d
         )
     given = plugins if plugins is not None else plugin
     if given is None:
-        return {"default": DeepSpeedPlugin()} if launched else None
+        if not launched:
+            return None
+        given = DeepSpeedPlugin()
     named = dict(given) if isinstance(given, dict) else {"default": given}
     if not named:
         raise ValueError("Accelerator(deepspeed_plugins={}) is empty; pass at least one DeepSpeedPlugin.")
