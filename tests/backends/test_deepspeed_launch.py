@@ -49,6 +49,7 @@ def test_flags_choose_the_stage(tmp_path: Path) -> None:
 
 
 def test_accelerate_test_under_a_deepspeed_config(tmp_path: Path) -> None:
-    done = run_cli("test", "--config_file", str(_config(tmp_path)), home=tmp_path, timeout=600)
+    # The self-check trains with torch's SGD, so the config leaves the optimizer to the code (no JSON).
+    done = run_cli("test", "--config_file", str(FILES / "zero2.yaml"), home=tmp_path, timeout=600)
     assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
     assert "success" in done.stdout

@@ -83,6 +83,16 @@ def _scheduler_facts(scheduler: Any, optimizer: Any) -> dict[str, Known]:
 def complete_config(config: dict[str, Any], facts: PrepareFacts) -> dict[str, Any]:
     """A copy of ``config`` with every "auto" filled from ``facts``; raises on contradictions and leftovers."""
     config = copy.deepcopy(config)
+    if facts.optimizer is None:
+        # A model prepared without an optimizer (evaluation, a frozen teacher) gets an engine without one.
+        config.pop("optimizer", None)
+        config.pop("scheduler", None)
+        zero = config.get("zero_optimization") or {}
+        if zero.get("stage") in (1, 2):  # they shard optimizer state and gradients: none here
+            zero["stage"] = 0
+    elif isinstance(facts.optimizer, torch.optim.Optimizer):
+        # ZeRO runs any torch optimizer elementwise on its partition; DeepSpeed only vouches for its own.
+        config.setdefault("zero_allow_untested_optimizer", True)
     known: dict[str, Known] = {
         "gradient_accumulation_steps": Known(facts.gradient_accumulation_steps, "the Accelerator's gradient_accumulation_steps"),
         # upstream's default for "auto": DeepSpeed clips at 1.0 unless told otherwise
