@@ -19,7 +19,6 @@ from accelerate.config.env import LaunchEnv, read_launch_env
 from accelerate.precision.amp import Precision
 from accelerate.state import AcceleratorState, GradientState, PartialState
 from accelerate.state.parallelism import device_mesh_for
-from accelerate.utils.deepspeed_plugin import deepspeed_accumulation, resolve_deepspeed_plugins
 from accelerate.utils.dataclasses import (
     AutocastKwargs,
     DataLoaderConfiguration,
@@ -33,6 +32,7 @@ from accelerate.utils.dataclasses import (
     TorchDynamoPlugin,
     collect_kwargs_handlers,
 )
+from accelerate.utils.deepspeed_plugin import deepspeed_accumulation, resolve_deepspeed_plugins
 
 
 @dataclasses.dataclass
@@ -108,9 +108,8 @@ def connect(
             ds_plugins, gradient_accumulation_steps, launch.gradient_accumulation_steps, mode
         )
     # Raises, naming both values, if an earlier Accelerator in this process chose differently.
-    state = AcceleratorState(
-        mixed_precision=mode, cpu=cpu, **({"deepspeed_plugins": ds_plugins} if ds_plugins else {})
-    )
+    extra: dict[str, Any] = {"deepspeed_plugins": ds_plugins} if ds_plugins else {}
+    state = AcceleratorState(mixed_precision=mode, cpu=cpu, **extra)
     precision = Precision(
         mode,
         partial.device,

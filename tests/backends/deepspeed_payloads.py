@@ -41,17 +41,25 @@ def _accelerator(stage: int, **kwargs: Any) -> Any:
     from accelerate import Accelerator
     from accelerate.utils import DeepSpeedPlugin
 
-    plugin_kwargs = {k: kwargs.pop(k) for k in ("gradient_clipping", "zero3_save_16bit_model", "hf_ds_config") if k in kwargs}
+    plugin_kwargs = {
+        k: kwargs.pop(k)
+        for k in ("gradient_clipping", "zero3_save_16bit_model", "hf_ds_config")
+        if k in kwargs
+    }
     if "hf_ds_config" not in plugin_kwargs:
         plugin_kwargs["zero_stage"] = stage
         plugin_kwargs.setdefault("zero3_save_16bit_model", True)
     return Accelerator(deepspeed_plugin=DeepSpeedPlugin(**plugin_kwargs), **kwargs)
 
 
-def train(stage: int, *, batch_size: int = 4, gas: int = 1, mixed_precision: str = "no", hf_ds_config: Any = None) -> dict[str, Any]:
+def train(
+    stage: int, *, batch_size: int = 4, gas: int = 1, mixed_precision: str = "no", hf_ds_config: Any = None
+) -> dict[str, Any]:
     """The five-line loop under ZeRO-``stage``; returns the full weights and facts about the run."""
     extra = {"hf_ds_config": hf_ds_config} if hf_ds_config is not None else {}
-    accelerator = _accelerator(stage, gradient_accumulation_steps=gas, mixed_precision=mixed_precision, **extra)
+    accelerator = _accelerator(
+        stage, gradient_accumulation_steps=gas, mixed_precision=mixed_precision, **extra
+    )
     model = make_model()
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
     loader = DataLoader(make_data(), batch_size=batch_size)
@@ -163,7 +171,11 @@ def save_model_zero3(folder: str) -> dict[str, Any]:
     accelerator.wait_for_everyone()
     fresh = make_model(seed=5)
     load_checkpoint_in_model(fresh, folder)
-    return {"loaded": {k: v.clone() for k, v in fresh.state_dict().items()}, "want": make_model().state_dict(), "trained": result}
+    return {
+        "loaded": {k: v.clone() for k, v in fresh.state_dict().items()},
+        "want": make_model().state_dict(),
+        "trained": result,
+    }
 
 
 ZERO3_CONFIG = {
@@ -172,7 +184,11 @@ ZERO3_CONFIG = {
     "gradient_accumulation_steps": "auto",
     "gradient_clipping": 0.0,
     # small parameters are otherwise kept whole on every rank (DeepSpeed's persistence threshold)
-    "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0, "stage3_gather_16bit_weights_on_model_save": True},
+    "zero_optimization": {
+        "stage": 3,
+        "stage3_param_persistence_threshold": 0,
+        "stage3_gather_16bit_weights_on_model_save": True,
+    },
 }
 
 AUTO_CONFIG = {
@@ -183,7 +199,10 @@ AUTO_CONFIG = {
     "bf16": {"enabled": "auto"},
     "zero_optimization": {"stage": 2},
     "optimizer": {"type": "AdamW", "params": {"lr": "auto", "weight_decay": "auto", "torch_adam": True}},
-    "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": "auto", "warmup_max_lr": "auto", "warmup_num_steps": "auto"}},
+    "scheduler": {
+        "type": "WarmupLR",
+        "params": {"warmup_min_lr": "auto", "warmup_max_lr": "auto", "warmup_num_steps": "auto"},
+    },
 }
 
 
@@ -192,7 +211,9 @@ def train_auto_config() -> dict[str, Any]:
     from accelerate import Accelerator
     from accelerate.utils import DeepSpeedPlugin, DummyOptim, DummyScheduler
 
-    accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=AUTO_CONFIG), gradient_accumulation_steps=2)
+    accelerator = Accelerator(
+        deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=AUTO_CONFIG), gradient_accumulation_steps=2
+    )
     model = make_model()
     optimizer = DummyOptim(model.parameters(), lr=0.02, weight_decay=0.0)
     scheduler = DummyScheduler(optimizer, warmup_num_steps=3)

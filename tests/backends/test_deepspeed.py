@@ -86,8 +86,12 @@ def test_bf16_trains(ds_pool: WorkerPool) -> None:
 def test_zero3_save_model_gives_full_weights(ds_pool: WorkerPool, tmp_path: Any) -> None:
     results = ds_pool.run(payloads.save_model_zero3, str(tmp_path / "model"), env=ENV, timeout=300)
     loaded = results[0]["loaded"]
-    assert {k: tuple(v.shape) for k, v in loaded.items()} == {k: tuple(v.shape) for k, v in results[0]["want"].items()}
-    _close(loaded, results[0]["want"], atol=0)  # the freshly prepared model's weights, gathered from both ranks
+    assert {k: tuple(v.shape) for k, v in loaded.items()} == {
+        k: tuple(v.shape) for k, v in results[0]["want"].items()
+    }
+    _close(
+        loaded, results[0]["want"], atol=0
+    )  # the freshly prepared model's weights, gathered from both ranks
 
 
 def test_user_json_with_auto_values(ds_pool: WorkerPool) -> None:

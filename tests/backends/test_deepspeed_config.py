@@ -40,8 +40,18 @@ def test_plugin_reads_a_json_file_and_fills_its_autos_from_fields(tmp_path: Path
 
 
 def test_hf_deepspeed_config_lookups() -> None:
-    cfg = HfDeepSpeedConfig({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}, "fp16": {"enabled": False}})
-    assert cfg.is_zero2() and cfg.is_offload() and cfg.is_false("fp16.enabled") and not cfg.is_true("fp16.enabled")
+    cfg = HfDeepSpeedConfig(
+        {
+            "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}},
+            "fp16": {"enabled": False},
+        }
+    )
+    assert (
+        cfg.is_zero2()
+        and cfg.is_offload()
+        and cfg.is_false("fp16.enabled")
+        and not cfg.is_true("fp16.enabled")
+    )
     assert cfg.get_value("zero_optimization.offload_optimizer.device") == "cpu"
     assert cfg.get_value("missing.key", 7) == 7
     cfg.del_config_sub_tree("fp16")
@@ -58,43 +68,77 @@ def test_autos_filled_from_what_prepare_knows() -> None:
     }  # fmt: skip
     model = torch.nn.Linear(3, 1)
     optimizer = DummyOptim(model.parameters(), lr=0.1, weight_decay=0.01, betas=(0.8, 0.9))
-    facts = PrepareFacts(4, 2, 2, model, optimizer, DummyScheduler(optimizer, total_num_steps=100, warmup_num_steps=10))
+    facts = PrepareFacts(
+        4, 2, 2, model, optimizer, DummyScheduler(optimizer, total_num_steps=100, warmup_num_steps=10)
+    )
     done = complete_config(config, facts)
-    assert (done["train_micro_batch_size_per_gpu"], done["gradient_accumulation_steps"], done["train_batch_size"]) == (4, 2, 16)
+    assert (
+        done["train_micro_batch_size_per_gpu"],
+        done["gradient_accumulation_steps"],
+        done["train_batch_size"],
+    ) == (4, 2, 16)
     assert done["optimizer"]["params"] == {"lr": 0.1, "weight_decay": 0.01, "betas": [0.8, 0.9]}
-    assert done["scheduler"]["params"] == {"total_num_steps": 100, "warmup_num_steps": 10, "warmup_max_lr": 0.1}
+    assert done["scheduler"]["params"] == {
+        "total_num_steps": 100,
+        "warmup_num_steps": 10,
+        "warmup_max_lr": 0.1,
+    }
     assert config["train_batch_size"] == "auto"  # the plugin's own config is left as the user wrote it
 
 
 def test_an_auto_nothing_fills_names_the_key_and_the_fix() -> None:
-    config = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1, "zero_optimization": {"stage": 3, "reduce_bucket_size": "auto"}}
-    with pytest.raises(ValueError, match=r"zero_optimization.reduce_bucket_size: \"auto\" \(set it in the config"):
+    config = {
+        "train_micro_batch_size_per_gpu": 4,
+        "gradient_accumulation_steps": 1,
+        "zero_optimization": {"stage": 3, "reduce_bucket_size": "auto"},
+    }
+    with pytest.raises(
+        ValueError, match=r"zero_optimization.reduce_bucket_size: \"auto\" \(set it in the config"
+    ):
         complete_config(config, PrepareFacts(4, 1, 2, torch.nn.Linear(2, 2), None, None))
 
 
 def test_json_contradicting_the_dataloader_names_both() -> None:
-    plugin = DeepSpeedPlugin(hf_ds_config={"train_micro_batch_size_per_gpu": 8, "zero_optimization": {"stage": 2}})
+    plugin = DeepSpeedPlugin(
+        hf_ds_config={"train_micro_batch_size_per_gpu": 8, "zero_optimization": {"stage": 2}}
+    )
     accelerator = Accelerator(deepspeed_plugin=plugin)
-    assert accelerator.distributed_type == DistributedType.DEEPSPEED and accelerator.deepspeed_plugin is plugin
+    assert (
+        accelerator.distributed_type == DistributedType.DEEPSPEED and accelerator.deepspeed_plugin is plugin
+    )
     model = torch.nn.Linear(3, 1)
-    with pytest.raises(ValueError, match=r"train_micro_batch_size_per_gpu=8, but the prepared DataLoader's batch size per process gives 4"):
+    with pytest.raises(
+        ValueError,
+        match=r"train_micro_batch_size_per_gpu=8, but the prepared DataLoader's batch size per process gives 4",
+    ):
         accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1), _loader(4))
 
 
 def test_json_accumulation_contradicting_the_accelerator_names_both() -> None:
-    plugin = DeepSpeedPlugin(hf_ds_config={"gradient_accumulation_steps": 4, "zero_optimization": {"stage": 1}})
-    with pytest.raises(ValueError, match=r"gradient_accumulation_steps=4, but Accelerator\(gradient_accumulation_steps=2\)"):
+    plugin = DeepSpeedPlugin(
+        hf_ds_config={"gradient_accumulation_steps": 4, "zero_optimization": {"stage": 1}}
+    )
+    with pytest.raises(
+        ValueError, match=r"gradient_accumulation_steps=4, but Accelerator\(gradient_accumulation_steps=2\)"
+    ):
         Accelerator(deepspeed_plugin=plugin, gradient_accumulation_steps=2)
 
 
 def test_json_precision_contradicting_the_accelerator_names_both() -> None:
     plugin = DeepSpeedPlugin(hf_ds_config={"fp16": {"enabled": True}, "zero_optimization": {"stage": 1}})
-    with pytest.raises(ValueError, match=r"fp16.enabled=true, but the Accelerator's mixed_precision is 'bf16'"):
+    with pytest.raises(
+        ValueError, match=r"fp16.enabled=true, but the Accelerator's mixed_precision is 'bf16'"
+    ):
         Accelerator(deepspeed_plugin=plugin, mixed_precision="bf16")
 
 
 def test_optimizer_in_both_the_json_and_the_code_is_refused() -> None:
-    plugin = DeepSpeedPlugin(hf_ds_config={"optimizer": {"type": "AdamW", "params": {"lr": 0.1}}, "zero_optimization": {"stage": 2}})
+    plugin = DeepSpeedPlugin(
+        hf_ds_config={
+            "optimizer": {"type": "AdamW", "params": {"lr": 0.1}},
+            "zero_optimization": {"stage": 2},
+        }
+    )
     accelerator = Accelerator(deepspeed_plugin=plugin)
     model = torch.nn.Linear(3, 1)
     with pytest.raises(ValueError, match="DummyOptim"):
@@ -123,6 +167,8 @@ def test_named_plugins_and_selection() -> None:
 def test_missing_deepspeed_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
     from accelerate.utils.deepspeed import import_deepspeed
 
-    monkeypatch.setitem(sys.modules, "deepspeed", None)  # what Python does for a package that is not installed
+    monkeypatch.setitem(
+        sys.modules, "deepspeed", None
+    )  # what Python does for a package that is not installed
     with pytest.raises(ImportError, match="pip install --no-build-isolation deepspeed"):
         import_deepspeed()

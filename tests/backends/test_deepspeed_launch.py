@@ -15,7 +15,11 @@ FILES = Path(__file__).resolve().parent / "deepspeed_files"
 
 
 def _config(tmp_path: Path) -> Path:
-    text = (FILES / "deepspeed.yaml").read_text().replace("DEEPSPEED_CONFIG_JSON", str(FILES / "zero_stage1_config.json"))
+    text = (
+        (FILES / "deepspeed.yaml")
+        .read_text()
+        .replace("DEEPSPEED_CONFIG_JSON", str(FILES / "zero_stage1_config.json"))
+    )
     path = tmp_path / "deepspeed.yaml"
     path.write_text(text)
     return path

@@ -16,7 +16,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from accelerate.backends.base import Strategy
-from accelerate.backends.deepspeed_setup import PrepareFacts, build_engine, check_optimizer_source, complete_config
+from accelerate.backends.deepspeed_setup import (
+    PrepareFacts,
+    build_engine,
+    check_optimizer_source,
+    complete_config,
+)
 from accelerate.state.distributed_type import DistributedType
 from accelerate.utils.deepspeed import (
     DeepSpeedEngineWrapper,
@@ -58,12 +63,18 @@ class DeepSpeedStrategy(Strategy):
         return next(p for p in self.plugins.values() if p.selected)
 
     # --- prepare -------------------------------------------------------------------------------------
-    def prepare_jointly(self, accelerator: Accelerator, objects: list[Any], placements: list[bool | None]) -> list[Any]:
+    def prepare_jointly(
+        self, accelerator: Accelerator, objects: list[Any], placements: list[bool | None]
+    ) -> list[Any]:
         """Dataloaders first (their batch size fills the config), then one engine for model+optimizer+scheduler."""
         from accelerate.preparation import _kind
 
         kinds = [
-            "optimizer" if isinstance(o, DummyOptim) else "scheduler" if isinstance(o, DummyScheduler) else _kind(o)
+            "optimizer"
+            if isinstance(o, DummyOptim)
+            else "scheduler"
+            if isinstance(o, DummyScheduler)
+            else _kind(o)
             for o in objects
         ]
         results = list(objects)
@@ -89,7 +100,9 @@ class DeepSpeedStrategy(Strategy):
         model = objects[models[0]]
         optimizer = objects[optimizers[0]] if optimizers else None
         scheduler = objects[schedulers[0]] if schedulers else None
-        loaders = [results[i] for i, k in enumerate(kinds) if k == "dataloader"] or list(accelerator._dataloaders)
+        loaders = [results[i] for i, k in enumerate(kinds) if k == "dataloader"] or list(
+            accelerator._dataloaders
+        )
         engine = self._build(accelerator, model, optimizer, scheduler, loaders)
         results[models[0]] = engine.engine
         accelerator._models.append(engine.engine)
@@ -103,7 +116,14 @@ class DeepSpeedStrategy(Strategy):
             results[schedulers[0]] = sched
         return results
 
-    def _build(self, accelerator: Accelerator, model: torch.nn.Module, optimizer: Any, scheduler: Any, loaders: list[Any]) -> Any:
+    def _build(
+        self,
+        accelerator: Accelerator,
+        model: torch.nn.Module,
+        optimizer: Any,
+        scheduler: Any,
+        loaders: list[Any],
+    ) -> Any:
         plugin = self.plugin
         check_optimizer_source(plugin.deepspeed_config, optimizer, scheduler)
         batch = _micro_batch_size(loaders, accelerator)
@@ -145,7 +165,9 @@ class DeepSpeedStrategy(Strategy):
         # DeepSpeed reduces at the accumulation boundary it is told about in backward (no no_sync).
         return contextlib.nullcontext()
 
-    def clip_grad_norm_(self, parameters: Iterable[torch.Tensor], max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
+    def clip_grad_norm_(
+        self, parameters: Iterable[torch.Tensor], max_norm: float, norm_type: float = 2.0
+    ) -> torch.Tensor:
         """DeepSpeed clipped inside its step (``gradient_clipping``); returns the norm it measured."""
         if self.engine_wrapper is None:
             return super().clip_grad_norm_(parameters, max_norm, norm_type)

@@ -16,7 +16,14 @@ from typing import Any
 
 import torch
 
-from accelerate.checkpointing.atomic import CHECKSUM_ALGORITHM, FileRecord, Hasher, Manifest, fsync_dir, verify_file
+from accelerate.checkpointing.atomic import (
+    CHECKSUM_ALGORITHM,
+    FileRecord,
+    Hasher,
+    Manifest,
+    fsync_dir,
+    verify_file,
+)
 from accelerate.checkpointing.errors import CheckpointError
 
 MODEL_NAME = "pytorch_model"
@@ -112,4 +119,6 @@ class EngineCheckpointIO:
         for index, engine in enumerate(self.engines):
             path, _ = engine.load_checkpoint(str(directory), engine_tag(index), **kwargs)
             if path is None:
-                raise CheckpointError(f"DeepSpeed could not load {directory / engine_tag(index)} into engine {index}.")
+                raise CheckpointError(
+                    f"DeepSpeed could not load {directory / engine_tag(index)} into engine {index}."
+                )

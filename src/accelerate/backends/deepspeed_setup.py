@@ -46,21 +46,30 @@ class PrepareFacts:
 def _hidden_size(model: torch.nn.Module | None) -> int | None:
     config = getattr(model, "config", None)
     size = getattr(config, "hidden_size", None)
-    if size is None and isinstance(getattr(config, "hidden_sizes", None), list | tuple):
-        size = max(config.hidden_sizes)
+    sizes = getattr(config, "hidden_sizes", None)
+    if size is None and isinstance(sizes, list | tuple) and sizes:
+        size = max(sizes)
     return int(size) if isinstance(size, int) else None
 
 
 def _optimizer_facts(optimizer: Any) -> dict[str, Known]:
     if isinstance(optimizer, DummyOptim):
-        values: dict[str, Any] = {"lr": optimizer.lr, "weight_decay": optimizer.weight_decay, **optimizer.kwargs}
+        values: dict[str, Any] = {
+            "lr": optimizer.lr,
+            "weight_decay": optimizer.weight_decay,
+            **optimizer.kwargs,
+        }
         source = "DummyOptim(...)"
     elif isinstance(optimizer, torch.optim.Optimizer):
         values = dict(optimizer.defaults)
         source = f"the {type(optimizer).__name__} passed to prepare"
     else:
         return {}
-    known = {f"optimizer.params.{k}": Known(v, source, must_match=False) for k, v in values.items() if k in ("lr", "weight_decay", "eps")}
+    known = {
+        f"optimizer.params.{k}": Known(v, source, must_match=False)
+        for k, v in values.items()
+        if k in ("lr", "weight_decay", "eps")
+    }
     if "betas" in values:
         known["optimizer.params.betas"] = Known(list(values["betas"]), source, must_match=False)
     return known
@@ -68,15 +77,21 @@ def _optimizer_facts(optimizer: Any) -> dict[str, Known]:
 
 def _scheduler_facts(scheduler: Any, optimizer: Any) -> dict[str, Known]:
     known: dict[str, Known] = {}
-    lr = getattr(optimizer, "lr", None) or (optimizer.defaults.get("lr") if isinstance(optimizer, torch.optim.Optimizer) else None)
+    lr = getattr(optimizer, "lr", None) or (
+        optimizer.defaults.get("lr") if isinstance(optimizer, torch.optim.Optimizer) else None
+    )
     if lr is not None:
         known["scheduler.params.warmup_max_lr"] = Known(lr, "the optimizer's lr", must_match=False)
         known["scheduler.params.cos_min_ratio"] = Known(0.0, "the default", must_match=False)
     known["scheduler.params.warmup_min_lr"] = Known(0.0, "the default", must_match=False)
     if isinstance(scheduler, DummyScheduler):
         if scheduler.total_num_steps is not None:
-            known["scheduler.params.total_num_steps"] = Known(scheduler.total_num_steps, "DummyScheduler(total_num_steps=...)", must_match=False)
-        known["scheduler.params.warmup_num_steps"] = Known(scheduler.warmup_num_steps, "DummyScheduler(warmup_num_steps=...)", must_match=False)
+            known["scheduler.params.total_num_steps"] = Known(
+                scheduler.total_num_steps, "DummyScheduler(total_num_steps=...)", must_match=False
+            )
+        known["scheduler.params.warmup_num_steps"] = Known(
+            scheduler.warmup_num_steps, "DummyScheduler(warmup_num_steps=...)", must_match=False
+        )
     return known
 
 
@@ -100,22 +115,32 @@ def complete_config(config: dict[str, Any], facts: PrepareFacts) -> dict[str, An
         "zero_optimization.stage3_gather_16bit_weights_on_model_save": Known(False, "the default", must_match=False),
     }  # fmt: skip
     if facts.micro_batch_size is not None:
-        known["train_micro_batch_size_per_gpu"] = Known(facts.micro_batch_size, "the prepared DataLoader's batch size per process")
+        known["train_micro_batch_size_per_gpu"] = Known(
+            facts.micro_batch_size, "the prepared DataLoader's batch size per process"
+        )
         total = facts.micro_batch_size * facts.gradient_accumulation_steps * facts.num_processes
         known["train_batch_size"] = Known(
-            total, "batch size per process x gradient_accumulation_steps x num_processes of the prepared DataLoader"
+            total,
+            "batch size per process x gradient_accumulation_steps x num_processes of the prepared DataLoader",
         )
     hidden = _hidden_size(facts.model)
     if hidden is not None:
-        known["zero_optimization.reduce_bucket_size"] = Known(hidden * hidden, "the model's hidden_size", must_match=False)
-        known["zero_optimization.stage3_prefetch_bucket_size"] = Known(int(0.9 * hidden * hidden), "the model's hidden_size", must_match=False)
-        known["zero_optimization.stage3_param_persistence_threshold"] = Known(10 * hidden, "the model's hidden_size", must_match=False)
+        known["zero_optimization.reduce_bucket_size"] = Known(
+            hidden * hidden, "the model's hidden_size", must_match=False
+        )
+        known["zero_optimization.stage3_prefetch_bucket_size"] = Known(
+            int(0.9 * hidden * hidden), "the model's hidden_size", must_match=False
+        )
+        known["zero_optimization.stage3_param_persistence_threshold"] = Known(
+            10 * hidden, "the model's hidden_size", must_match=False
+        )
     known.update(_optimizer_facts(facts.optimizer))
     known.update(_scheduler_facts(facts.scheduler, facts.optimizer))
     mismatches = fill_auto(config, known, origin="the DeepSpeed config")
     if mismatches:
         raise ValueError(
-            "The DeepSpeed config contradicts the Accelerator:\n- " + "\n- ".join(mismatches)
+            "The DeepSpeed config contradicts the Accelerator:\n- "
+            + "\n- ".join(mismatches)
             + '\nChange one of them, or set the config value to "auto" so that prepare() fills it.'
         )
     if facts.micro_batch_size is None and "train_micro_batch_size_per_gpu" in remaining_auto(config):
@@ -136,7 +161,7 @@ def check_optimizer_source(config: dict[str, Any], optimizer: Any, scheduler: An
     if "optimizer" in config and optimizer is not None and not isinstance(optimizer, DummyOptim):
         raise ValueError(
             f"The DeepSpeed config defines an optimizer and prepare() got a {type(optimizer).__name__}; define it "
-            "in one place: drop the config's \"optimizer\" section, or pass accelerate.utils.DummyOptim(params, lr=...)."
+            'in one place: drop the config\'s "optimizer" section, or pass accelerate.utils.DummyOptim(params, lr=...).'
         )
     if isinstance(optimizer, DummyOptim) and "optimizer" not in config:
         raise ValueError(

@@ -9,6 +9,7 @@ optimizer's and scheduler's own ``step``/``zero_grad`` therefore do nothing. ``D
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -35,7 +36,9 @@ def import_deepspeed() -> Any:
     try:
         import deepspeed
     except ImportError as exc:
-        raise ImportError(f"DeepSpeed is not installed, and this run asks for it. Install it with: {INSTALL}") from exc
+        raise ImportError(
+            f"DeepSpeed is not installed, and this run asks for it. Install it with: {INSTALL}"
+        ) from exc
     return deepspeed
 
 
@@ -72,13 +75,13 @@ class DeepSpeedOptimizerWrapper(AcceleratedOptimizer):
     def zero_grad(self, set_to_none: bool | None = None) -> None:
         pass  # the engine zeroes the gradients after its step
 
-    def step(self, closure: Any = None) -> None:
-        pass  # the engine stepped in accelerator.backward
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        return None  # the engine stepped in accelerator.backward
 
     @property
     def step_was_skipped(self) -> bool:
         """True when DeepSpeed skipped the last step (fp16 overflow)."""
-        return bool(self.__has_overflow__ and self.optimizer.overflow)
+        return bool(self.__has_overflow__ and getattr(self.optimizer, "overflow", False))
 
     @property
     def is_overflow(self) -> bool:

@@ -40,7 +40,9 @@ def load_config(config_file_or_dict: Any) -> dict[str, Any]:
                     "pass the path of a DeepSpeed JSON file or a dict."
                 ) from None
         if not isinstance(data, dict):
-            raise ValueError(f"DeepSpeed config {config_file_or_dict} must hold a JSON object, got {type(data).__name__}")
+            raise ValueError(
+                f"DeepSpeed config {config_file_or_dict} must hold a JSON object, got {type(data).__name__}"
+            )
         return data
     raise TypeError(
         f"A DeepSpeed config must be a dict or the path of a JSON file, got {type(config_file_or_dict).__name__}"

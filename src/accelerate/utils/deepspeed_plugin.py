@@ -64,7 +64,9 @@ class DeepSpeedPlugin:
         if self.enable_msamp:
             from accelerate.utils.errors import requires_hardware
 
-            raise requires_hardware("DeepSpeedPlugin(enable_msamp=True)", "MS-AMP and an fp8-capable NVIDIA GPU")
+            raise requires_hardware(
+                "DeepSpeedPlugin(enable_msamp=True)", "MS-AMP and an fp8-capable NVIDIA GPU"
+            )
         self._fill_fields_from(env)
         if self.hf_ds_config is None:
             self.hf_ds_config = HfDeepSpeedConfig(self._config_from_fields())
@@ -101,11 +103,15 @@ class DeepSpeedPlugin:
             self.zero_stage = int(self.zero_stage)
             if self.zero_stage not in (0, 1, 2, 3):
                 raise ValueError(f"DeepSpeedPlugin(zero_stage={self.zero_stage}) must be 0, 1, 2 or 3.")
-        self.zero3_save_16bit_model = None if self.zero3_save_16bit_model is None else _flag(self.zero3_save_16bit_model)
+        self.zero3_save_16bit_model = (
+            None if self.zero3_save_16bit_model is None else _flag(self.zero3_save_16bit_model)
+        )
         for name in ("offload_optimizer_device", "offload_param_device"):
             value = getattr(self, name)
             if value is not None and value not in _OFFLOAD_DEVICES:
-                raise ValueError(f"DeepSpeedPlugin({name}={value!r}) must be one of {', '.join(_OFFLOAD_DEVICES)}.")
+                raise ValueError(
+                    f"DeepSpeedPlugin({name}={value!r}) must be one of {', '.join(_OFFLOAD_DEVICES)}."
+                )
 
     def _config_from_fields(self) -> dict[str, Any]:
         zero: dict[str, Any] = {
@@ -175,7 +181,9 @@ class DeepSpeedPlugin:
     def is_auto(self, ds_key_long: str) -> bool:
         return bool(self.get_value(ds_key_long) == AUTO)
 
-    def fill_match(self, ds_key_long: str, mismatches: list[str] | None = None, must_match: bool = True, **kwargs: Any) -> None:
+    def fill_match(
+        self, ds_key_long: str, mismatches: list[str] | None = None, must_match: bool = True, **kwargs: Any
+    ) -> None:
         """Fills ``ds_key_long`` from ``kwargs[ds_key_long]`` when "auto"; records a contradiction otherwise."""
         mismatches = [] if mismatches is None else mismatches
         if ds_key_long not in kwargs:
@@ -193,7 +201,9 @@ class DeepSpeedPlugin:
         """Fills every "auto" key named in ``kwargs``; contradictions raise, naming both values."""
         found: list[str] = [] if mismatches is None else mismatches
         known = {key: Known(value, "the Accelerator", must_match) for key, value in kwargs.items()}
-        found += fill_auto(self.deepspeed_config if config is None else config, known, origin="the DeepSpeed config")
+        found += fill_auto(
+            self.deepspeed_config if config is None else config, known, origin="the DeepSpeed config"
+        )
         if found and mismatches is None:
             raise ValueError("The DeepSpeed config contradicts the Accelerator:\n- " + "\n- ".join(found))
 
@@ -215,7 +225,7 @@ class DeepSpeedPlugin:
             if f"{wanted}" in config and self.get_value(f"{wanted}.enabled") is not None:
                 raise ValueError(
                     f"The DeepSpeed config sets {wanted}.enabled=false, but the Accelerator's mixed_precision is "
-                    f"{mixed_precision!r}. Set it to true or \"auto\", or drop mixed_precision."
+                    f'{mixed_precision!r}. Set it to true or "auto", or drop mixed_precision.'
                 )
             set_value(config, f"{wanted}.enabled", True)
 
@@ -253,7 +263,9 @@ class DeepSpeedPlugin:
         classes = {type(m) for m in model.modules() if type(m).__name__ in names}
         missing = names - {c.__name__ for c in classes}
         if missing:
-            raise ValueError(f"transformer_moe_cls_names names {sorted(missing)}, which the model does not contain.")
+            raise ValueError(
+                f"transformer_moe_cls_names names {sorted(missing)}, which the model does not contain."
+            )
         set_z3_leaf_modules(model, list(classes))
 
     def select(self, _from_accelerator_state: bool = False) -> None:
@@ -290,11 +302,15 @@ class DeepSpeedPlugin:
         from accelerate.utils.deepspeed import import_deepspeed
 
         deepspeed = import_deepspeed()
-        context: contextlib.AbstractContextManager[Any] = deepspeed.zero.Init(config_dict_or_path=self.deepspeed_config)
+        context: contextlib.AbstractContextManager[Any] = deepspeed.zero.Init(
+            config_dict_or_path=self.deepspeed_config
+        )
         return context
 
 
-def resolve_deepspeed_plugins(plugin: Any, plugins: Any, *, launched: bool) -> dict[str, DeepSpeedPlugin] | None:
+def resolve_deepspeed_plugins(
+    plugin: Any, plugins: Any, *, launched: bool
+) -> dict[str, DeepSpeedPlugin] | None:
     """The named plugins of this run (the first one selected), or None without DeepSpeed.
 
     ``Accelerator(deepspeed_plugin=...)`` takes one plugin or a dict; ``deepspeed_plugins=`` a dict;
@@ -343,7 +359,7 @@ def deepspeed_accumulation(
         if requested != 1 and int(value) != requested:
             raise ValueError(
                 f"DeepSpeed plugin {name!r} sets gradient_accumulation_steps={value}, but "
-                f"Accelerator(gradient_accumulation_steps={requested}); set it in one place (or \"auto\" in the config)."
+                f'Accelerator(gradient_accumulation_steps={requested}); set it in one place (or "auto" in the config).'
             )
         steps = int(value)
     return steps

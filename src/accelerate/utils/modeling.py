@@ -86,8 +86,10 @@ def extract_model_from_parallel(
         if _is_compiled(inner):
             compiled = inner
             inner = inner._orig_mod  # type: ignore[assignment]
-        elif isinstance(inner, DistributedDataParallel | DataParallel) or _is_deepspeed_engine(inner):
+        elif isinstance(inner, DistributedDataParallel | DataParallel):
             inner = inner.module
+        elif _is_deepspeed_engine(inner):
+            inner = inner.module  # type: ignore[assignment]  # a DeepSpeedEngine's module is a Module
         else:
             break
     if not keep_fp32_wrapper:
