@@ -13,10 +13,21 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import big_modeling, checkpoint_io, collectives, data_loading, ddp_two_proc, startup, step_overhead
+from bench import (
+    big_modeling,
+    checkpoint_io,
+    collectives,
+    data_loading,
+    ddp_two_proc,
+    deepspeed_zero2,
+    startup,
+    step_overhead,
+)
 from bench.common import ROOT, Row, format_table, guarded, write_results
 
-BENCHMARKS = [startup, step_overhead, ddp_two_proc, data_loading, collectives, checkpoint_io, big_modeling]
+BENCHMARKS = [
+    startup, step_overhead, ddp_two_proc, deepspeed_zero2, data_loading, collectives, checkpoint_io, big_modeling,
+]  # fmt: skip
 
 
 def main() -> None:
