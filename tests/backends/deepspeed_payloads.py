@@ -241,3 +241,27 @@ def train_auto_config() -> dict[str, Any]:
         "first": sum(losses[: len(losses) // 2]),  # the same batches, epoch 1 and epoch 2
         "last": sum(losses[len(losses) // 2 :]),
     }
+
+
+def zero3_init_and_gather() -> dict[str, Any]:
+    """zero3_init_flag: the model is partitioned as it is built; GatheredParameters shows whole weights."""
+    from accelerate import Accelerator
+    from accelerate.utils import DeepSpeedPlugin, GatheredParameters
+
+    plugin = DeepSpeedPlugin(hf_ds_config=dict(ZERO3_CONFIG), zero3_init_flag=True)
+    accelerator = Accelerator(deepspeed_plugin=plugin)
+    with plugin.zero3_init():
+        model = make_model()
+    first = model[0].weight
+    built = {"ds_id": hasattr(first, "ds_id"), "numel": first.numel(), "partition": first.ds_tensor.numel()}
+    with GatheredParameters(first):
+        built["gathered"] = first.detach().clone()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
+    loader = DataLoader(make_data(), batch_size=4)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    for x, y in loader:
+        accelerator.backward(F.mse_loss(model(x), y))
+        optimizer.step()
+        optimizer.zero_grad()
+    built["weights"] = {k: v.float().clone() for k, v in accelerator.get_state_dict(model).items()}
+    return built

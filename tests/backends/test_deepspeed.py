@@ -28,7 +28,9 @@ def ds_pool() -> Iterator[WorkerPool]:
 def _close(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], atol: float) -> None:
     assert got.keys() == want.keys()
     for name in want:
-        torch.testing.assert_close(got[name], want[name], atol=atol, rtol=0, msg=name)
+        torch.testing.assert_close(
+            got[name], want[name], atol=atol, rtol=0, msg=lambda m, n=name: f"{n}: {m}"
+        )
 
 
 @pytest.mark.parametrize("stage", [1, 2, 3])
@@ -100,3 +102,13 @@ def test_user_json_with_auto_values(ds_pool: WorkerPool) -> None:
         assert rank["lr_max"] == 0.02 and rank["clipping"] == 1.0  # upstream's value for "auto" clipping
         assert rank["lr_now"] == [0.02]  # WarmupLR reached its max after 3 warm-up steps
         assert rank["last"] < rank["first"]
+
+
+def test_zero3_init_builds_partitioned_and_trains_like_torch(ds_pool: WorkerPool) -> None:
+    results = ds_pool.run(payloads.zero3_init_and_gather, env=ENV, timeout=300)
+    want_initial = payloads.make_model()[0].weight.detach()
+    for rank in results:
+        assert rank["ds_id"] and rank["numel"] == 0 and rank["partition"] == want_initial.numel() // 2
+        torch.testing.assert_close(rank["gathered"], want_initial, atol=0, rtol=0)
+    # ZeRO-3's gathered state dict is complete on the main process (as upstream's get_state_dict)
+    _close(results[0]["weights"], payloads.reference_weights(batch_size=8), atol=1e-5)

@@ -302,9 +302,17 @@ class DeepSpeedPlugin:
         from accelerate.utils.deepspeed import import_deepspeed
 
         deepspeed = import_deepspeed()
-        context: contextlib.AbstractContextManager[Any] = deepspeed.zero.Init(
-            config_dict_or_path=self.deepspeed_config
-        )
+        # Init reads the ZeRO section and the dtype; the batch values are still "auto" until prepare().
+        config: dict[str, Any] = {
+            "zero_optimization": self.deepspeed_config.get("zero_optimization", {}),
+            "train_micro_batch_size_per_gpu": 1,
+            "gradient_accumulation_steps": 1,
+        }
+        for mode in ("fp16", "bf16"):
+            enabled = self.get_value(f"{mode}.enabled")
+            if enabled != AUTO and _flag(enabled):
+                config[mode] = {"enabled": True}
+        context: contextlib.AbstractContextManager[Any] = deepspeed.zero.Init(config_dict_or_path=config)
         return context
 
 
