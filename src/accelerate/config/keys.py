@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     from accelerate.config.config_file import LaunchConfig
 
 FSDP = "FSDP is not available yet in this accelerate"
-DEEPSPEED = "DeepSpeed is not available yet in this accelerate"
 DEEPSPEED_MULTINODE = (
     "DeepSpeed's own multi-machine launcher (pdsh hostfiles and filters) is not used here: run `accelerate launch` "
     "on each machine with --num_machines/--machine_rank (torch.distributed.run starts the DeepSpeed processes)"
