@@ -9,7 +9,6 @@ optimizer's and scheduler's own ``step``/``zero_grad`` therefore do nothing. ``D
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -75,7 +74,7 @@ class DeepSpeedOptimizerWrapper(AcceleratedOptimizer):
     def zero_grad(self, set_to_none: bool | None = None) -> None:
         pass  # the engine zeroes the gradients after its step
 
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+    def step(self) -> None:  # type: ignore[override]  # upstream's signature: the engine took the step
         return None  # the engine stepped in accelerator.backward
 
     @property
@@ -96,7 +95,7 @@ class DeepSpeedSchedulerWrapper(AcceleratedScheduler):
     def __init__(self, scheduler: Any, optimizers: Any) -> None:
         super().__init__(scheduler, optimizers)
 
-    def step(self, *args: Any, **kwargs: Any) -> None:
+    def step(self) -> None:  # type: ignore[override]  # upstream's signature
         pass  # stepped by engine.step()
 
 
