@@ -95,7 +95,7 @@ class DeepSpeedSchedulerWrapper(AcceleratedScheduler):
     def __init__(self, scheduler: Any, optimizers: Any) -> None:
         super().__init__(scheduler, optimizers)
 
-    def step(self) -> None:  # type: ignore[override]  # upstream's signature
+    def step(self) -> None:  # upstream's signature: no arguments
         pass  # stepped by engine.step()
 
 
