@@ -19,6 +19,7 @@ from bench import (
     collectives,
     data_loading,
     ddp_two_proc,
+    deepspeed_zero2,
     fsdp_checkpoint,
     fsdp_two_proc,
     startup,
@@ -26,7 +27,9 @@ from bench import (
 )
 from bench.common import ROOT, Row, format_table, guarded, write_results
 
-BENCHMARKS = [startup, step_overhead, ddp_two_proc, data_loading, collectives, checkpoint_io, big_modeling]
+BENCHMARKS = [
+    startup, step_overhead, ddp_two_proc, deepspeed_zero2, data_loading, collectives, checkpoint_io, big_modeling,
+]  # fmt: skip
 BENCHMARKS += [fsdp_two_proc, fsdp_checkpoint]
 
 

@@ -115,7 +115,9 @@ def test_plugin_and_steps_together_raise() -> None:
 
 
 def test_unavailable_backends_raise_clearly() -> None:
-    with pytest.raises(NotImplementedError, match="deepspeed_plugin.*not available yet"):
+    with pytest.raises(NotImplementedError, match="fsdp_plugin.*not available yet"):
+        Accelerator(fsdp_plugin=object())
+    with pytest.raises(TypeError, match="pass a DeepSpeedPlugin"):  # DeepSpeed runs: tests/backends/test_deepspeed*
         Accelerator(deepspeed_plugin=object())
 
 

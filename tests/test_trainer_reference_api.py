@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from accelerate.utils.errors import NotAvailableYetError
 from tests.utils.test_reference_api import (
     REFERENCE,
     Entry,
@@ -94,31 +93,6 @@ def _dummy_args(obj: Any) -> list[Any]:
     return [
         None for p in params if p.default is inspect.Parameter.empty and p.kind is p.POSITIONAL_OR_KEYWORD
     ]
-
-
-# The FSDP engine helpers run (tests/backends/test_fsdp_api.py) and so do the checkpoint ones
-# (tests/checkpointing/test_fsdp.py): neither refuses any more.
-FSDP_RUNS = {
-    "disable_fsdp_ram_efficient_loading", "enable_fsdp_ram_efficient_loading", "ensure_weights_retied",
-    "fsdp2_apply_ac", "fsdp2_canonicalize_names", "fsdp2_prepare_auto_wrap_policy", "fsdp2_prepare_model",
-    "fsdp2_switch_optimizer_parameters", "get_fsdp2_grad_scaler", "get_parameters_from_modules",
-    "save_fsdp_model", "load_fsdp_model", "save_fsdp_optimizer", "load_fsdp_optimizer",
-    "merge_fsdp_weights", "fsdp2_load_full_state_dict",
-}  # fmt: skip
-FACES = [
-    e for e in ENTRIES
-    if e.module in {"accelerate.utils.fsdp_utils", "accelerate.utils.deepspeed"} and e.name not in FSDP_RUNS
-]  # fmt: skip
-
-
-@pytest.mark.parametrize("entry", FACES, ids=lambda e: f"{e.module}:{e.name}")
-def test_fsdp_and_deepspeed_faces_raise_the_one_error(entry: Entry) -> None:
-    import importlib
-
-    obj = getattr(importlib.import_module(entry.module), entry.name)
-    feature = "FSDP" if "fsdp" in entry.module else "DeepSpeed"
-    with pytest.raises(NotAvailableYetError, match=rf"^{feature} \(`{re.escape(obj.__qualname__)}"):
-        obj(*_dummy_args(obj))
 
 
 def test_a_live_accelerator_has_upstreams_attributes() -> None:

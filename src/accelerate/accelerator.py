@@ -250,6 +250,9 @@ class Accelerator(AcceleratorFacts):
         if "learning_rate" in kwargs and self.has_lomo_optimizer:
             self.lomo_backward(loss, kwargs.pop("learning_rate"))
             return
+        if self.strategy.owns_backward:  # DeepSpeed: the engine scales, accumulates and steps
+            self.strategy.backward(loss, sync_gradients=self.gradient_state.sync_gradients, **kwargs)
+            return
         if self.gradient_state.num_steps > 1:
             loss = loss / self.gradient_state.num_steps
         self.precision.backward(loss, **kwargs)
@@ -442,6 +445,7 @@ class Accelerator(AcceleratorFacts):
             unwrap=self.unwrap_model,
             in_accumulation_window=self.gradient_state.num_steps > 1 and not self.gradient_state.sync_gradients,
             fsdp_state_dict_type=getattr(getattr(self.state, "fsdp_plugin", None), "state_dict_type", None),
+            engine_io=self.strategy.checkpoint_io(),
         )
 
     def save_state(

@@ -199,7 +199,8 @@ class AcceleratorFacts:
 
     @property
     def deepspeed_plugin(self) -> Any:
-        return None
+        """The selected DeepSpeedPlugin (None without DeepSpeed)."""
+        return self.state.deepspeed_plugin
 
     @property
     def flag_tensor(self) -> torch.Tensor | None:

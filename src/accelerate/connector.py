@@ -33,6 +33,7 @@ from accelerate.utils.dataclasses import (
     TorchDynamoPlugin,
     collect_kwargs_handlers,
 )
+from accelerate.utils.deepspeed_plugin import deepspeed_accumulation, resolve_deepspeed_plugins
 
 
 @dataclasses.dataclass
@@ -106,8 +107,14 @@ def connect(
         from accelerate.state.xla import apply_bf16_env
 
         apply_bf16_env(mode, bool(launch.downcast_bf16))
+    ds_plugins = resolve_deepspeed_plugins(deepspeed_plugin, deepspeed_plugins, launched=bool(launch.use_deepspeed))
+    if ds_plugins:
+        gradient_accumulation_steps = deepspeed_accumulation(
+            ds_plugins, gradient_accumulation_steps, launch.gradient_accumulation_steps, mode
+        )
     # Raises, naming both values, if an earlier Accelerator in this process chose differently.
-    state = AcceleratorState(mixed_precision=mode, cpu=cpu)
+    extra: dict[str, Any] = {"deepspeed_plugins": ds_plugins} if ds_plugins else {}
+    state = AcceleratorState(mixed_precision=mode, cpu=cpu, **extra)
     precision = Precision(
         mode,
         partial.device,
@@ -115,9 +122,9 @@ def connect(
         scaler_kwargs=handlers.get(GradScalerKwargs),
     )
     ddp_handler = handlers.get(DistributedDataParallelKwargs)
-    fsdp_plugin = _fsdp_plugin(fsdp_plugin, deepspeed_plugin)
+    fsdp_plugin = _fsdp_plugin(fsdp_plugin, ds_plugins or deepspeed_plugin)
     strategy = resolve_strategy(
-        partial, ddp_kwargs=ddp_handler, fsdp_plugin=fsdp_plugin, mixed_precision=mode
+        partial, ddp_kwargs=ddp_handler, fsdp_plugin=fsdp_plugin, mixed_precision=mode, deepspeed_plugins=ds_plugins
     )
     if fsdp_plugin is not None:
         # One process runs unsharded (single-device strategy): the plugin stays readable, is_fsdp2 says False.

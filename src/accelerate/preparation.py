@@ -82,6 +82,8 @@ def prepare_all(accelerator: Accelerator, objects: list[Any], placements: list[b
     results: list[Any] = list(objects)
     for position, obj in enumerate(objects, start=1):
         _check_not_a_class(obj, position)
+    if accelerator.strategy.prepares_jointly:  # DeepSpeed: one engine from model, optimizer, scheduler
+        return accelerator.strategy.prepare_jointly(accelerator, objects, placements)
     kinds = [_kind(obj) for obj in objects]
     mapping: dict[int, torch.nn.Parameter] = {}
 

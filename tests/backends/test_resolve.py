@@ -32,12 +32,3 @@ def test_ddp_leaves_frozen_modules_unwrapped() -> None:
     strategy = DDPStrategy(torch.device("cpu"), PartialState().distributed_type)
     frozen = torch.nn.Linear(2, 2).requires_grad_(False)
     assert strategy.setup_module(frozen, device_placement=True) is frozen
-
-
-@pytest.mark.parametrize("name", ["DeepSpeedPlugin"])
-def test_unavailable_plugins_import_but_refuse_to_be_built(name: str) -> None:
-    import accelerate
-
-    plugin_cls = getattr(accelerate, name)
-    with pytest.raises(NotAvailableYetError, match="not available in this version"):
-        plugin_cls(zero_stage=2)

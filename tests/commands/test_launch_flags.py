@@ -113,7 +113,7 @@ def test_a_tuning_flag_names_the_switch_that_is_off() -> None:
 @pytest.mark.parametrize(
     ("flags", "needles"),
     [
-        (["--use_deepspeed", "--zero_stage", "2"], ["--use_deepspeed", "DeepSpeed is not available yet"]),
+        (["--use_deepspeed", "--deepspeed_hostfile", "h"], ["--deepspeed_hostfile", "multi-machine launcher"]),
         (["--tpu"], ["--tpu", "torch_xla, which is not installed here", "pip install torch_xla"]),
         (["--fp8_backend", "te"], ["--fp8_backend", "needs an fp8-capable GPU"]),
         (["--use_megatron_lm"], ["--use_megatron_lm", "needs NVIDIA GPUs and the megatron-core package"]),

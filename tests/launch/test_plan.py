@@ -98,8 +98,8 @@ def test_same_network_needs_several_machines() -> None:
 
 
 def test_unavailable_backends_are_refused() -> None:
-    with pytest.raises(LaunchError, match="DeepSpeed is not available"):
-        plan({"use_deepspeed": True})
+    with pytest.raises(LaunchError, match="DeepSpeed's own multi-machine launcher"):
+        plan({"use_deepspeed": True, "deepspeed_hostfile": "hosts"})
     with pytest.raises(LaunchError, match="distributed_type: MEGATRON_LM"):
         plan(config=LaunchConfig(distributed_type="MEGATRON_LM"))
     with pytest.raises(LaunchError, match="mpirun_hostfile"):

@@ -53,11 +53,17 @@ def test_multi_process_env_and_the_simple_launcher_refusing_it(home: Path) -> No
     assert prepare_extend_env_parallelism_config(args, env) is env
     with pytest.raises(ValueError, match="use prepare_multi_gpu_env"):
         prepare_simple_launcher_cmd_env(args)
+    # a DeepSpeed launch is planned like any other: torch.distributed.run with its settings in the environment
+    ds_args = launch_command_parser().parse_args(
+        ["--cpu", "--num_processes", "2", "--use_deepspeed", "--zero_stage", "3", "train.py"]
+    )
+    command, ds_env = prepare_deepspeed_cmd_env(ds_args)
+    assert "torch.distributed.run" in command and ds_env["ACCELERATE_DEEPSPEED_ZERO_STAGE"] == "3"
+    assert ds_env["ACCELERATE_USE_DEEPSPEED"] == "true" and ds_env["DS_ACCELERATOR"] == "cpu"
 
 
 def test_unavailable_launch_targets_raise_the_one_error() -> None:
     for call in (
-        lambda: prepare_deepspeed_cmd_env(None),  # type: ignore[arg-type]
         lambda: prepare_tpu(argparse.Namespace(), {}, pod=True),
         lambda: prepare_sagemager_args_inputs(None, None),  # type: ignore[arg-type]
         lambda: setup_fp8_env(None, {}),  # type: ignore[arg-type]

@@ -15,6 +15,10 @@ class Strategy:
     """Base strategy: one process, one device. Subclasses override what their backend changes."""
 
     name = "single_device"
+    # DeepSpeed-like backends whose engine runs backward and the step itself (see backward()).
+    owns_backward = False
+    # Backends that build one object from the model, optimizer and scheduler (see preparation.py).
+    prepares_jointly = False
 
     def __init__(self, device: torch.device, distributed_type: DistributedType = DistributedType.NO) -> None:
         self.device = device
@@ -39,6 +43,21 @@ class Strategy:
         from accelerate.checkpointing.fsdp import full_state_dict  # the one gathering implementation
 
         return full_state_dict(model)
+    def backward(self, loss: torch.Tensor, *, sync_gradients: bool, **kwargs: Any) -> None:
+        """Only called when ``owns_backward``: backward (and the step at a sync) through the backend."""
+        raise NotImplementedError(f"the {self.name} strategy does not run backward itself")
+
+    def prepare_jointly(self, accelerator: Any, objects: list[Any], placements: list[bool | None]) -> list[Any]:
+        """Only called when ``prepares_jointly``: prepares ``objects`` together, in the caller's order."""
+        raise NotImplementedError(f"the {self.name} strategy prepares objects one by one")
+
+    def checkpoint_io(self) -> Any:
+        """An object that saves/loads the prepared models and optimizers itself (DeepSpeed), else None."""
+        return None
+
+    def full_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor] | None:
+        """The whole model's weights when the backend must gather them; None: use ``state_dict()``."""
+        return None
 
     def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[Any]:
         """Context in which backward accumulates locally without communicating."""

@@ -47,8 +47,6 @@ def check_unavailable(
             "the same model and cannot run together. Keep one (and drop --use_fsdp or --use_deepspeed)."
         )
     for name, value, flag in (
-        ("deepspeed_plugin", deepspeed_plugin, "--use_deepspeed"),
-        ("deepspeed_plugins", deepspeed_plugins, "--use_deepspeed"),
         ("megatron_lm_plugin", megatron_lm_plugin, "--use_megatron_lm"),
         ("torch_tp_plugin", torch_tp_plugin, "--parallelism_config_tp_size"),
     ):
@@ -72,9 +70,10 @@ def resolve_strategy(
     ddp_kwargs: DistributedDataParallelKwargs | None = None,
     fsdp_plugin: Any = None,
     mixed_precision: str = "no",
+    deepspeed_plugins: dict[str, Any] | None = None,
 ) -> Strategy:
-    """The strategy for this process: FSDP2 with a plugin, XLA on an XLA device, DDP when there are
-    several processes, else one device."""
+    """The strategy for this process: FSDP2 with a plugin, DeepSpeed when it has plugins, XLA on an
+    XLA device, DDP when there are several processes, else one device."""
     if fsdp_plugin is not None and state.use_distributed:
         from accelerate.backends.fsdp import FSDPStrategy
 
@@ -85,6 +84,10 @@ def resolve_strategy(
             num_processes=state.num_processes,
             num_processes_per_node=state.num_processes_per_node,
         )
+    if deepspeed_plugins:
+        from accelerate.backends.deepspeed import DeepSpeedStrategy
+
+        return DeepSpeedStrategy(state.device, deepspeed_plugins)
     if state.device.type == "xla":
         from accelerate.backends.xla import XLAStrategy
 

@@ -57,6 +57,9 @@ def check_checkpointable_objects(objects: Sequence[Any]) -> None:
 def get_state_dict(
     accelerator: Accelerator, model: torch.nn.Module, unwrap: bool = True
 ) -> dict[str, torch.Tensor]:
+    gathered = accelerator.strategy.full_state_dict(model)  # ZeRO-3: gathered from every rank
+    if gathered is not None:
+        return gathered
     if unwrap:
         model = accelerator.unwrap_model(model, keep_fp32_wrapper=True, keep_torch_compile=False)
     # FSDP2: gathered onto the main process (the others get an empty dict); DeepSpeed ZeRO-3 likewise.
@@ -153,13 +156,16 @@ class TrainingObjects:
     in_accumulation_window: bool = False
     # The FSDP plugin's state_dict_type (enum or name; None: sharded), for sharded models only.
     fsdp_state_dict_type: Any = None
+    # A backend that checkpoints models, optimizers and schedulers itself (DeepSpeed engines).
+    engine_io: Any = None
 
     def stateful(self) -> dict[str, Any]:
         """The keyword arguments save_training_state and load_training_state share."""
+        engine = self.engine_io is not None  # then the engine's own checkpoint holds these
         return {
             "state": self.state,
-            "optimizers": self.optimizers,
-            "schedulers": self.schedulers,
+            "optimizers": [] if engine else self.optimizers,
+            "schedulers": [s for s in self.schedulers if not getattr(s, "owned_by_engine", False)],
             "dataloaders": self.dataloaders,
             "scaler": self.scaler,
             "custom_objects": self.custom_objects,
@@ -213,9 +219,10 @@ def save_state(
                 "iteration past the latest checkpoint), or set ProjectConfiguration(iteration=...)."
             )
     models = list(objects.models)
+    engine = objects.engine_io
     weights = [
         objects.unwrap(m, keep_fp32_wrapper=True, keep_torch_compile=False).state_dict() for m in models
-    ]
+    ] if engine is None else []  # fmt: skip
     for hook in objects.save_hooks:
         hook(models, weights, str(target))
     from accelerate.checkpointing.fsdp_state import plan_sharded
@@ -223,7 +230,7 @@ def save_state(
     unwrapped = [objects.unwrap(m, keep_torch_compile=False) for m in models]
     sharded = plan_sharded(unwrapped, objects.optimizers, objects.fsdp_state_dict_type)
     pending = None
-    if objects.in_accumulation_window:
+    if objects.in_accumulation_window and engine is None:
         pending = [
             {
                 name: p.grad.detach().cpu()
@@ -249,20 +256,23 @@ def save_state(
         "safe_serialization": safe_serialization,
         "save_on_each_node": config.save_on_each_node,
         "sharded": sharded,
+        "engine_files": engine.save if engine is not None else None,
+        "extra_manifest": engine.manifest_extra() if engine is not None else None,
         **objects.stateful(),
     }
     if async_save:
-        if sharded is not None:
-            # torch.distributed.checkpoint's save runs collectives; on the writer thread they could
-            # pair with the training loop's collectives and hang.
+        if sharded is not None or engine is not None:
+            # torch.distributed.checkpoint's and DeepSpeed's saves run collectives; on the writer
+            # thread they could pair with the training loop's collectives and hang.
+            backend = "FSDP-sharded models" if sharded is not None else "DeepSpeed engines"
             raise ValueError(
-                "save_state(async_save=True) does not support FSDP-sharded models yet: their sharded "
-                "save runs collectives that cannot leave the training thread. Use async_save=False "
-                "(or torch.distributed.checkpoint.async_save directly)."
+                f"save_state(async_save=True) does not support {backend} yet: their save runs "
+                "collectives that cannot leave the training thread. Use async_save=False."
             )
         from accelerate.checkpointing.async_save import start_async_save
 
-        del save_kwargs["sharded"]  # None here: the snapshot holds full state dicts only
+        for key in ("sharded", "engine_files", "extra_manifest"):  # None here: full state dicts only
+            del save_kwargs[key]
 
         # Rotation runs on the writer thread, after every writer committed.
         path = start_async_save(target, after_commit=rotate if project is not None else None, **save_kwargs)
@@ -298,6 +308,12 @@ def load_state(
     models = [objects.unwrap(m, keep_torch_compile=False) for m in objects.models]
     for hook in objects.load_hooks:
         hook(models, str(source))
+    engine = objects.engine_io
+    if engine is not None:  # the engines load their modules, optimizers and schedulers themselves
+        from accelerate.checkpointing.atomic import checkpoint_folder, read_manifest
+
+        engine.load(checkpoint_folder(source), read_manifest(source))
+        models = []
     result = load_training_state(source, models=models, strict=strict, **objects.stateful())
     next_iteration = None
     if project is not None:

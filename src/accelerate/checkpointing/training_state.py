@@ -31,7 +31,7 @@ import logging
 import os
 import shutil
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -273,6 +273,7 @@ def _write(
     step: int,
     shared: dict[str, Any],
     pending_gradients: Sequence[dict[str, torch.Tensor]] | None,
+    engine_files: Callable[[Path, bool], dict[str, FileRecord]] | None = None,
 ) -> list[tuple[int, dict[str, FileRecord]]]:
     """Step 2: every rank writes its files (the writer the shared ones too) and reports its records."""
     records: dict[str, FileRecord] = {}
@@ -282,6 +283,8 @@ def _write(
         records = write_rank_files(
             ckpt, writer=writer, process_index=state.process_index, shared=shared, rng_state=rng_state, node=node
         )
+        if engine_files is not None:  # a backend that writes its own files (DeepSpeed engines)
+            records.update(engine_files(ckpt.staging, writer))
     except Exception as exc:  # told to every rank below, then raised everywhere
         error = explain_failure(exc, ckpt, shared)
     try:
@@ -338,6 +341,8 @@ def save_training_state(
     save_on_each_node: bool = False,
     pending_gradients: Sequence[dict[str, torch.Tensor]] | None = None,
     sharded: ShardedParts | None = None,
+    engine_files: Callable[[Path, bool], dict[str, FileRecord]] | None = None,
+    extra_manifest: dict[str, Any] | None = None,
 ) -> Path:
     """Writes a complete, crash-safe checkpoint to ``output_dir``; call it on every process.
 
@@ -360,6 +365,9 @@ def save_training_state(
             by ``load_training_state`` so a run saved mid-window resumes exactly.
         sharded: the FSDP-sharded models and their optimizers (``fsdp_state.plan_sharded``),
             written by every process instead of from ``models_state_dicts`` / ``optimizers``.
+        engine_files: ``(staging folder, is_writer) -> records``, called on every rank after its own
+            files: a backend (DeepSpeed) writes its checkpoint there; the writer returns every record.
+        extra_manifest: more entries for the manifest's ``extra`` (read back by that backend).
 
     Returns:
         The committed folder. When this returns on any rank, the checkpoint is committed everywhere.
@@ -391,8 +399,9 @@ def save_training_state(
         step=step,
         shared=shared,
         pending_gradients=pending_gradients,
+        engine_files=engine_files,
     )
-    extra = manifest_extra(shared)
+    extra = {**(extra_manifest or {}), **manifest_extra(shared)}
     _commit(ckpt, gathered, writer=writer, node=node, step=step, world_size=state.num_processes, extra=extra)
     return ckpt.target
 

@@ -26,7 +26,7 @@ SETTING_FLAGS = (
     "rdzv_backend", "same_network", "rdzv_conf", "max_restarts", "monitor_interval", "gpu_ids",
     "mixed_precision", "gradient_accumulation_steps", "debug", "dynamo_backend", "dynamo_mode",
     "dynamo_use_fullgraph", "dynamo_use_dynamic", "dynamo_use_regional_compilation", "num_cpu_threads_per_process",
-    "tee", "log_dir", "role", "mpirun_hostfile",
+    "tee", "log_dir", "role", "mpirun_hostfile", "use_deepspeed",
 )  # fmt: skip
 
 # Upstream's flags for features that cannot run here. They parse (a command line written for upstream
@@ -38,12 +38,22 @@ FSDP_FLAGS = (
     "fsdp_offload_params", "fsdp_reshard_after_forward", "fsdp_sharding_strategy", "fsdp_state_dict_type",
     "fsdp_sync_module_states", "fsdp_transformer_layer_cls_to_wrap", "fsdp_use_orig_params",
 )  # fmt: skip
-DEEPSPEED_FLAGS = (
-    "deepspeed_config_file", "deepspeed_exclusion_filter", "deepspeed_hostfile", "deepspeed_inclusion_filter",
-    "deepspeed_moe_layer_cls_names", "deepspeed_multinode_launcher", "offload_optimizer_device",
-    "offload_optimizer_nvme_path", "offload_param_device", "offload_param_nvme_path", "zero3_init_flag",
-    "zero3_save_16bit_model",
-)  # fmt: skip
+# DeepSpeed's multi-machine launcher (pdsh hostfiles): refused; every machine runs `accelerate launch`.
+DEEPSPEED_FLAGS = ("deepspeed_exclusion_filter", "deepspeed_hostfile", "deepspeed_inclusion_filter")
+# DeepSpeed's settings (with --use_deepspeed): name -> (argparse keywords, help).
+DEEPSPEED_SETTINGS: dict[str, tuple[dict[str, Any], str]] = {
+    "deepspeed_config_file": ({"metavar": "PATH"}, "DeepSpeed JSON config (its \"auto\" values are filled at prepare)."),
+    "zero_stage": ({"type": int, "metavar": "0-3"}, "ZeRO stage (default 2)."),
+    "offload_optimizer_device": ({"metavar": "none|cpu|nvme"}, "Where ZeRO keeps the optimizer state."),
+    "offload_param_device": ({"metavar": "none|cpu|nvme"}, "Where ZeRO-3 keeps the parameters."),
+    "offload_optimizer_nvme_path": ({"metavar": "PATH"}, "NVMe folder for the offloaded optimizer state."),
+    "offload_param_nvme_path": ({"metavar": "PATH"}, "NVMe folder for the offloaded parameters."),
+    "gradient_clipping": ({"type": float, "metavar": "MAX_NORM"}, "DeepSpeed's gradient clipping (L2 max norm)."),
+    "zero3_init_flag": ({"metavar": "BOOL"}, "Build models partitioned (ZeRO-3, deepspeed.zero.Init)."),
+    "zero3_save_16bit_model": ({"metavar": "BOOL"}, "Gather the ZeRO-3 weights when saving the model."),
+    "deepspeed_moe_layer_cls_names": ({"metavar": "NAMES"}, "Comma-separated MoE layer classes (ZeRO-3 leaf modules)."),
+    "deepspeed_multinode_launcher": ({"metavar": "LAUNCHER"}, "Only 'standard' here (torch.distributed.run on each machine)."),
+}
 MEGATRON_STR_FLAGS = (
     "megatron_lm_attention_backend", "megatron_lm_attention_softmax_in_fp32",
     "megatron_lm_calculate_per_token_loss", "megatron_lm_recompute_activations",
@@ -71,7 +81,7 @@ PARALLELISM_INT_FLAGS = (
 def _flag_kwargs() -> dict[str, dict[str, Any]]:
     """Every refused flag with its argparse keywords (types and choices as upstream's)."""
     out: dict[str, dict[str, Any]] = {}
-    for name in ("use_deepspeed", "use_fsdp", "use_megatron_lm", "tpu", "enable_cpu_affinity",
+    for name in ("use_fsdp", "use_megatron_lm", "tpu", "enable_cpu_affinity",
                  "use_parallelism_config", "downcast_bf16",
                  "fp8_use_autocast_during_eval", "tpu_use_sudo", "no_tpu_cluster"):  # fmt: skip
         out[name] = {"action": "store_true"}
@@ -79,10 +89,10 @@ def _flag_kwargs() -> dict[str, dict[str, Any]]:
                  "parallelism_config_sp_attn_implementation", "parallelism_config_sp_seq_length",
                  "main_training_function", "aws_access_key_id", "aws_secret_access_key", "env", "vm"):  # fmt: skip
         out[name] = {"type": str}
-    for name in (*MEGATRON_INT_FLAGS, *PARALLELISM_INT_FLAGS, "fsdp_min_num_params", "zero_stage",
+    for name in (*MEGATRON_INT_FLAGS, *PARALLELISM_INT_FLAGS, "fsdp_min_num_params",
                  "fp8_amax_history_len", "fp8_interval", "fp8_margin"):  # fmt: skip
         out[name] = {"type": int}
-    for name in (*MEGATRON_FLOAT_FLAGS, "gradient_clipping"):
+    for name in MEGATRON_FLOAT_FLAGS:
         out[name] = {"type": float}
     for name in (*MEGATRON_BOOL_FLAGS, "parallelism_config_sp_seq_length_is_variable"):
         out[name] = {"type": _bool}
@@ -187,6 +197,10 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
 
     for name, kwargs in FSDP_FLAG_KWARGS.items():
         flag(name, help=FLAG_HELP.get(name, "Shard parameters, gradients and optimizer state (FSDP)."), **kwargs)
+    group = parser.add_argument_group("DeepSpeed (ZeRO stages 0-3; on CPU processes too)")
+    switch("use_deepspeed", "Train with DeepSpeed (the Accelerator gets a DeepSpeedPlugin from these flags).")
+    for name, (kwargs, text) in DEEPSPEED_SETTINGS.items():
+        flag(name, help=text, **kwargs)
 
     group = parser.add_argument_group(
         "Upstream features that cannot run here (accepted, then refused by name with the reason)"
@@ -235,7 +249,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def flags_of(args: argparse.Namespace) -> dict[str, Any]:
     """The setting flags the user gave (store_true switches that were not given count as not given)."""
     out: dict[str, Any] = {}
-    for name in (*SETTING_FLAGS, *REFUSED_FLAGS, *FSDP_FLAG_KWARGS):
+    for name in (*SETTING_FLAGS, *DEEPSPEED_SETTINGS, *REFUSED_FLAGS, *FSDP_FLAG_KWARGS):
         value = getattr(args, name, None)
         if value is not None and value is not False:
             out[name] = value

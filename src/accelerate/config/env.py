@@ -66,6 +66,18 @@ ENV_CONTRACT: tuple[EnvVar, ...] = (
         "str",
         "folder where each rank's hang watchdog writes its report for the launcher's summary",
     ),
+    # DeepSpeed (--use_deepspeed and its flags): the defaults of DeepSpeedPlugin() in the children.
+    EnvVar("ACCELERATE_USE_DEEPSPEED", "use_deepspeed", "bool", "train with DeepSpeed (a default DeepSpeedPlugin)"),
+    EnvVar("ACCELERATE_DEEPSPEED_CONFIG_FILE", "deepspeed_config_file", "str", "DeepSpeed JSON config file"),
+    EnvVar("ACCELERATE_DEEPSPEED_ZERO_STAGE", "zero_stage", "int", "ZeRO stage 0-3"),
+    EnvVar("ACCELERATE_GRADIENT_CLIPPING", "gradient_clipping", "str", "DeepSpeed gradient clipping (max norm)"),
+    EnvVar("ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "offload_optimizer_device", "str", "none | cpu | nvme"),
+    EnvVar("ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE", "offload_param_device", "str", "none | cpu | nvme"),
+    EnvVar("ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_NVME_PATH", "offload_optimizer_nvme_path", "str", "NVMe path"),
+    EnvVar("ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_NVME_PATH", "offload_param_nvme_path", "str", "NVMe path"),
+    EnvVar("ACCELERATE_DEEPSPEED_ZERO3_INIT", "zero3_init_flag", "bool", "build models partitioned (ZeRO-3)"),
+    EnvVar("ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL", "zero3_save_16bit_model", "bool", "gather weights on save"),
+    EnvVar("ACCELERATE_DEEPSPEED_MOE_LAYER_CLS_NAMES", "deepspeed_moe_layer_cls_names", "str", "MoE layer classes"),
 )
 
 _TRUE = {"1", "true", "yes", "on", "y"}
@@ -100,6 +112,17 @@ class LaunchEnv:
     dynamo_use_regional_compilation: bool | None = None
     downcast_bf16: bool | None = None
     hang_report_dir: str | None = None
+    use_deepspeed: bool | None = None
+    deepspeed_config_file: str | None = None
+    zero_stage: int | None = None
+    gradient_clipping: str | None = None
+    offload_optimizer_device: str | None = None
+    offload_param_device: str | None = None
+    offload_optimizer_nvme_path: str | None = None
+    offload_param_nvme_path: str | None = None
+    zero3_init_flag: bool | None = None
+    zero3_save_16bit_model: bool | None = None
+    deepspeed_moe_layer_cls_names: str | None = None
 
 
 def read_launch_env(environ: Mapping[str, str] | None = None) -> LaunchEnv:

@@ -24,7 +24,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from accelerate.config.config_file import LaunchConfig
 
-DEEPSPEED = "DeepSpeed is not available yet in this accelerate"
+DEEPSPEED_MULTINODE = (
+    "DeepSpeed's own multi-machine launcher (pdsh hostfiles and filters) is not used here: run `accelerate launch` "
+    "on each machine with --num_machines/--machine_rank (torch.distributed.run starts the DeepSpeed processes)"
+)
 XLA = "TPU/XLA runs through torch_xla"
 MEGATRON = "Megatron-LM needs NVIDIA GPUs and the megatron-core package"
 FP8 = "fp8 training needs an fp8-capable GPU (Hopper/Ada) and Transformer Engine, torchao or MS-AMP"
@@ -73,12 +76,14 @@ _FSDP_KEYS = _section(
     "fsdp_use_orig_params", "fsdp_version",
 )  # fmt: skip
 _DEEPSPEED_KEYS = _section(
-    "deepspeed_config", "deepspeed_config_file", "deepspeed_exclusion_filter", "deepspeed_hostfile",
-    "deepspeed_inclusion_filter", "deepspeed_moe_layer_cls_names", "deepspeed_multinode_launcher",
+    "deepspeed_config", "deepspeed_config_file", "deepspeed_moe_layer_cls_names", "deepspeed_multinode_launcher",
     "gradient_accumulation_steps", "gradient_clipping", "offload_optimizer_device",
     "offload_optimizer_nvme_path", "offload_param_device", "offload_param_nvme_path", "zero3_init_flag",
     "zero3_save_16bit_model", "zero_stage",
 )  # fmt: skip
+_DEEPSPEED_MULTINODE_KEYS = _section(
+    "deepspeed_config", "deepspeed_exclusion_filter", "deepspeed_hostfile", "deepspeed_inclusion_filter"
+)
 _MEGATRON_KEYS = _section(
     "megatron_lm_config", "megatron_lm_attention_backend", "megatron_lm_attention_dropout",
     "megatron_lm_attention_softmax_in_fp32", "megatron_lm_calculate_per_token_loss",
@@ -120,7 +125,7 @@ RULES: tuple[KeyRule, ...] = (
            "main_process_port", "rdzv_backend", "same_network", "gpu_ids", "mixed_precision", "debug"),  # fmt: skip
     KeyRule("use_cpu", acts="--cpu"),
     KeyRule("compute_environment", acts="LOCAL_MACHINE runs here; AMAZON_SAGEMAKER is refused"),
-    KeyRule("distributed_type", acts="NO/MULTI_CPU/MULTI_GPU/MULTI_XPU/FSDP/XLA run here; the others are refused"),
+    KeyRule("distributed_type", acts="NO/MULTI_CPU/MULTI_GPU/MULTI_XPU/FSDP/DEEPSPEED/XLA run here; the others are refused"),
     KeyRule("downcast_bf16", acts="XLA_DOWNCAST_BF16 instead of XLA_USE_BF16 under bf16 (TPU launches)"),
     KeyRule("enable_cpu_affinity", refusal=AFFINITY),
     # Every upstream file carries main_training_function: main; only TPU launches call a function.
@@ -136,7 +141,8 @@ RULES: tuple[KeyRule, ...] = (
     KeyRule("mpirun_config.mpirun_hostfile", acts="--mpirun_hostfile (CPU processes started by mpirun)"),
     KeyRule("mpirun_config.mpirun_ccl", acts="CCL_WORKER_COUNT of every process (Intel oneCCL workers)"),
     *_acts("the FSDP plugin's setting (the FSDP_* variable of --{key})", *_FSDP_KEYS),
-    *_refused(DEEPSPEED, *_DEEPSPEED_KEYS),
+    *_acts("--{key} (with distributed_type: DEEPSPEED)", *_DEEPSPEED_KEYS),
+    *_refused(DEEPSPEED_MULTINODE, *_DEEPSPEED_MULTINODE_KEYS),
     *_refused(MEGATRON, *_MEGATRON_KEYS),
     *_refused(FP8, *_FP8_KEYS),
     # A parallelism_config of all 1s is plain data parallelism: nothing to refuse.
@@ -216,6 +222,10 @@ def review_config(config: LaunchConfig, path: str) -> ConfigReview:
                 review.errors.append(f"{message}. Remove it or check its spelling.")
             else:
                 review.warnings.append(f"{message}; it is not used ({why_not}).")
+            continue
+        if rule.refusal is None and section is not None and not active and not is_off(value, rule):
+            # A setting of a backend the file does not use (deepspeed_config under distributed_type: NO).
+            review.warnings.append(f"The config file {path} sets {key}: {value!r}, which is not used: {why_not}.")
             continue
         if rule.refusal is None or is_off(value, rule):
             continue

@@ -5,6 +5,7 @@ Split from :mod:`accelerate.launch.plan`, which resolves the settings these chec
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +18,6 @@ if TYPE_CHECKING:
 # Backends the config schema knows but this package does not run. Refusing is better than silently
 # training with plain DDP on a config that asked for sharding.
 _UNAVAILABLE_TYPES = {
-    "DEEPSPEED": "DeepSpeed is not available yet in this accelerate",
     "MEGATRON_LM": "Megatron-LM needs NVIDIA GPUs and the megatron-core package",
     "MULTI_NPU": "Ascend NPUs need torch_npu and NPU hardware",
     "MULTI_MLU": "Cambricon MLUs need torch_mlu and MLU hardware",
@@ -30,12 +30,9 @@ _UNAVAILABLE_TYPES = {
 # reason). The first matching row wins. A switch (--use_fsdp) is refused for its feature; a flag that
 # only tunes that feature is refused naming both, since without the switch it would be ignored.
 _REFUSED_FLAG_RULES: tuple[tuple[str, str | None, str], ...] = (
-    ("use_deepspeed", None, keys.DEEPSPEED),
-    ("deepspeed_", "use_deepspeed", keys.DEEPSPEED),
-    ("zero_stage", "use_deepspeed", keys.DEEPSPEED),
-    ("zero3_", "use_deepspeed", keys.DEEPSPEED),
-    ("offload_", "use_deepspeed", keys.DEEPSPEED),
-    ("gradient_clipping", "use_deepspeed", keys.DEEPSPEED),
+    ("deepspeed_hostfile", None, keys.DEEPSPEED_MULTINODE),
+    ("deepspeed_inclusion_filter", None, keys.DEEPSPEED_MULTINODE),
+    ("deepspeed_exclusion_filter", None, keys.DEEPSPEED_MULTINODE),
     ("use_megatron_lm", None, keys.MEGATRON),
     ("megatron_lm_", "use_megatron_lm", keys.MEGATRON),
     ("fp8_", None, keys.FP8),
@@ -121,6 +118,11 @@ def check_unavailable(flags: Mapping[str, Any], config: LaunchConfig | None, con
 
 
 def check_flag_pairs(flags: Mapping[str, Any], module: bool, no_python: bool) -> None:
+    if flags.get("use_fsdp") and flags.get("use_deepspeed"):
+        raise LaunchError(
+            "--use_fsdp and --use_deepspeed contradict each other: FSDP and DeepSpeed each shard the model their "
+            "own way. Pass one of them."
+        )
     pairs = (("cpu", "multi_gpu"), ("cpu", "gpu_ids"))
     for first, second in pairs:
         if flags.get(first) and flags.get(second) is not None and flags.get(second) is not False:
@@ -142,6 +144,49 @@ def check_values(settings: dict[str, Setting]) -> None:
     check_mixed_precision_setting(settings["mixed_precision"])
     check_count(settings["gradient_accumulation_steps"])
     check_gpu_request(settings)
+    check_deepspeed(settings)
+
+
+# Settings that only tune DeepSpeed: given without it, they would be silently ignored.
+DEEPSPEED_ONLY = (
+    "deepspeed_config_file", "zero_stage", "offload_optimizer_device", "offload_param_device",
+    "offload_optimizer_nvme_path", "offload_param_nvme_path", "gradient_clipping", "zero3_init_flag",
+    "zero3_save_16bit_model", "deepspeed_moe_layer_cls_names", "deepspeed_multinode_launcher",
+)  # fmt: skip
+
+
+def check_deepspeed(settings: dict[str, Setting]) -> None:
+    """DeepSpeed's settings need DeepSpeed; its multi-machine launcher is torch.distributed.run here."""
+    use = settings["use_deepspeed"]
+    if not use.value:
+        for name in DEEPSPEED_ONLY:
+            if settings[name].from_flag:
+                raise LaunchError(
+                    f"--{name} configures DeepSpeed, which is off (no --use_deepspeed, and no distributed_type: "
+                    f"DEEPSPEED in the config file), so it would be ignored. Add --use_deepspeed, or drop --{name}."
+                )
+        return
+    from accelerate.config.env import parse_bool
+
+    for name in ("zero3_init_flag", "zero3_save_16bit_model"):  # upstream's flags take true/false as text
+        setting = settings[name]
+        if isinstance(setting.value, str):
+            try:
+                settings[name] = dataclasses.replace(setting, value=parse_bool(name, setting.value))
+            except ValueError:
+                raise _fail(setting, "must be true or false.") from None
+    launcher = settings["deepspeed_multinode_launcher"]
+    if launcher.value not in (None, "standard"):
+        raise LaunchError(
+            f"deepspeed_multinode_launcher={launcher.value} (from {launcher.source}): {keys.DEEPSPEED_MULTINODE}. "
+            "Use 'standard' (or leave it out)."
+        )
+    path = settings["deepspeed_config_file"]
+    if path.value:
+        import os
+
+        if not os.path.isfile(str(path.value)):
+            raise LaunchError(f"deepspeed_config_file={path.value} (from {path.source}): no such file.")
 
 
 def _fail(setting: Setting, rule: str) -> LaunchError:

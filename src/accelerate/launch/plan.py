@@ -146,6 +146,31 @@ def _mpirun(key: str) -> Callable[[LaunchConfig], Any]:
     return lambda config: (config.mpirun_config or {}).get(key)
 
 
+def _config_use_deepspeed(config: LaunchConfig) -> bool | None:
+    return True if config.distributed_type == "DEEPSPEED" else None
+
+
+def _deepspeed(key: str) -> Callable[[LaunchConfig], Any]:
+    """A ``deepspeed_config`` key, read only when the file's distributed_type is DEEPSPEED."""
+
+    def read(config: LaunchConfig) -> Any:
+        if config.distributed_type != "DEEPSPEED":
+            return None
+        value = (config.deepspeed_config or {}).get(key)
+        # upstream's questionnaire writes "none" for unset paths
+        return None if value in ("none", "") and key.endswith(("_file", "_path")) else value
+
+    return read
+
+
+# DeepSpeed's settings in the env contract: written for the children only when DeepSpeed is on.
+_DEEPSPEED_ENV = (
+    "deepspeed_config_file", "zero_stage", "offload_optimizer_device", "offload_param_device",
+    "offload_optimizer_nvme_path", "offload_param_nvme_path", "gradient_clipping", "zero3_init_flag",
+    "zero3_save_16bit_model", "deepspeed_moe_layer_cls_names",
+)  # fmt: skip
+
+
 @dataclass(frozen=True)
 class _Spec:
     name: str
@@ -169,7 +194,7 @@ _SPECS: tuple[_Spec, ...] = (
     _Spec("monitor_interval", 0.1),
     _Spec("gpu_ids", "all", _attr("gpu_ids")),
     _Spec("mixed_precision", "no", _attr("mixed_precision"), "mixed_precision"),
-    _Spec("gradient_accumulation_steps", None, None, "gradient_accumulation_steps"),
+    _Spec("gradient_accumulation_steps", None, _deepspeed("gradient_accumulation_steps"), "gradient_accumulation_steps"),
     _Spec("debug", False, _attr("debug"), "debug"),
     _Spec("dynamo_backend", "no", _dynamo("dynamo_backend", lower=True), "dynamo_backend"),
     _Spec("dynamo_mode", None, _dynamo("dynamo_mode"), "dynamo_mode"),
@@ -186,6 +211,9 @@ _SPECS: tuple[_Spec, ...] = (
     _Spec("tpu", False, _config_xla),
     _Spec("main_training_function", "main", _attr("main_training_function")),
     _Spec("downcast_bf16", None, _config_downcast, "downcast_bf16"),
+    _Spec("use_deepspeed", None, _config_use_deepspeed, "use_deepspeed"),
+    *(_Spec(name, None, _deepspeed(name), name) for name in _DEEPSPEED_ENV),
+    _Spec("deepspeed_multinode_launcher", None, _deepspeed("deepspeed_multinode_launcher")),
 )
 # Options of torch.distributed.run's agent: asking for one runs even a single process under torchrun.
 _TORCHRUN_ONLY = ("tee", "log_dir", "role")
@@ -493,6 +521,8 @@ def _program(script: str, script_args: Sequence[str], module: bool, no_python: b
 def _child_env(settings: dict[str, Setting], environ: Mapping[str, str], mode: str) -> dict[str, str]:
     contract_fields = {var.field for var in ENV_CONTRACT}
     values = {name: s.value for name, s in settings.items() if name in contract_fields}
+    if not settings["use_deepspeed"].value:  # its settings reach the children only with DeepSpeed on
+        values = {name: v for name, v in values.items() if name not in _DEEPSPEED_ENV}
     if values.get("dynamo_backend") == "no":
         values["dynamo_backend"] = "no"
     out = write_launch_env(values)
@@ -505,6 +535,8 @@ def _child_env(settings: dict[str, Setting], environ: Mapping[str, str], mode: s
     gpu_ids = settings["gpu_ids"].value
     if gpu_ids not in (None, "all") and not settings["cpu"].value:
         out["CUDA_VISIBLE_DEVICES"] = str(gpu_ids)
+    if settings["use_deepspeed"].value and settings["cpu"].value:
+        out["DS_ACCELERATOR"] = "cpu"  # DeepSpeed would pick CUDA on a GPU machine
     if settings["mpirun_ccl"].value is not None:
         # mpirun_config.mpirun_ccl: how many Intel oneCCL worker threads each process runs.
         out["CCL_WORKER_COUNT"] = str(settings["mpirun_ccl"].value)

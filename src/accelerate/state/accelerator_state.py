@@ -36,9 +36,9 @@ class AcceleratorState:
     distributed_type: DistributedType
     # Upstream's names for "the shared attributes" and "forget them" (transformers reads both).
     _shared_state = SharedStateView(lambda: _ACCEL_STATE)
-    # Backends this release does not run: always None here, so `state.fsdp_plugin is None` reads true.
-    deepspeed_plugin: Any = None
-    fsdp_plugin: Any = None  # set by the Accelerator when it runs FSDP (then is_fsdp2 is True: the engine is FSDP2)
+    # Set by the Accelerator when it runs FSDP (then is_fsdp2 is True: the engine is FSDP2); the
+    # backends this release does not run stay None. deepspeed_plugin is a property below.
+    fsdp_plugin: Any = None
     torch_tp_plugin: Any = None
     megatron_lm_plugin: Any = None
     is_fsdp2: bool = False
@@ -71,6 +71,11 @@ class AcceleratorState:
     ) -> None:
         # `distributed_type` (ours) overrides what the process state reports; the rest go to PartialState.
         distributed_type: DistributedType | None = kwargs.pop("distributed_type", None)
+        ds_plugins: dict[str, Any] | None = kwargs.pop("deepspeed_plugins", None)
+        if ds_plugins is None and deepspeed_plugin is not None:
+            from accelerate.utils.deepspeed_plugin import resolve_deepspeed_plugins
+
+            ds_plugins = resolve_deepspeed_plugins(deepspeed_plugin, None, launched=False)
         partial_kwargs = kwargs
         from accelerate.backends.resolve import check_unavailable
 
@@ -81,6 +86,8 @@ class AcceleratorState:
             torch_tp_plugin=torch_tp_plugin,
             parallelism_config=parallelism_config,
         )
+        if ds_plugins:
+            distributed_type = DistributedType.DEEPSPEED
         if self._initialized:
             if mixed_precision is not None and mixed_precision != self.mixed_precision:
                 raise ValueError(
@@ -97,6 +104,7 @@ class AcceleratorState:
         self.dynamo_backend = "no" if dynamo_plugin is None else dynamo_plugin.backend
         self.parallelism_config = parallelism_config
         self.device_mesh: Any = None
+        self._deepspeed_plugins = ds_plugins
         self._initialized = True
 
     @property
@@ -105,17 +113,34 @@ class AcceleratorState:
 
     @property
     def deepspeed_plugins(self) -> dict[str, Any] | None:
-        return None
+        """The named DeepSpeed plugins of this run (None without DeepSpeed)."""
+        return self.__dict__.get("_deepspeed_plugins")
+
+    @property
+    def deepspeed_plugin(self) -> Any:
+        """The selected DeepSpeed plugin (None without DeepSpeed)."""
+        plugins = self.deepspeed_plugins
+        return next((p for p in plugins.values() if p.selected), None) if plugins else None
 
     def get_deepspeed_plugin(self, name: str) -> Any:
-        from accelerate.utils.deepspeed import deepspeed_unavailable
-
-        raise deepspeed_unavailable(f"AcceleratorState.get_deepspeed_plugin({name!r})")
+        plugins = self.deepspeed_plugins or {}
+        if name not in plugins:
+            raise ValueError(
+                f"No DeepSpeed plugin named {name!r}; this run has {sorted(plugins) or 'none'} "
+                "(Accelerator(deepspeed_plugins={name: DeepSpeedPlugin(...)}))."
+            )
+        return plugins[name]
 
     def select_deepspeed_plugin(self, name: str | None = None) -> None:
-        from accelerate.utils.deepspeed import deepspeed_unavailable
-
-        raise deepspeed_unavailable(f"AcceleratorState.select_deepspeed_plugin({name!r})")
+        """Makes plugin ``name`` the active one: the next prepare() builds its engine with it."""
+        plugins = self.deepspeed_plugins or {}
+        if name not in plugins:
+            raise ValueError(
+                f"select_deepspeed_plugin({name!r}): this run's DeepSpeed plugins are {sorted(plugins) or 'none'}."
+            )
+        for plugin in plugins.values():
+            plugin._unselect()
+        plugins[name].select(_from_accelerator_state=True)
 
     def __getattr__(self, name: str) -> Any:
         if name in _FORWARDED and "partial_state" in self.__dict__:

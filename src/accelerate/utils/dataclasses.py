@@ -394,29 +394,6 @@ def check_mixed_precision(value: object, *, origin: str = "mixed_precision") -> 
     return mode
 
 
-class _UnavailablePlugin:
-    """A backend plugin the public API names but this release does not implement yet.
-
-    Constructing one raises at once, with the way out, rather than an ImportError at the top of a
-    script or a plugin that is accepted and then silently ignored.
-    """
-
-    backend = "this backend"
-    flag = ""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        from accelerate.utils.errors import NotAvailableYetError
-
-        raise NotAvailableYetError(
-            f"{type(self).__name__}: {self.backend} is not available in this version of accelerate yet. "
-            f"Drop the plugin (and {self.flag}) to train with DistributedDataParallel."
-        )
-
-
-class DeepSpeedPlugin(_UnavailablePlugin):
-    backend, flag = "DeepSpeed", "--use_deepspeed"
-
-
 _HANDLER_TYPES: tuple[type, ...] = (
     ProfileKwargs,
     DistributedDataParallelKwargs,
@@ -475,6 +452,7 @@ _ELSEWHERE = {
     "TorchTensorParallelConfig": "accelerate.utils.parallel_configs",
     "TorchContextParallelConfig": "accelerate.utils.parallel_configs",
     "DeepSpeedSequenceParallelConfig": "accelerate.utils.parallel_configs",
+    "DeepSpeedPlugin": "accelerate.utils.deepspeed_plugin",
     "TorchTensorParallelPlugin": "accelerate.utils.parallel_configs",
     "get_module_class_from_name": "accelerate.utils.parallel_configs",
     "DistributedType": "accelerate.state.distributed_type",

@@ -1,99 +1,162 @@
-"""`accelerate.utils.deepspeed`: upstream's DeepSpeed helpers, by name and signature.
+"""`accelerate.utils.deepspeed`: upstream's DeepSpeed helpers.
 
-DeepSpeed is not available in this release yet (it comes as its own backend). Every name keeps
-upstream's signature, so clients import it (transformers subclasses ``HfDeepSpeedConfig``), and any
-use (constructing a class, calling a function) raises the one
-:class:`~accelerate.utils.errors.NotAvailableYetError` made by :func:`hardware_only`.
+The wrappers map the user's unchanged loop onto a DeepSpeed engine: ``accelerator.backward(loss)``
+runs ``engine.backward`` and, on the last micro-step of an accumulation window, ``engine.step``
+(which clips, steps the optimizer and the scheduler, and zeroes the gradients). The wrapped
+optimizer's and scheduler's own ``step``/``zero_grad`` therefore do nothing. ``DummyOptim`` /
+``DummyScheduler`` stand for an optimizer/scheduler that the DeepSpeed config file defines.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from accelerate.optimizer import AcceleratedOptimizer
 from accelerate.scheduler import AcceleratedScheduler
-from accelerate.utils.errors import NotAvailableYetError, hardware_only, requires_hardware
+from accelerate.utils.deepspeed_config import HfDeepSpeedConfig
 
-_FEATURE = "DeepSpeed"
-_NEEDS = "the DeepSpeed backend, which this release does not have yet (train with DistributedDataParallel: drop the DeepSpeed plugin/config/flags)"
-_deepspeed = hardware_only(_FEATURE, _NEEDS)
+__all__ = [
+    "DeepSpeedEngineWrapper", "DeepSpeedOptimizerWrapper", "DeepSpeedSchedulerWrapper", "DummyOptim",
+    "DummyScheduler", "HfDeepSpeedConfig", "get_active_deepspeed_plugin", "import_deepspeed",
+    "map_pytorch_optim_to_deepspeed",
+]  # fmt: skip
 
-
-def deepspeed_unavailable(where: str) -> NotAvailableYetError:
-    """The error for ``where`` (a call or argument) asking for DeepSpeed."""
-    return requires_hardware(f"{_FEATURE} (`{where}`)", _NEEDS)
-
-
-@_deepspeed
-class HfDeepSpeedConfig:
-    """A DeepSpeed configuration (file or dict) with lookup helpers."""
-
-    def __init__(self, config_file_or_dict: Any) -> None: ...
-
-    def set_stage_and_offload(self) -> None: ...
-
-    def find_config_node(self, ds_key_long: str) -> Any: ...
-
-    def get_value(self, ds_key_long: str, default: Any = None) -> Any: ...
-
-    def del_config_sub_tree(self, ds_key_long: str, must_exist: bool = False) -> None: ...
-
-    def is_true(self, ds_key_long: str) -> Any: ...
-
-    def is_false(self, ds_key_long: str) -> Any: ...
-
-    def is_zero2(self) -> Any: ...
-
-    def is_zero3(self) -> Any: ...
-
-    def is_offload(self) -> Any: ...
+INSTALL = 'pip install --no-build-isolation deepspeed  (or pip install "accelerate[deepspeed]")'
 
 
-@_deepspeed
+def import_deepspeed() -> Any:
+    """The ``deepspeed`` module; a missing one raises ImportError naming the install command.
+
+    DeepSpeed picks its CPU accelerator by itself when no CUDA device is visible; on a GPU machine a
+    CPU run needs ``DS_ACCELERATOR=cpu`` (``accelerate launch --cpu --use_deepspeed`` sets it).
+    """
+    try:
+        import deepspeed
+    except ImportError as exc:
+        raise ImportError(
+            f"DeepSpeed is not installed, and this run asks for it. Install it with: {INSTALL}"
+        ) from exc
+    return deepspeed
+
+
 class DeepSpeedEngineWrapper:
-    """Runs backward and the step through a DeepSpeed engine."""
+    """Runs ``backward`` (and, at the end of an accumulation window, the step) through ``engine``."""
 
-    def __init__(self, engine: Any) -> None: ...
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
 
-    def backward(self, loss: Any, sync_gradients: bool = True, **kwargs: Any) -> None: ...
+    def backward(self, loss: torch.Tensor, sync_gradients: bool = True, **kwargs: Any) -> None:
+        # DeepSpeed divides the loss by its gradient_accumulation_steps itself, and reduces the
+        # gradients (ZeRO) only at a window boundary: tell it where the window ends.
+        self.engine.set_gradient_accumulation_boundary(is_boundary=sync_gradients)
+        self.engine.backward(loss, **kwargs)
+        if sync_gradients:
+            # Clipping, the optimizer step, the scheduler step, zeroing the gradients, overflow checks.
+            self.engine.step()
 
-    def get_global_grad_norm(self) -> Any: ...
+    def get_global_grad_norm(self) -> float | None:
+        """The gradient norm of the last step (before clipping), as DeepSpeed computed it."""
+        norm = self.engine.get_global_grad_norm()
+        if isinstance(norm, torch.Tensor):
+            norm = norm.item()
+        return None if norm is None else float(norm)
 
 
-@_deepspeed
 class DeepSpeedOptimizerWrapper(AcceleratedOptimizer):
-    """An optimizer whose step the DeepSpeed engine takes."""
+    """The engine's optimizer: ``step``/``zero_grad`` are done by the engine inside ``backward``."""
 
-    def __init__(self, optimizer: Any) -> None: ...
+    def __init__(self, optimizer: Any) -> None:
+        super().__init__(optimizer, device_placement=False, scaler=None)
+        self.__has_overflow__ = hasattr(self.optimizer, "overflow")
+
+    def zero_grad(self, set_to_none: bool | None = None) -> None:
+        pass  # the engine zeroes the gradients after its step
+
+    def step(self) -> None:  # type: ignore[override]  # upstream's signature: the engine took the step
+        return None  # the engine stepped in accelerator.backward
+
+    @property
+    def step_was_skipped(self) -> bool:
+        """True when DeepSpeed skipped the last step (fp16 overflow)."""
+        return bool(self.__has_overflow__ and getattr(self.optimizer, "overflow", False))
+
+    @property
+    def is_overflow(self) -> bool:
+        return self.step_was_skipped
 
 
-@_deepspeed
 class DeepSpeedSchedulerWrapper(AcceleratedScheduler):
-    """A scheduler whose step the DeepSpeed engine takes."""
+    """The engine's scheduler: the engine steps it with the optimizer, inside ``backward``."""
 
-    def __init__(self, scheduler: Any, optimizers: Any) -> None: ...
+    owned_by_engine = True  # saved and loaded inside the engine's checkpoint
+
+    def __init__(self, scheduler: Any, optimizers: Any) -> None:
+        super().__init__(scheduler, optimizers)
+
+    def step(self) -> None:  # upstream's signature: no arguments
+        pass  # stepped by engine.step()
 
 
-@_deepspeed
 class DummyOptim:
-    """Stands for the optimizer a DeepSpeed config file defines."""
+    """Stands for the optimizer that the DeepSpeed config's ``"optimizer"`` section defines.
 
-    def __init__(self, params: Any, lr: float = 0.001, weight_decay: float = 0, **kwargs: Any) -> None: ...
+    ``lr`` and ``weight_decay`` fill that section's ``"auto"`` values.
+
+    Example:
+        >>> optimizer = DummyOptim(model.parameters(), lr=3e-4)
+    """
+
+    def __init__(self, params: Any, lr: float = 0.001, weight_decay: float = 0, **kwargs: Any) -> None:
+        self.params = params
+        self.lr = lr
+        self.weight_decay = weight_decay
+        self.kwargs = kwargs
 
 
-@_deepspeed
 class DummyScheduler:
-    """Stands for the scheduler a DeepSpeed config file defines."""
+    """Stands for the scheduler that the DeepSpeed config's ``"scheduler"`` section defines.
+
+    ``total_num_steps`` and ``warmup_num_steps`` fill that section's ``"auto"`` values; with
+    ``lr_scheduler_callable`` (``optimizer -> scheduler``) the scheduler is built from the engine's optimizer.
+    """
 
     def __init__(
         self, optimizer: Any, total_num_steps: int | None = None, warmup_num_steps: int = 0,
         lr_scheduler_callable: Any = None, **kwargs: Any,
-    ) -> None: ...  # fmt: skip
+    ) -> None:  # fmt: skip
+        self.optimizer = optimizer
+        self.total_num_steps = total_num_steps
+        self.warmup_num_steps = warmup_num_steps
+        self.lr_scheduler_callable = lr_scheduler_callable
+        self.kwargs = kwargs
 
 
-@_deepspeed
-def get_active_deepspeed_plugin(state: Any) -> Any: ...
+def get_active_deepspeed_plugin(state: Any) -> Any:
+    """The selected DeepSpeedPlugin of ``state`` (an AcceleratorState); raises without DeepSpeed."""
+    plugins = getattr(state, "deepspeed_plugins", None)
+    if not plugins:
+        raise ValueError(
+            "No DeepSpeed plugin is active: pass Accelerator(deepspeed_plugin=DeepSpeedPlugin(...)) or launch "
+            "with `accelerate launch --use_deepspeed`."
+        )
+    return next(plugin for plugin in plugins.values() if plugin.selected)
 
 
-@_deepspeed
-def map_pytorch_optim_to_deepspeed(optimizer: Any) -> Any: ...
+def map_pytorch_optim_to_deepspeed(optimizer: torch.optim.Optimizer) -> Any:
+    """The DeepSpeed CPU-offload optimizer matching a torch optimizer (Adam/AdamW → DeepSpeedCPUAdam,
+    Adagrad → DeepSpeedCPUAdagrad), with the same parameter groups and hyper-parameters.
+
+    Used when ZeRO offloads the optimizer to the CPU, where DeepSpeed's own kernels run the step.
+    Other optimizers come back unchanged.
+    """
+    defaults = {k: v for k, v in optimizer.defaults.items() if k in ("lr", "weight_decay", "betas", "eps")}
+    deepspeed = import_deepspeed()
+    if isinstance(optimizer, torch.optim.AdamW | torch.optim.Adam):
+        adam_w = isinstance(optimizer, torch.optim.AdamW)
+        return deepspeed.ops.adam.DeepSpeedCPUAdam(optimizer.param_groups, adamw_mode=adam_w, **defaults)
+    if isinstance(optimizer, torch.optim.Adagrad):
+        defaults.pop("betas", None)
+        return deepspeed.ops.adagrad.DeepSpeedCPUAdagrad(optimizer.param_groups, **defaults)
+    return optimizer

@@ -8,7 +8,6 @@ whole, so the context does nothing; code written with it runs unchanged with or 
 from __future__ import annotations
 
 import contextlib
-import importlib
 from collections.abc import Iterable
 from typing import Any
 
@@ -35,8 +34,8 @@ def GatheredParameters(  # noqa: N802 - upstream's name (a function that returns
         fwd_module: passed to DeepSpeed (registers external parameters; ZeRO-3 only).
         enabled: False makes the context do nothing.
 
-    Without ZeRO-3 partitioned parameters (DeepSpeed is not available in this release) the context
-    does nothing and edits made inside it stay, as on any tensor.
+    Without ZeRO-3 partitioned parameters the context does nothing and edits made inside it stay,
+    as on any tensor.
 
     Example:
         >>> with GatheredParameters(model.head.parameters(), modifier_rank=0):
@@ -47,8 +46,11 @@ def GatheredParameters(  # noqa: N802 - upstream's name (a function that returns
     params = list(params) if not isinstance(params, torch.Tensor) and isinstance(params, Iterable) else params
     if not _partitioned(params):
         return contextlib.nullcontext()
-    # Partitioned parameters exist only when DeepSpeed made them, so it is importable here.
-    zero = importlib.import_module("deepspeed.zero")
+    # Partitioned parameters exist only when DeepSpeed made them, so it is importable here
+    # (``deepspeed.zero`` is an attribute of the package, not an importable module).
+    from accelerate.utils.deepspeed import import_deepspeed
+
+    zero = import_deepspeed().zero
     context: contextlib.AbstractContextManager[Any] = zero.GatheredParameters(
         params, modifier_rank=modifier_rank, fwd_module=fwd_module, enabled=True
     )

@@ -4,7 +4,7 @@
 ``accelerate.commands.launch.launch_command_parser()`` parses and return what ``accelerate launch``
 would run: they build the same launch plan (``accelerate.launch.plan``), so nothing is decided twice.
 ``PrepareForLaunch`` sets a started process's rank variables, then calls the function.
-``prepare_tpu`` adds torch_xla's bf16 switch; DeepSpeed, TPU pod, SageMaker and fp8 set-up raise the one
+``prepare_tpu`` adds torch_xla's bf16 switch; TPU pod, SageMaker and fp8 set-up raise the one
 "not available" error.
 """
 
@@ -18,7 +18,8 @@ from typing import Any
 from accelerate.utils.errors import hardware_only
 
 _TORCHRUN_TYPES = frozenset(
-    {"MULTI_CPU", "MULTI_GPU", "MULTI_XPU", "MULTI_NPU", "MULTI_MLU", "MULTI_SDAA", "MULTI_MUSA", "MULTI_HPU"}
+    {"MULTI_CPU", "MULTI_GPU", "MULTI_XPU", "MULTI_NPU", "MULTI_MLU", "MULTI_SDAA", "MULTI_MUSA", "MULTI_HPU",
+     "DEEPSPEED"}
 )
 
 
@@ -65,11 +66,14 @@ def prepare_extend_env_parallelism_config(args: argparse.Namespace, current_env:
     return current_env
 
 
-_NOT_HERE = "the DeepSpeed backend, which this release does not have yet"
+def prepare_deepspeed_cmd_env(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
+    """The command and environment of a ``--use_deepspeed`` launch.
 
-
-@hardware_only("DeepSpeed launching", _NOT_HERE)
-def prepare_deepspeed_cmd_env(args: argparse.Namespace) -> Any: ...
+    DeepSpeed runs are started like any other (torch.distributed.run, or one process), with the
+    DeepSpeed settings in the environment, so this is the same plan as ``accelerate launch``.
+    """
+    plan = _plan(args)
+    return list(plan.command), {**os.environ, **plan.child_env}
 
 
 def prepare_tpu(

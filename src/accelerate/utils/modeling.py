@@ -5,6 +5,9 @@ and load on first use.
 
 from __future__ import annotations
 
+import sys
+from typing import Any
+
 import torch
 from torch.nn.parallel import DataParallel, DistributedDataParallel
 
@@ -66,6 +69,10 @@ def _is_compiled(model: torch.nn.Module) -> bool:
 def _is_regional_copy(model: torch.nn.Module) -> bool:
     # compile_regions keeps the original in __dict__ (not as a submodule: its parameters are the copy's).
     return "_orig_mod" in model.__dict__
+def _is_deepspeed_engine(model: Any) -> bool:
+    # Only a loaded deepspeed can have made an engine; never import it here.
+    engine = getattr(sys.modules.get("deepspeed.runtime.engine"), "DeepSpeedEngine", None)
+    return engine is not None and isinstance(model, engine)
 
 
 def extract_model_from_parallel(
@@ -87,6 +94,8 @@ def extract_model_from_parallel(
             inner = inner._orig_mod  # type: ignore[assignment]
         elif isinstance(inner, DistributedDataParallel | DataParallel):
             inner = inner.module
+        elif _is_deepspeed_engine(inner):
+            inner = inner.module  # type: ignore[assignment]  # a DeepSpeedEngine's module is a Module
         else:
             break
     if not keep_fp32_wrapper:

@@ -1,0 +1,230 @@
+"""DeepSpeed ZeRO (stages 0-3) as a Strategy: ``prepare`` builds one engine from the model, the
+optimizer and the scheduler together, and the user's loop maps onto it unchanged.
+
+``accelerator.backward(loss)`` runs ``engine.backward`` and, on the last micro-step of an
+accumulation window, ``engine.step()`` (see :class:`~accelerate.utils.deepspeed.DeepSpeedEngineWrapper`);
+``optimizer.step()``/``zero_grad()``/``scheduler.step()`` are then no-ops on the wrappers. Runs on
+CPU processes too (DeepSpeed's CPU accelerator over gloo).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from accelerate.backends.base import Strategy
+from accelerate.backends.deepspeed_setup import (
+    PrepareFacts,
+    build_engine,
+    check_optimizer_source,
+    complete_config,
+)
+from accelerate.state.distributed_type import DistributedType
+from accelerate.utils.deepspeed import (
+    DeepSpeedEngineWrapper,
+    DeepSpeedOptimizerWrapper,
+    DeepSpeedSchedulerWrapper,
+    DummyOptim,
+    DummyScheduler,
+)
+from accelerate.utils.deepspeed_plugin import DeepSpeedPlugin
+
+if TYPE_CHECKING:
+    from accelerate.accelerator import Accelerator
+
+
+def is_engine(model: Any) -> bool:
+    from accelerate.utils.imports import is_deepspeed_available
+
+    if not is_deepspeed_available():
+        return False
+    import sys
+
+    engine_module = sys.modules.get("deepspeed.runtime.engine")
+    return engine_module is not None and isinstance(model, engine_module.DeepSpeedEngine)
+
+
+class DeepSpeedStrategy(Strategy):
+    name = "deepspeed"
+    prepares_jointly = True
+    owns_backward = True
+
+    def __init__(self, device: torch.device, plugins: Mapping[str, DeepSpeedPlugin]) -> None:
+        super().__init__(device, DistributedType.DEEPSPEED)
+        self.plugins = dict(plugins)
+        self.engines: list[Any] = []
+        self.engine_wrapper: DeepSpeedEngineWrapper | None = None
+
+    @property
+    def plugin(self) -> DeepSpeedPlugin:
+        return next(p for p in self.plugins.values() if p.selected)
+
+    # --- prepare -------------------------------------------------------------------------------------
+    def prepare_jointly(
+        self, accelerator: Accelerator, objects: list[Any], placements: list[bool | None]
+    ) -> list[Any]:
+        """Dataloaders first (their batch size fills the config), then one engine for model+optimizer+scheduler."""
+        from accelerate.preparation import _kind
+
+        kinds = [
+            "optimizer"
+            if isinstance(o, DummyOptim)
+            else "scheduler"
+            if isinstance(o, DummyScheduler)
+            else _kind(o)
+            for o in objects
+        ]
+        results = list(objects)
+        for i, obj in enumerate(objects):
+            if kinds[i] == "dataloader":
+                results[i] = accelerator.prepare_data_loader(obj, device_placement=placements[i])
+        models = [i for i, k in enumerate(kinds) if k == "model"]
+        optimizers = [i for i, k in enumerate(kinds) if k == "optimizer"]
+        schedulers = [i for i, k in enumerate(kinds) if k == "scheduler"]
+        if len(models) > 1 or len(optimizers) > 1 or len(schedulers) > 1:
+            raise ValueError(
+                "Under DeepSpeed, prepare() takes one model with at most one optimizer and one scheduler per call "
+                f"(got {len(models)} models, {len(optimizers)} optimizers, {len(schedulers)} schedulers). For a second "
+                "model (a teacher, ...), call prepare() again, with its own DeepSpeedPlugin selected if it needs one."
+            )
+        if (optimizers or schedulers) and not models:
+            raise ValueError(
+                "Under DeepSpeed, prepare() builds one engine from the model and its optimizer together: pass the "
+                "model in the same prepare() call as its optimizer/scheduler."
+            )
+        if not models:
+            return results
+        model = objects[models[0]]
+        optimizer = objects[optimizers[0]] if optimizers else None
+        scheduler = objects[schedulers[0]] if schedulers else None
+        loaders = [results[i] for i, k in enumerate(kinds) if k == "dataloader"] or list(
+            accelerator._dataloaders
+        )
+        engine = self._build(accelerator, model, optimizer, scheduler, loaders)
+        results[models[0]] = engine.engine
+        accelerator._models.append(engine.engine)
+        if optimizers:
+            wrapped = DeepSpeedOptimizerWrapper(engine.optimizer)
+            accelerator._optimizers.append(wrapped)
+            results[optimizers[0]] = wrapped
+        if schedulers:
+            sched = DeepSpeedSchedulerWrapper(engine.scheduler, list(accelerator._optimizers))
+            accelerator._schedulers.append(sched)
+            results[schedulers[0]] = sched
+        return results
+
+    def _build(
+        self,
+        accelerator: Accelerator,
+        model: torch.nn.Module,
+        optimizer: Any,
+        scheduler: Any,
+        loaders: list[Any],
+    ) -> Any:
+        plugin = self.plugin
+        check_optimizer_source(plugin.deepspeed_config, optimizer, scheduler)
+        batch = _micro_batch_size(loaders, accelerator)
+        facts = PrepareFacts(
+            micro_batch_size=batch,
+            gradient_accumulation_steps=accelerator.gradient_state.num_steps,
+            num_processes=accelerator.num_processes,
+            model=model,
+            optimizer=optimizer,
+            scheduler=scheduler,
+        )
+        config = complete_config(plugin.deepspeed_config, facts)
+        accelerator.precision.check_model(model)
+        accelerator.precision.wrap_forward(model)
+        plugin.set_moe_leaf_modules(model)
+        if optimizer is not None and not isinstance(optimizer, DummyOptim) and _offloads_optimizer(config):
+            from accelerate.utils.deepspeed import map_pytorch_optim_to_deepspeed
+
+            optimizer = map_pytorch_optim_to_deepspeed(optimizer)
+        built = build_engine(config, model, optimizer, scheduler)
+        self.engines.append(built.engine)
+        if optimizer is not None:
+            self.engine_wrapper = DeepSpeedEngineWrapper(built.engine)
+        return built
+
+    # --- the training step -------------------------------------------------------------------------
+    def backward(self, loss: torch.Tensor, *, sync_gradients: bool, **kwargs: Any) -> None:
+        if self.engine_wrapper is None:
+            raise RuntimeError(
+                "accelerator.backward() under DeepSpeed needs a model prepared together with its optimizer: "
+                "accelerator.prepare(model, optimizer, ...)."
+            )
+        self.engine_wrapper.backward(loss, sync_gradients=sync_gradients, **kwargs)
+
+    def unwrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        return model.module if is_engine(model) else model  # type: ignore[return-value]
+
+    def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[Any]:
+        # DeepSpeed reduces at the accumulation boundary it is told about in backward (no no_sync).
+        return contextlib.nullcontext()
+
+    def clip_grad_norm_(
+        self, parameters: Iterable[torch.Tensor], max_norm: float, norm_type: float = 2.0
+    ) -> torch.Tensor:
+        """DeepSpeed clipped inside its step (``gradient_clipping``); returns the norm it measured."""
+        if self.engine_wrapper is None:
+            return super().clip_grad_norm_(parameters, max_norm, norm_type)
+        configured = float(self.engine_wrapper.engine.gradient_clipping() or 0.0)
+        if configured != float(max_norm) or float(norm_type) != 2.0:
+            raise ValueError(
+                f"accelerator.clip_grad_norm_(max_norm={max_norm}, norm_type={norm_type}): under DeepSpeed the engine "
+                f"clips inside its step with the config's gradient_clipping={configured} (L2 norm). Set "
+                f"DeepSpeedPlugin(gradient_clipping={max_norm}) (or --gradient_clipping {max_norm}, or "
+                f'"gradient_clipping": {max_norm} in the JSON) so the two agree.'
+            )
+        norm = self.engine_wrapper.get_global_grad_norm()
+        return torch.tensor(float("nan") if norm is None else norm)
+
+    def clip_grad_value_(self, parameters: Iterable[torch.Tensor], clip_value: float) -> None:
+        raise NotImplementedError(
+            "accelerator.clip_grad_value_ is not supported under DeepSpeed (it clips by norm, inside its step); "
+            "use clip_grad_norm_ with DeepSpeedPlugin(gradient_clipping=...)."
+        )
+
+    def checkpoint_io(self) -> Any:
+        from accelerate.backends.deepspeed_checkpoint import EngineCheckpointIO
+
+        return EngineCheckpointIO(self.engines) if self.engines else None
+
+    # --- weights -------------------------------------------------------------------------------------
+    def full_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor] | None:
+        """The whole model's weights (ZeRO-3 gathers them; main process only there), or None if not an engine."""
+        if not is_engine(model):
+            return None
+        if model.zero_optimization_partition_weights():  # type: ignore[operator]
+            if not model.zero_gather_16bit_weights_on_model_save():  # type: ignore[operator]
+                raise ValueError(
+                    "Cannot gather the ZeRO-3 partitioned weights: stage3_gather_16bit_weights_on_model_save is false "
+                    "in the DeepSpeed config. Set DeepSpeedPlugin(zero3_save_16bit_model=True) (or "
+                    "--zero3_save_16bit_model true), or save with accelerator.save_state() and convert with "
+                    "DeepSpeed's zero_to_fp32.py."
+                )
+            state: dict[str, torch.Tensor] = model._zero3_consolidated_16bit_state_dict()  # type: ignore[operator]
+            return state
+        return self.unwrap(model).state_dict()
+
+
+def _offloads_optimizer(config: dict[str, Any]) -> bool:
+    device = (config.get("zero_optimization", {}).get("offload_optimizer") or {}).get("device")
+    return device in ("cpu", "nvme")
+
+
+def _micro_batch_size(loaders: list[Any], accelerator: Accelerator) -> int | None:
+    """The per-process batch size of the prepared dataloaders (None without one)."""
+    for loader in loaders:
+        size = getattr(loader, "total_batch_size", None)
+        if size is not None:
+            return int(size) // accelerator.num_processes
+        size = getattr(loader, "batch_size", None)
+        if size is None and getattr(loader, "batch_sampler", None) is not None:
+            size = getattr(loader.batch_sampler, "batch_size", None)
+        if size is not None:
+            return int(size) // (accelerator.num_processes if accelerator.split_batches else 1)
+    return None

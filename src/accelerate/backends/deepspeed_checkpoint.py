@@ -1,0 +1,124 @@
+"""DeepSpeed engines inside ``save_state`` / ``load_state``'s atomic, manifest-committed folder.
+
+Each engine writes its own checkpoint (``engine.save_checkpoint``: every rank its ZeRO partition of
+the optimizer state, rank 0 the module and the scheduler) into the staging folder under upstream's
+tag names (``pytorch_model``, ``pytorch_model_1``, ...). The main process then records those files
+(size and checksum) so the manifest covers them, and the folder is committed with the rest. Loading
+checks the files against the manifest and refuses, naming both, a checkpoint of another ZeRO stage
+or world size (whose partitions this run could not split).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from accelerate.checkpointing.atomic import (
+    CHECKSUM_ALGORITHM,
+    FileRecord,
+    Hasher,
+    Manifest,
+    fsync_dir,
+    verify_file,
+)
+from accelerate.checkpointing.errors import CheckpointError
+
+MODEL_NAME = "pytorch_model"
+EXTRA_KEY = "deepspeed"
+# DeepSpeed's own files beside the tag folders: the name of the latest tag, and its fp32 conversion script.
+_SIDE_FILES = ("latest", "zero_to_fp32.py")
+
+
+def engine_tag(index: int) -> str:
+    """Upstream's folder name for engine ``index``: ``pytorch_model``, ``pytorch_model_1``, ..."""
+    return MODEL_NAME if index == 0 else f"{MODEL_NAME}_{index}"
+
+
+def record_file(path: Path) -> FileRecord:
+    """Fsyncs a file another writer made and returns its record (size and checksum)."""
+    hasher = Hasher(CHECKSUM_ALGORITHM)
+    size = 0
+    with open(path, "rb", buffering=0) as handle:
+        while chunk := handle.read(1 << 22):
+            hasher.update(memoryview(chunk))
+            size += len(chunk)
+        os.fsync(handle.fileno())
+    return FileRecord(size=size, checksum=hasher.hexdigest(), algorithm=CHECKSUM_ALGORITHM)
+
+
+class EngineCheckpointIO:
+    """Saves and loads the DeepSpeed engines of one Accelerator (see the module docstring)."""
+
+    def __init__(self, engines: list[Any]) -> None:
+        self.engines = list(engines)
+
+    def _world_size(self) -> int:
+        return torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
+
+    def manifest_extra(self) -> dict[str, Any]:
+        return {
+            EXTRA_KEY: {
+                "zero_stages": [int(e.zero_optimization_stage()) for e in self.engines],
+                "world_size": self._world_size(),
+                "tags": [engine_tag(i) for i in range(len(self.engines))],
+            }
+        }
+
+    def save(self, staging: Path, writer: bool, **kwargs: Any) -> dict[str, FileRecord]:
+        """Every rank writes its part; the writer returns the records of every file written."""
+        for index, engine in enumerate(self.engines):
+            engine.save_checkpoint(str(staging), engine_tag(index), **kwargs)
+        if torch.distributed.is_initialized():
+            torch.distributed.barrier()  # every rank's partition is on disk before it is recorded
+        if not writer:
+            return {}
+        records: dict[str, FileRecord] = {}
+        for index in range(len(self.engines)):
+            folder = staging / engine_tag(index)
+            for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+                records[path.relative_to(staging).as_posix()] = record_file(path)
+            fsync_dir(folder)
+        for name in _SIDE_FILES:
+            if (staging / name).is_file():
+                records[name] = record_file(staging / name)
+        return records
+
+    def check_compatible(self, directory: Path, manifest: Manifest | None) -> None:
+        saved = (manifest.extra.get(EXTRA_KEY) if manifest is not None else None) or {}
+        stages = saved.get("zero_stages")
+        now = [int(e.zero_optimization_stage()) for e in self.engines]
+        if stages is not None and list(stages) != now:
+            raise CheckpointError(
+                f"Checkpoint {directory} was saved with ZeRO stage(s) {stages}, and this run uses {now}: "
+                "DeepSpeed partitions the optimizer state differently per stage. Load it with the same "
+                "zero_stage, or convert it with DeepSpeed's ds_to_universal.py and load that universal checkpoint."
+            )
+        world = saved.get("world_size")
+        if world is not None and int(world) != self._world_size() and any(s > 0 for s in now):
+            raise CheckpointError(
+                f"Checkpoint {directory} was saved by {world} processes, and this run has {self._world_size()}: "
+                "each ZeRO partition belongs to one rank. Load it with the same number of processes, or convert it "
+                "with DeepSpeed's ds_to_universal.py (or zero_to_fp32.py for the weights alone)."
+            )
+        for index in range(len(self.engines)):
+            if not (directory / engine_tag(index)).is_dir():
+                raise CheckpointError(
+                    f"Checkpoint {directory} has no {engine_tag(index)}/ folder for DeepSpeed engine {index}; "
+                    "was it saved without DeepSpeed, or with fewer models?"
+                )
+
+    def load(self, directory: Path, manifest: Manifest | None, **kwargs: Any) -> None:
+        self.check_compatible(directory, manifest)
+        if manifest is not None:
+            for name, record in manifest.files.items():
+                if name.split("/", 1)[0] in {engine_tag(i) for i in range(len(self.engines))}:
+                    verify_file(directory / name, record)
+        for index, engine in enumerate(self.engines):
+            path, _ = engine.load_checkpoint(str(directory), engine_tag(index), **kwargs)
+            if path is None:
+                raise CheckpointError(
+                    f"DeepSpeed could not load {directory / engine_tag(index)} into engine {index}."
+                )
