@@ -240,3 +240,13 @@ def save_sharded_transformers_model(out_dir: str) -> dict[str, torch.Tensor]:
         model.config.save_pretrained(out_dir)
     accelerator.wait_for_everyone()
     return full_model_state(model)
+
+
+def async_save_is_refused(out_dir: str) -> str:
+    """save_state(async_save=True) of a sharded model: the error's message (nothing is written)."""
+    run = setup(sharded=True)
+    try:
+        run["accelerator"].save_state(out_dir, async_save=True)
+    except ValueError as exc:
+        return str(exc)
+    return "no error"

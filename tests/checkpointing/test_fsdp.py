@@ -209,3 +209,11 @@ def test_saving_over_an_existing_sharded_checkpoint_commits_in_place(saved: dict
     assert not (ckpt / ".accelerate-staging").exists()
     resumed = pool.run(w.resume_and_finish, str(ckpt))[0]
     assert resumed["losses"] == first["losses"]
+
+
+def test_async_save_of_a_sharded_model_is_refused_clearly(tmp_path: Path) -> None:
+    # DCP's save runs collectives, which must not leave the training thread.
+    messages = get_pool(2).run(w.async_save_is_refused, str(tmp_path / "ckpt"))
+    for message in messages:
+        assert "async_save=True" in message and "FSDP-sharded" in message and "async_save=False" in message
+    assert not (tmp_path / "ckpt").exists()
