@@ -144,3 +144,30 @@ def test_a_rank_that_called_sys_exit_first_is_first_even_if_its_peer_ended_soone
     assert lines[0].startswith(
         "accelerate launch: rank 0 (pid 100) failed with exit code 3 (the first to fail)"
     )
+
+
+def test_a_sys_exit_rank_stopped_by_the_agent_while_shutting_down_keeps_its_own_status(
+    tmp_path: Path,
+) -> None:
+    # The agent saw the peer's failure first and sent SIGTERM to the rank still tearing down after
+    # sys.exit(3): the report and the launcher's status are still 3, the rank's own.
+    script = tmp_path / "exits.py"
+    script.write_text("import sys\nsys.exit(3)\n")
+    error_file = tmp_path / "error.json"
+    subprocess.run(
+        [sys.executable, "-m", "accelerate.launch.bootstrap", str(script)],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, "TORCHELASTIC_ERROR_FILE": str(error_file),
+             "PYTHONPATH": str(Path(__file__).parents[2] / "src")},
+    )  # fmt: skip
+    recorded = json.loads(error_file.read_text())
+    exited_at = recorded["message"]["extraInfo"]["time"]
+    failures = {
+        0: SimpleNamespace(pid=100, exitcode=-signal.SIGTERM, error_file_data=recorded),
+        1: _failure(101, 1, raised_at=exited_at + 0.5, error="RuntimeError: Connection closed by peer"),
+    }
+    code, lines = _report(failures, {101: exited_at + 0.6, 100: exited_at + 2.0})
+    assert code == 3
+    assert lines[0].startswith(
+        "accelerate launch: rank 0 (pid 100) failed with exit code 3 (the first to fail): it exited"
+    )

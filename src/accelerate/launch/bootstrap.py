@@ -31,7 +31,7 @@ def _user_traceback(exc: BaseException) -> str:
     return "".join(traceback.format_exception(type(exc), exc, tb))
 
 
-def write_error_file(exc: BaseException, text: str) -> None:
+def write_error_file(exc: BaseException, text: str, exit_code: int = 1) -> None:
     """Writes the failure in the JSON layout torch.distributed.elastic reads (ProcessFailure)."""
     path = os.environ.get(ERROR_FILE_ENV)
     if not path:
@@ -40,7 +40,14 @@ def write_error_file(exc: BaseException, text: str) -> None:
         "message": {
             "message": f"{type(exc).__name__}: {exc}",
             # torch reads "timestamp" as whole seconds; "time" orders ranks that failed within one second.
-            "extraInfo": {"py_callstack": text, "timestamp": str(int(time.time())), "time": time.time()},
+            "extraInfo": {
+                "py_callstack": text,
+                "timestamp": str(int(time.time())),
+                "time": time.time(),
+                # The status the rank exits with: the launcher reports it even when the agent's
+                # SIGTERM catches the rank still shutting down.
+                "exit_code": exit_code,
+            },
         }
     }
     try:
@@ -72,7 +79,8 @@ def main(argv: list[str]) -> int:
             # Record when and where sys.exit(N) ended this rank: a peer that then fails on the closed
             # connection may end sooner (this rank still tears down), and only the recorded time
             # tells the launcher which rank failed first.
-            write_error_file(exc, _user_traceback(exc))
+            code = exc.code if isinstance(exc.code, int) else 1  # sys.exit("message") exits with 1
+            write_error_file(exc, _user_traceback(exc), exit_code=code)
         raise
     except KeyboardInterrupt:
         raise

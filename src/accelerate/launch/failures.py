@@ -176,10 +176,10 @@ def _status_of_first(failure: Any) -> int:
     shutting down (its peers ended sooner), 1 is still the status it failed with.
     """
     if failure.exitcode is None:
-        return 1
+        return _own_exit_code(failure)
     code = int(failure.exitcode)
     if code == -signal.SIGTERM and _traceback_of(failure) is not None:
-        return 1
+        return _own_exit_code(failure)
     return exit_code(code) or 1
 
 
@@ -210,8 +210,10 @@ def _title(rank: int, failure: Any, several: bool) -> str:
         return f"accelerate launch: rank {rank} raised an exception{suffix} (its exit status was not seen)"
     code = int(failure.exitcode)
     if code == -signal.SIGTERM and _traceback_of(failure) is not None:
+        own = _own_exit_code(failure)
+        how = "it raised" if own == 1 else "it exited"
         return (
-            f"accelerate launch: rank {rank} (pid {failure.pid}) failed with exit code 1{suffix}: it raised, and "
+            f"accelerate launch: rank {rank} (pid {failure.pid}) failed with exit code {own}{suffix}: {how}, and "
             "the launcher stopped it while it shut down"
         )
     return f"accelerate launch: rank {rank} (pid {failure.pid}) failed with {describe_code(code)}{suffix}"
@@ -266,6 +268,15 @@ def _failure_time(failure: Any) -> float:
         return float(message["extraInfo"]["time"])
     # No error file (killed by a signal, or exited without raising): after every recorded traceback.
     return float("inf")
+
+
+def _own_exit_code(failure: Any) -> int:
+    """The status the bootstrap recorded for this rank (sys.exit(N): N; an exception: 1)."""
+    data = getattr(failure, "error_file_data", None) or {}
+    message = data.get("message") if isinstance(data, dict) else None
+    extra = message.get("extraInfo", {}) if isinstance(message, dict) else {}
+    code = extra.get("exit_code", 1) if isinstance(extra, dict) else 1
+    return code if isinstance(code, int) else 1
 
 
 def _traceback_of(failure: Any) -> str | None:
