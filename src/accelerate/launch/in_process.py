@@ -18,9 +18,10 @@ from typing import Any
 from accelerate.config.env import write_launch_env
 from accelerate.launch.checks import check_count, check_mixed_precision_setting
 from accelerate.launch.failures import report_failures
-from accelerate.launch.plan import Setting, find_free_port, port_is_free
+from accelerate.launch.plan import Setting
 from accelerate.launch.restarts import reporting_restarts
 from accelerate.launch.runner import patched_environ, preserved_signals
+from accelerate.utils.ports import find_free_port, port_is_free
 
 
 def _argument(launcher: str, name: str, value: Any) -> Setting:

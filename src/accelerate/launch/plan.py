@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 import os
 import shlex
-import socket
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ from typing import Any
 
 from accelerate.config.config_file import ConfigLocation, LaunchConfig
 from accelerate.config.env import ENV_CONTRACT, LaunchEnv, read_launch_env, write_launch_env
-from accelerate.launch import xla
+from accelerate.launch import commands, xla
 from accelerate.launch.checks import (
     LaunchError,
     check_flag_pairs,
@@ -32,9 +31,9 @@ from accelerate.launch.checks import (
     check_values,
     gpu_request,
 )
+from accelerate.utils.ports import find_free_port, port_is_free
 
 DEFAULT_PORT = 29500
-BOOTSTRAP_MODULE = "accelerate.launch.bootstrap"
 
 
 @dataclass(frozen=True)
@@ -216,7 +215,7 @@ _SPECS: tuple[_Spec, ...] = (
     _Spec("deepspeed_multinode_launcher", None, _deepspeed("deepspeed_multinode_launcher")),
 )
 # Options of torch.distributed.run's agent: asking for one runs even a single process under torchrun.
-_TORCHRUN_ONLY = ("tee", "log_dir", "role")
+_TORCHRUN_ONLY = commands.TORCHRUN_ONLY
 _ENV_NAME = {var.field: var.name for var in ENV_CONTRACT}
 
 
@@ -253,41 +252,6 @@ def visible_gpu_count(environ: Mapping[str, str]) -> int:
     import torch
 
     return int(torch.cuda.device_count())
-
-
-def port_is_free(port: int, host: str = "") -> bool:
-    """True if a server could listen on ``port`` now (SO_REUSEADDR, as torch's TCPStore does)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def find_free_port() -> int:
-    """A free port below Linux's ephemeral range (32768+), falling back to one the kernel picks.
-
-    A port from bind(0) is ephemeral: any process's next outgoing connection may take it before
-    the rendezvous store binds it. Ports below the range are only ever taken on purpose.
-    """
-    import random
-
-    rng = random.Random()
-    for _ in range(100):
-        port = rng.randrange(20000, 32000)
-        # A plain bind, unlike port_is_free: a port another process holds bound (a test's reservation,
-        # a socket in TIME_WAIT) is skipped rather than shared.
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            try:
-                sock.bind(("", port))
-            except OSError:
-                continue
-        return port
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("", 0))
-        return int(sock.getsockname()[1])
 
 
 # --- building the plan -------------------------------------------------------------------------------
@@ -340,7 +304,7 @@ def build_plan(
     if mode == "torchrun":
         _rendezvous_for_restarts(settings, notes)
 
-    program = _program(script, script_args, module, no_python)
+    program = commands.program(script, script_args, module, no_python)
     child_env = _child_env(settings, env, mode)
     fsdp = _fsdp(flags, config, config_path, settings["num_processes"].value)
     child_env.update(fsdp.env)
@@ -349,11 +313,11 @@ def build_plan(
         program = xla.spawn_program(settings, script, script_args, module, no_python)
         child_env.update(xla.xla_env(settings))
     torchrun_args = (
-        _torchrun_args(settings, script, script_args, module, no_python) if mode == "torchrun" else []
+        commands.torchrun_args(settings, script, script_args, module, no_python) if mode == "torchrun" else []
     )
     launcher_env: dict[str, str] = {}
     if mode == "mpirun":
-        program, launcher_env = _mpirun_program(settings, child_env, program, env)
+        program, launcher_env = commands.mpirun_program(settings, child_env, program, env)
     return LaunchPlan(
         settings, mode, program, torchrun_args, child_env, config_location, notes, warnings, launcher_env
     )
@@ -396,36 +360,6 @@ def _mode(settings: dict[str, Setting]) -> str:
     if settings["num_processes"].value == 1 and settings["num_machines"].value == 1:
         return "torchrun" if any(settings[name].value is not None for name in _TORCHRUN_ONLY) else "single"
     return "torchrun"
-
-
-def _mpirun_program(
-    settings: dict[str, Setting], child_env: dict[str, str], program: list[str], environ: Mapping[str, str]
-) -> tuple[list[str], dict[str, str]]:
-    """The mpirun command; the processes meet at main_process_ip:port (default: the hostfile's first host)."""
-    from accelerate.launch import mpirun
-
-    hostfile = str(settings["mpirun_hostfile"].value)
-    try:
-        executable = mpirun.find_mpirun(environ)
-        if not Path(hostfile).expanduser().is_file():
-            source = settings["mpirun_hostfile"].source
-            raise mpirun.MpirunError(f"mpirun_hostfile={hostfile} (from {source}): no such file.")
-        flavour = mpirun.mpi_flavour(executable)
-        if settings["main_process_ip"].source == "default" and int(settings["num_machines"].value) > 1:
-            settings["main_process_ip"] = Setting(
-                "main_process_ip", mpirun.first_host(hostfile), f"default (first host of {hostfile})"
-            )
-    except mpirun.MpirunError as exc:
-        raise LaunchError(str(exc)) from None
-    child_env["MASTER_ADDR"] = str(settings["main_process_ip"].value)
-    child_env["MASTER_PORT"] = str(settings["main_process_port"].value)
-    machines = int(settings["num_machines"].value)
-    procs = int(settings["num_processes"].value)
-    command = mpirun.mpirun_command(
-        mpirun=executable, flavour=flavour, hostfile=hostfile, num_processes=procs,
-        per_machine=procs // machines, env=child_env, program=program,
-    )  # fmt: skip
-    return command, mpirun.mpirun_environ(flavour)
 
 
 def _fall_back_to_cpu(settings: dict[str, Setting], gpu_count: Callable[[], int]) -> list[str]:
@@ -512,12 +446,6 @@ def _resolve_endpoint(
         )
 
 
-def _program(script: str, script_args: Sequence[str], module: bool, no_python: bool) -> list[str]:
-    if no_python:
-        return [script, *script_args]
-    return [sys.executable, "-u", "-m", BOOTSTRAP_MODULE, *(["-m"] if module else []), script, *script_args]
-
-
 def _child_env(settings: dict[str, Setting], environ: Mapping[str, str], mode: str) -> dict[str, str]:
     contract_fields = {var.field for var in ENV_CONTRACT}
     values = {name: s.value for name, s in settings.items() if name in contract_fields}
@@ -541,46 +469,3 @@ def _child_env(settings: dict[str, Setting], environ: Mapping[str, str], mode: s
         # mpirun_config.mpirun_ccl: how many Intel oneCCL worker threads each process runs.
         out["CCL_WORKER_COUNT"] = str(settings["mpirun_ccl"].value)
     return out
-
-
-def _single_machine_hosts_store(settings: dict[str, Setting], backend: str) -> str:
-    """The rdzv_conf to pass; on one machine, c10d must host its store itself (``is_host=1``).
-
-    Without it, torch's c10d rendezvous that cannot bind its port (another run took it after the
-    port was checked) silently joins that run's store as a client, and the two runs mix.
-    """
-    conf = str(settings["rdzv_conf"].value or "")
-    if backend != "c10d" or int(settings["num_machines"].value) != 1 or "is_host" in conf:
-        return conf
-    return f"{conf},is_host=1" if conf else "is_host=1"
-
-
-def _torchrun_args(
-    settings: dict[str, Setting], script: str, script_args: Sequence[str], module: bool, no_python: bool
-) -> list[str]:
-    machines = int(settings["num_machines"].value)
-    per_machine = int(settings["num_processes"].value) // machines
-    ip, port = settings["main_process_ip"].value, int(settings["main_process_port"].value)
-    backend = str(settings["rdzv_backend"].value)
-    args = [
-        "--nnodes", str(machines),
-        "--nproc_per_node", str(per_machine),
-        "--node_rank", str(settings["machine_rank"].value),
-        "--master_addr", str(ip),
-        "--master_port", str(port),
-        "--rdzv_backend", backend,
-        "--max_restarts", str(settings["max_restarts"].value),
-        "--monitor_interval", str(settings["monitor_interval"].value),
-    ]  # fmt: skip
-    if backend != "static":
-        # Dynamic rendezvous finds the others through this endpoint; the run id must match on every machine.
-        args += ["--rdzv_endpoint", f"{ip}:{port}", "--rdzv_id", f"accelerate-{port}"]
-    rdzv_conf = _single_machine_hosts_store(settings, backend)
-    if rdzv_conf:
-        args += ["--rdzv_conf", rdzv_conf]
-    for name in _TORCHRUN_ONLY:
-        if settings[name].value is not None:
-            args += [f"--{name}", str(settings[name].value)]
-    if no_python:
-        return [*args, "--no_python", script, *script_args]
-    return [*args, "--module", BOOTSTRAP_MODULE, *(["-m"] if module else []), script, *script_args]

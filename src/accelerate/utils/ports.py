@@ -21,3 +21,38 @@ def is_port_in_use(port: int | None = None) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(1.0)
         return sock.connect_ex(("localhost", port)) == 0
+
+
+def port_is_free(port: int, host: str = "") -> bool:
+    """True if a server could listen on ``port`` now (SO_REUSEADDR, as torch's TCPStore does)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def find_free_port() -> int:
+    """A free port below Linux's ephemeral range (32768+), falling back to one the kernel picks.
+
+    A port from bind(0) is ephemeral: any process's next outgoing connection may take it before
+    the rendezvous store binds it. Ports below the range are only ever taken on purpose.
+    """
+    import random
+
+    rng = random.Random()
+    for _ in range(100):
+        port = rng.randrange(20000, 32000)
+        # A plain bind, unlike port_is_free: a port another process holds bound (a test's reservation,
+        # a socket in TIME_WAIT) is skipped rather than shared.
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("", port))
+            except OSError:
+                continue
+        return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("", 0))
+        return int(sock.getsockname()[1])
