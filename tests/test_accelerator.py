@@ -114,11 +114,14 @@ def test_plugin_and_steps_together_raise() -> None:
         )
 
 
-def test_unavailable_backends_raise_clearly() -> None:
-    with pytest.raises(NotImplementedError, match="fsdp_plugin.*not available yet"):
+def test_backend_plugins_of_the_wrong_type_raise_clearly() -> None:
+    # FSDP and DeepSpeed run (tests/backends/test_fsdp*, test_deepspeed*); Megatron-LM needs GPUs.
+    with pytest.raises(TypeError, match="needs a FullyShardedDataParallelPlugin, got object"):
         Accelerator(fsdp_plugin=object())
-    with pytest.raises(TypeError, match="pass a DeepSpeedPlugin"):  # DeepSpeed runs: tests/backends/test_deepspeed*
+    with pytest.raises(TypeError, match="pass a DeepSpeedPlugin"):
         Accelerator(deepspeed_plugin=object())
+    with pytest.raises(NotImplementedError, match="megatron_lm_plugin.*not available yet"):
+        Accelerator(megatron_lm_plugin=object())
 
 
 def test_project_dir_and_config_together_raise() -> None:

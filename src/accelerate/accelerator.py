@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from accelerate import preparation
+from accelerate.accelerator_checkpoints import AcceleratorCheckpoints
 from accelerate.accelerator_facts import AcceleratorFacts
 from accelerate.checkpointing import accelerator_io as checkpoint_io
 from accelerate.connector import connect
@@ -36,7 +37,7 @@ from accelerate.utils.modeling import extract_model_from_parallel
 from accelerate.utils.regional_compilation import compile_regions
 
 
-class Accelerator(AcceleratorFacts):
+class Accelerator(AcceleratorCheckpoints, AcceleratorFacts):
     """Runs a raw PyTorch training loop on one device, several processes, in mixed precision.
 
     Example:
@@ -399,108 +400,6 @@ class Accelerator(AcceleratorFacts):
         for tracker in self.trackers:
             tracker.finish()
         self.partial_state.destroy_process_group()
-
-    # ------------------------------------------------------------------ checkpoints
-    def save(self, obj: Any, f: Any, safe_serialization: bool = False) -> None:
-        """Saves ``obj`` on the main process only (``torch.save`` or safetensors)."""
-        checkpoint_io.save_object(self, obj, f, safe_serialization=safe_serialization)
-
-    def save_model(
-        self,
-        model: torch.nn.Module,
-        save_directory: str,
-        max_shard_size: int | str = "10GB",
-        safe_serialization: bool = True,
-    ) -> None:
-        checkpoint_io.save_model(
-            self, model, save_directory, max_shard_size=max_shard_size, safe_serialization=safe_serialization
-        )
-
-    def get_state_dict(self, model: torch.nn.Module, unwrap: bool = True) -> dict[str, torch.Tensor]:
-        return checkpoint_io.get_state_dict(self, model, unwrap=unwrap)
-
-    def register_for_checkpointing(self, *objects: Any) -> None:
-        checkpoint_io.check_checkpointable_objects(objects)
-        self._custom_objects.extend(objects)
-
-    def register_save_state_pre_hook(self, hook: Callable[..., Any]) -> Any:
-        return checkpoint_io.register_hook(self._save_model_state_pre_hook, hook)
-
-    def register_load_state_pre_hook(self, hook: Callable[..., Any]) -> Any:
-        return checkpoint_io.register_hook(self._load_model_state_pre_hook, hook)
-
-    def _training_objects(self) -> checkpoint_io.TrainingObjects:
-        return checkpoint_io.TrainingObjects(
-            state=self.partial_state,
-            project=self.project_configuration,
-            step=self.step,
-            models=list(self._models),
-            optimizers=list(self._optimizers),
-            schedulers=list(self._schedulers),
-            dataloaders=list(self._dataloaders),
-            scaler=self.precision.scaler,
-            custom_objects=list(self._custom_objects),
-            save_hooks=list(self._save_model_state_pre_hook.values()),
-            load_hooks=list(self._load_model_state_pre_hook.values()),
-            unwrap=self.unwrap_model,
-            in_accumulation_window=self.gradient_state.num_steps > 1 and not self.gradient_state.sync_gradients,
-            fsdp_state_dict_type=getattr(getattr(self.state, "fsdp_plugin", None), "state_dict_type", None),
-            engine_io=self.strategy.checkpoint_io(),
-        )
-
-    def save_state(
-        self,
-        output_dir: str | None = None,
-        safe_serialization: bool = True,
-        *,
-        async_save: bool = False,
-        **save_model_func_kwargs: Any,
-    ) -> str:
-        """Saves every prepared object, RNG states and registered objects into one checkpoint folder.
-
-        With ``async_save=True`` it returns once the state is copied to host memory; a background
-        thread writes and commits the folder. The next ``save_state``, ``load_state``,
-        ``end_training`` or exit waits for it and raises its error, if any.
-        """
-        saved = checkpoint_io.save_state(
-            self._training_objects(),
-            output_dir,
-            safe_serialization=safe_serialization,
-            async_save=async_save,
-            **save_model_func_kwargs,
-        )
-        if saved.next_iteration is not None:
-            self.project_configuration.iteration = saved.next_iteration
-        return str(saved.path)
-
-    def load_state(
-        self,
-        input_dir: str | None = None,
-        strict: bool = True,
-        *,
-        missing_ok: bool = False,
-        **load_model_func_kwargs: Any,
-    ) -> str | None:
-        """Restores a ``save_state`` folder; returns its path, or None (``missing_ok``) when there is none.
-
-        ``missing_ok=True`` with automatic checkpoint naming resumes from the newest committed
-        checkpoint, or starts fresh when there is none yet: one script for the first start and
-        every restart (``accelerate launch --max_restarts N``).
-        """
-        loaded = checkpoint_io.load_state(
-            self._training_objects(),
-            input_dir,
-            strict=strict,
-            missing_ok=missing_ok,
-            **load_model_func_kwargs,
-        )
-        if loaded is None:
-            checkpoint_io.continue_numbering(self.project_configuration)
-            return None
-        self.step = loaded.step
-        if loaded.next_iteration is not None:
-            self.project_configuration.iteration = loaded.next_iteration
-        return str(loaded.path)
 
     # ------------------------------------------------------------------ tracking
     def init_trackers(
