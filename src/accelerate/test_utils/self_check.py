@@ -162,6 +162,14 @@ def _reference_weights(per_process_batch: int, world: int, epochs: int) -> torch
     return torch.cat([model.weight.detach().flatten(), model.bias.detach()])
 
 
+def _full(parameter: torch.Tensor) -> torch.Tensor:
+    """The whole tensor: under FSDP each process holds a shard (a DTensor), so the same promise (training
+    matches the 1-process reference) is checked on the gathered parameter. A collective on every rank."""
+    tensor = parameter.detach()
+    full = getattr(tensor, "full_tensor", None)
+    return full() if callable(full) else tensor
+
+
 def check_training(ctx: Context) -> str:
     from torch.utils.data import DataLoader, TensorDataset
 
@@ -182,12 +190,16 @@ def check_training(ctx: Context) -> str:
             acc.backward(torch.nn.functional.mse_loss(model(inputs), targets))
             optimizer.step()
     plain: Any = acc.unwrap_model(model)
-    ours = torch.cat([plain.weight.detach().flatten(), plain.bias.detach()]).cpu()
+    sharded = hasattr(plain.weight, "full_tensor")
+    if _type_name(acc) == "FSDP" and acc.num_processes > 1:
+        _expect(sharded, "under FSDP, prepare() left the model's parameters unsharded (plain tensors)")
+    ours = torch.cat([_full(plain.weight).flatten(), _full(plain.bias)]).cpu()
     reference = _reference_weights(per_process_batch, acc.num_processes, epochs)
     _expect(torch.allclose(ours, reference, atol=1e-5),
             f"parameters {ours.tolist()} differ from the 1-process reference {reference.tolist()}")  # fmt: skip
     ctx.trained = (model, optimizer)  # type: ignore[attr-defined]
-    return f"{epochs} epochs match the 1-process reference"
+    where = f", parameters sharded over {acc.num_processes} processes" if sharded else ""
+    return f"{epochs} epochs match the 1-process reference{where}"
 
 
 def check_mixed_precision(ctx: Context) -> str:
@@ -270,9 +282,12 @@ def run_checks(ctx: Context) -> list[tuple[str, str, str]]:
     return results
 
 
-def format_report(per_rank: list[list[tuple[str, str, str]]], mixed_precision: str) -> tuple[str, bool]:
+def format_report(
+    per_rank: list[list[tuple[str, str, str]]], mixed_precision: str, distributed_type: str | None = None
+) -> tuple[str, bool]:
     """The table (one row per check, the status on every rank) and whether everything passed."""
-    lines = [f"accelerate self-check: {len(per_rank)} process(es), mixed_precision={mixed_precision}", ""]
+    backend = f", distributed_type={distributed_type}" if distributed_type else ""
+    lines = [f"accelerate self-check: {len(per_rank)} process(es){backend}, mixed_precision={mixed_precision}", ""]
     ok = True
     for index, (name, _, _) in enumerate(per_rank[0]):
         statuses = [results[index][1] for results in per_rank]
@@ -290,6 +305,11 @@ def format_report(per_rank: list[list[tuple[str, str, str]]], mixed_precision: s
         "VERDICT: all checks passed." if ok else "VERDICT: FAILED (see the rows marked FAILED above)."
     )
     return "\n".join(lines), ok
+
+
+def _type_name(accelerator: Any) -> str:
+    kind = accelerator.distributed_type
+    return str(getattr(kind, "value", kind))
 
 
 def main() -> int:
@@ -312,7 +332,7 @@ def main() -> int:
         print(
             f"accelerate self-check: could not collect the other processes' results: {exc}", file=sys.stderr
         )
-    report, ok = format_report(per_rank, ctx.accelerator.mixed_precision)
+    report, ok = format_report(per_rank, ctx.accelerator.mixed_precision, _type_name(ctx.accelerator))
     if ctx.accelerator.is_main_process:
         print(report, flush=True)
     return 0 if ok else 1
