@@ -209,7 +209,12 @@ def check_mixed_precision(ctx: Context) -> str:
     if acc.mixed_precision == "fp8":
         raise Skip("fp8 needs a supporting GPU and library; not checked here")
     expected = {"fp16": torch.float16, "bf16": torch.bfloat16}[acc.mixed_precision]
-    layer = acc.prepare(torch.nn.Linear(8, 8))
+    # Prepared with its optimizer in one call (DeepSpeed builds one engine from both); when training was
+    # skipped, save/load then round-trips this model, so no backend ever holds two engines.
+    plain_layer = torch.nn.Linear(8, 8)
+    layer, optimizer = acc.prepare(plain_layer, torch.optim.SGD(plain_layer.parameters(), lr=0.1))
+    if getattr(ctx, "trained", None) is None:
+        ctx.trained = (layer, optimizer)  # type: ignore[attr-defined]
     x = torch.randn(4, 8, device=acc.device)
     with acc.autocast():
         inner = torch.nn.functional.linear(x, torch.randn(8, 8, device=acc.device))
@@ -228,8 +233,9 @@ def check_save_load(ctx: Context) -> str:
     acc = ctx.accelerator
     trained = getattr(ctx, "trained", None)
     if trained is None:
-        model = acc.prepare(_fresh_model())
-        optimizer = acc.prepare(torch.optim.SGD(model.parameters(), lr=0.1))
+        # One prepare() call: DeepSpeed builds its engine from the model and its optimizer together.
+        fresh = _fresh_model()
+        model, optimizer = acc.prepare(fresh, torch.optim.SGD(fresh.parameters(), lr=0.1))
     else:
         model, optimizer = trained
     box: list[Any] = [tempfile.mkdtemp(prefix="accelerate-self-check-") if acc.is_main_process else None]
