@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import socket
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+
+from accelerate.commands.config import ask_questions
+from accelerate.commands.prompts import PlainPrompter
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 REPO = Path(__file__).resolve().parents[2]
@@ -47,3 +52,24 @@ def reserved_port() -> Iterator[int]:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("", 0))
         yield int(sock.getsockname()[1])
+
+
+class Script:
+    """A PlainPrompter fed from a list of answers; keeps the screen to check what was (not) asked."""
+
+    def __init__(self, *answers: str) -> None:
+        self._answers: Iterator[str] = iter(answers)
+        self.screen = io.StringIO()
+        self.prompter = PlainPrompter(read=self._read, out=self.screen)
+
+    def _read(self, prompt: str) -> str:
+        self.screen.write(prompt + "\n")
+        answer = next(self._answers, None)
+        if answer is None:
+            raise AssertionError(f"the questionnaire asked more than scripted: {prompt!r}")
+        return answer
+
+    def ask(self, gpu_count: int = 0, xla_available: bool = False) -> dict[str, Any]:
+        data = ask_questions(self.prompter, gpu_count, xla_available=xla_available)
+        assert next(self._answers, None) is None, "the questionnaire asked fewer questions than scripted"
+        return data

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
+import yaml
 
-from tests.commands.helpers import reserved_port, run_cli
+from tests.commands.helpers import Script, reserved_port, run_cli
 
 
 # The 2-process run compares training with a 1-process reference (full precision only); the
@@ -31,3 +33,40 @@ def test_self_check_passes(tmp_path: Path, processes: int, precision: str) -> No
     if precision != "no":
         assert "autocast computes in torch.bfloat16" in out  # the check ran, not skipped
     assert result.returncode == 0
+
+
+def test_self_check_under_the_fsdp_config_the_questionnaire_writes(tmp_path: Path) -> None:
+    data = Script(
+        "FSDP", "", "", "", "", "",  # FSDP on 2 CPU processes, no debug checks, no dynamo
+        "", "", "NO_WRAP", "", "n", "", "",  # FSDP2, reshard, one unit, sharded saves, plain loading, fp32
+    ).ask()  # fmt: skip
+    assert data["distributed_type"] == "FSDP" and data["fsdp_config"]["fsdp_version"] == 2
+    config = tmp_path / "fsdp.yaml"
+    with reserved_port() as port:
+        config.write_text(yaml.safe_dump({**data, "main_process_port": port}))
+        result = run_cli("test", "--config_file", str(config), home=tmp_path, timeout=240)
+    out = result.stdout
+    assert "2 process(es), distributed_type=FSDP" in out, out + result.stderr
+    # Training compares the gathered parameters; the row says they were sharded while training.
+    assert "match the 1-process reference, parameters sharded over 2 processes" in out, out + result.stderr
+    assert "VERDICT: all checks passed." in out and result.returncode == 0, out + result.stderr
+
+
+# Looked up, not imported: importing deepspeed here would set variables in this test process.
+@pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None, reason="needs deepspeed (make test installs it)")
+def test_self_check_under_a_one_process_deepspeed_config_with_bf16(tmp_path: Path) -> None:
+    # One process keeps it cheap; it covers a lone DeepSpeed process (no torchrun, so no LOCAL_RANK) and
+    # the mixed-precision check preparing its model with an optimizer, as DeepSpeed requires.
+    data = Script(
+        "DEEPSPEED", "CPU processes", "", "1", "", "",  # 1 machine, 1 process, no debug checks, no dynamo
+        "", "", "", "", "",  # inline options: ZeRO-2, no optimizer offload, 1 accumulation step, no clipping
+        "bf16",
+    ).ask()  # fmt: skip
+    assert data["deepspeed_config"]["zero_stage"] == 2 and data["num_processes"] == 1
+    config = tmp_path / "deepspeed.yaml"
+    config.write_text(yaml.safe_dump(data))
+    result = run_cli("test", "--config_file", str(config), home=tmp_path, timeout=240)
+    out = result.stdout
+    assert "1 process(es), distributed_type=DEEPSPEED, mixed_precision=bf16" in out, out + result.stderr
+    assert "autocast computes in torch.bfloat16" in out, out + result.stderr
+    assert "VERDICT: all checks passed." in out and result.returncode == 0, out + result.stderr

@@ -10,6 +10,7 @@ refuses a concrete value that contradicts them (naming both) or an ``"auto"`` no
 from __future__ import annotations
 
 import copy
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -185,6 +186,8 @@ def ensure_process_group() -> None:
     """DeepSpeed needs torch.distributed; a single process gets a one-process gloo group."""
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         return
+    # DeepSpeed's engine insists on LOCAL_RANK, which only torchrun sets: a lone process is local rank 0.
+    os.environ.setdefault("LOCAL_RANK", "0")
     from accelerate.utils.ports import get_free_port
 
     torch.distributed.init_process_group(

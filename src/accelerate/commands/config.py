@@ -13,6 +13,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from accelerate.commands.config_backends import (
+    ask_deepspeed,
+    ask_downcast_bf16,
+    ask_fsdp,
+    ask_xla,
+    package_available,
+)
 from accelerate.commands.prompts import Prompter, QuestionnaireAborted
 from accelerate.utils.dataclasses import AVAILABLE_MIXED_PRECISION_MODES
 
@@ -65,13 +72,41 @@ def _gpu_count() -> int:
 
 
 # --- the questionnaire ----------------------------------------------------------------------------------
-def ask_questions(prompter: Prompter, gpu_count: int) -> dict[str, Any]:
-    """Asks the questions and returns the config file's content (upstream key names)."""
+def _machine_choices(xla_available: bool) -> list[tuple[str, str]]:
+    # The sharding backends are values of this one question (as distributed_type is in the file), so a
+    # config can never ask for FSDP and DeepSpeed together; new entries go last to keep the numbering.
+    missing = "" if package_available("deepspeed") else " (not installed here: pip install deepspeed)"
+    choices = [
+        ("NO", "No distributed training"),
+        ("MULTI_CPU", "multi-CPU"),
+        ("MULTI_GPU", "multi-GPU"),
+        ("FSDP", "FSDP: fully sharded data parallel"),
+        ("DEEPSPEED", f"DeepSpeed ZeRO{missing}"),
+    ]
+    if xla_available:
+        choices.append(("XLA", "TPU / XLA device (torch_xla)"))
+    return choices
+
+
+def ask_questions(prompter: Prompter, gpu_count: int, xla_available: bool | None = None) -> dict[str, Any]:
+    """Asks the questions and returns the config file's content (upstream key names).
+
+    ``xla_available`` (default: whether torch_xla is installed) decides whether TPU / XLA is offered.
+    """
+    if xla_available is None:
+        xla_available = package_available("torch_xla")
     machine = prompter.select(
         "Which type of machine are you using?",
-        [("NO", "No distributed training"), ("MULTI_CPU", "multi-CPU"), ("MULTI_GPU", "multi-GPU")],
+        _machine_choices(xla_available),
         default="MULTI_GPU" if gpu_count > 1 else "NO",
     )
+    backend = machine if machine in ("FSDP", "DEEPSPEED") else None
+    if backend is not None:
+        machine = prompter.select(
+            "Where will the processes run?",
+            [("MULTI_GPU", "GPUs"), ("MULTI_CPU", "CPU processes")],
+            default="MULTI_GPU" if gpu_count > 0 else "MULTI_CPU",
+        )
     data: dict[str, Any] = {
         "compute_environment": "LOCAL_MACHINE",
         "distributed_type": machine,
@@ -86,6 +121,8 @@ def ask_questions(prompter: Prompter, gpu_count: int) -> dict[str, Any]:
         "downcast_bf16": "no",
         "enable_cpu_affinity": False,
     }
+    if machine == "XLA":
+        return _ask_xla_file(prompter, data)
     if machine != "NO":
         _ask_machines(prompter, data)
         machines = int(data["num_machines"])
@@ -114,9 +151,25 @@ def ask_questions(prompter: Prompter, gpu_count: int) -> dict[str, Any]:
         data["use_cpu"] = prompter.confirm("Run on CPU only, even though a GPU is available?", False)
     if prompter.confirm("Do you wish to optimize your script with torch dynamo (torch.compile)?", False):
         data["dynamo_config"] = _ask_dynamo(prompter)
+    if backend == "FSDP":
+        data["distributed_type"] = "FSDP"
+        data["fsdp_config"] = ask_fsdp(prompter, use_cpu=bool(data["use_cpu"]))
+    elif backend == "DEEPSPEED":
+        data["distributed_type"] = "DEEPSPEED"
+        data["deepspeed_config"] = ask_deepspeed(prompter)
     data["mixed_precision"] = prompter.select(
         "Do you wish to use mixed precision?", [(m, m) for m in AVAILABLE_MIXED_PRECISION_MODES], default="no"
     )
+    return data
+
+
+def _ask_xla_file(prompter: Prompter, data: dict[str, Any]) -> dict[str, Any]:
+    ask_xla(prompter, data)
+    data["mixed_precision"] = prompter.select(
+        "Do you wish to use mixed precision?", [(m, m) for m in ("no", "bf16")], default="no"
+    )
+    if data["mixed_precision"] == "bf16":
+        data["downcast_bf16"] = ask_downcast_bf16(prompter)
     return data
 
 

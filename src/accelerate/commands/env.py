@@ -10,6 +10,7 @@ import sys
 from typing import Any
 
 HELP = "Print versions, devices and the config file, for bug reports."
+OPTIONAL_PACKAGES = ("deepspeed", "torch_xla")
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -39,6 +40,8 @@ def collect(config_file: str | None, environ: Any) -> list[tuple[str, str]]:
         ("Platform", platform.platform()),
         ("numpy", _version("numpy")),
     ]
+    # The optional backends, read from package metadata (importing torch_xla would claim the TPU).
+    rows += [(name, _version(name)) for name in OPTIONAL_PACKAGES]
     try:
         import torch
 

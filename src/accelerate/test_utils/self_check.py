@@ -162,6 +162,14 @@ def _reference_weights(per_process_batch: int, world: int, epochs: int) -> torch
     return torch.cat([model.weight.detach().flatten(), model.bias.detach()])
 
 
+def _full(parameter: torch.Tensor) -> torch.Tensor:
+    """The whole tensor: under FSDP each process holds a shard (a DTensor), so the same promise (training
+    matches the 1-process reference) is checked on the gathered parameter. A collective on every rank."""
+    tensor = parameter.detach()
+    full = getattr(tensor, "full_tensor", None)
+    return full() if callable(full) else tensor
+
+
 def check_training(ctx: Context) -> str:
     from torch.utils.data import DataLoader, TensorDataset
 
@@ -182,12 +190,16 @@ def check_training(ctx: Context) -> str:
             acc.backward(torch.nn.functional.mse_loss(model(inputs), targets))
             optimizer.step()
     plain: Any = acc.unwrap_model(model)
-    ours = torch.cat([plain.weight.detach().flatten(), plain.bias.detach()]).cpu()
+    sharded = hasattr(plain.weight, "full_tensor")
+    if _type_name(acc) == "FSDP" and acc.num_processes > 1:
+        _expect(sharded, "under FSDP, prepare() left the model's parameters unsharded (plain tensors)")
+    ours = torch.cat([_full(plain.weight).flatten(), _full(plain.bias)]).cpu()
     reference = _reference_weights(per_process_batch, acc.num_processes, epochs)
     _expect(torch.allclose(ours, reference, atol=1e-5),
             f"parameters {ours.tolist()} differ from the 1-process reference {reference.tolist()}")  # fmt: skip
     ctx.trained = (model, optimizer)  # type: ignore[attr-defined]
-    return f"{epochs} epochs match the 1-process reference"
+    where = f", parameters sharded over {acc.num_processes} processes" if sharded else ""
+    return f"{epochs} epochs match the 1-process reference{where}"
 
 
 def check_mixed_precision(ctx: Context) -> str:
@@ -197,7 +209,12 @@ def check_mixed_precision(ctx: Context) -> str:
     if acc.mixed_precision == "fp8":
         raise Skip("fp8 needs a supporting GPU and library; not checked here")
     expected = {"fp16": torch.float16, "bf16": torch.bfloat16}[acc.mixed_precision]
-    layer = acc.prepare(torch.nn.Linear(8, 8))
+    # Prepared with its optimizer in one call (DeepSpeed builds one engine from both); when training was
+    # skipped, save/load then round-trips this model, so no backend ever holds two engines.
+    plain_layer = torch.nn.Linear(8, 8)
+    layer, optimizer = acc.prepare(plain_layer, torch.optim.SGD(plain_layer.parameters(), lr=0.1))
+    if getattr(ctx, "trained", None) is None:
+        ctx.trained = (layer, optimizer)  # type: ignore[attr-defined]
     x = torch.randn(4, 8, device=acc.device)
     with acc.autocast():
         inner = torch.nn.functional.linear(x, torch.randn(8, 8, device=acc.device))
@@ -216,8 +233,9 @@ def check_save_load(ctx: Context) -> str:
     acc = ctx.accelerator
     trained = getattr(ctx, "trained", None)
     if trained is None:
-        model = acc.prepare(_fresh_model())
-        optimizer = acc.prepare(torch.optim.SGD(model.parameters(), lr=0.1))
+        # One prepare() call: DeepSpeed builds its engine from the model and its optimizer together.
+        fresh = _fresh_model()
+        model, optimizer = acc.prepare(fresh, torch.optim.SGD(fresh.parameters(), lr=0.1))
     else:
         model, optimizer = trained
     box: list[Any] = [tempfile.mkdtemp(prefix="accelerate-self-check-") if acc.is_main_process else None]
@@ -270,9 +288,12 @@ def run_checks(ctx: Context) -> list[tuple[str, str, str]]:
     return results
 
 
-def format_report(per_rank: list[list[tuple[str, str, str]]], mixed_precision: str) -> tuple[str, bool]:
+def format_report(
+    per_rank: list[list[tuple[str, str, str]]], mixed_precision: str, distributed_type: str | None = None
+) -> tuple[str, bool]:
     """The table (one row per check, the status on every rank) and whether everything passed."""
-    lines = [f"accelerate self-check: {len(per_rank)} process(es), mixed_precision={mixed_precision}", ""]
+    backend = f", distributed_type={distributed_type}" if distributed_type else ""
+    lines = [f"accelerate self-check: {len(per_rank)} process(es){backend}, mixed_precision={mixed_precision}", ""]
     ok = True
     for index, (name, _, _) in enumerate(per_rank[0]):
         statuses = [results[index][1] for results in per_rank]
@@ -290,6 +311,11 @@ def format_report(per_rank: list[list[tuple[str, str, str]]], mixed_precision: s
         "VERDICT: all checks passed." if ok else "VERDICT: FAILED (see the rows marked FAILED above)."
     )
     return "\n".join(lines), ok
+
+
+def _type_name(accelerator: Any) -> str:
+    kind = accelerator.distributed_type
+    return str(getattr(kind, "value", kind))
 
 
 def main() -> int:
@@ -312,7 +338,7 @@ def main() -> int:
         print(
             f"accelerate self-check: could not collect the other processes' results: {exc}", file=sys.stderr
         )
-    report, ok = format_report(per_rank, ctx.accelerator.mixed_precision)
+    report, ok = format_report(per_rank, ctx.accelerator.mixed_precision, _type_name(ctx.accelerator))
     if ctx.accelerator.is_main_process:
         print(report, flush=True)
     return 0 if ok else 1
