@@ -18,6 +18,10 @@ _POOLS: dict[int, WorkerPool] = {}
 _FORCED_CPU = torch.cuda.is_available() and "ACCELERATE_USE_CPU" not in os.environ
 if _FORCED_CPU:
     os.environ["ACCELERATE_USE_CPU"] = "true"
+# MLflow's telemetry client starts on a background thread at first use and then sets
+# _MLFLOW_TELEMETRY_SESSION_ID in os.environ, at a moment that depends on the machine's load: the
+# leak check below would blame whichever test was running. The suite has no network anyway.
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 
 def get_pool(world_size: int = 2) -> WorkerPool:
