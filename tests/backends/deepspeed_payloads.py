@@ -265,3 +265,16 @@ def zero3_init_and_gather() -> dict[str, Any]:
         optimizer.zero_grad()
     built["weights"] = {k: v.float().clone() for k, v in accelerator.get_state_dict(model).items()}
     return built
+
+
+def save_with_an_engine_without_optimizer(folder: str) -> str:
+    """save_state with a second engine prepared alone (no optimizer): the error, on every rank."""
+    accelerator = _accelerator(3)
+    model = make_model()
+    model, optimizer = accelerator.prepare(model, torch.optim.AdamW(model.parameters(), lr=LR))
+    accelerator.prepare(torch.nn.Linear(8, 8))  # a frozen helper, say: an engine without optimizer
+    try:
+        accelerator.save_state(folder)
+    except Exception as exc:  # the test checks the message
+        return f"{type(exc).__name__}: {exc}"
+    return "saved"

@@ -112,3 +112,14 @@ def test_zero3_init_builds_partitioned_and_trains_like_torch(ds_pool: WorkerPool
         torch.testing.assert_close(rank["gathered"], want_initial, atol=0, rtol=0)
     # ZeRO-3's gathered state dict is complete on the main process (as upstream's get_state_dict)
     _close(results[0]["weights"], payloads.reference_weights(batch_size=8), atol=1e-5)
+
+
+def test_save_state_with_an_engine_without_optimizer_fails_clearly_instead_of_hanging(
+    ds_pool: WorkerPool, tmp_path: Any
+) -> None:
+    # DeepSpeed's save_checkpoint of such an engine failed on rank 0 only while rank 1 waited.
+    for message in ds_pool.run(
+        payloads.save_with_an_engine_without_optimizer, str(tmp_path / "c"), env=ENV, timeout=120
+    ):
+        assert "engine 1 (Linear) was prepared without an optimizer" in message
+    assert not (tmp_path / "c").exists()

@@ -70,6 +70,18 @@ class EngineCheckpointIO:
     def save(self, staging: Path, writer: bool, **kwargs: Any) -> dict[str, FileRecord]:
         """Every rank writes its part; the writer returns the records of every file written."""
         for index, engine in enumerate(self.engines):
+            # An engine built without an optimizer has no checkpoint engine, and DeepSpeed's
+            # save_checkpoint then fails on rank 0 only, while the other ranks wait in its barrier (a
+            # hang). The condition is the same on every rank, so all of them raise here, before any
+            # collective, and save_state reports it on every rank.
+            if getattr(engine, "checkpoint_engine", None) is None:
+                raise CheckpointError(
+                    f"save_state: DeepSpeed engine {index} ({type(engine.module).__name__}) was prepared without an "
+                    "optimizer, and DeepSpeed cannot checkpoint such an engine. Prepare it together with its "
+                    "optimizer, or keep it out of the checkpoint (prepare it with DeepSpeed disabled, or save its "
+                    "weights with accelerator.save_model)."
+                )
+        for index, engine in enumerate(self.engines):
             engine.save_checkpoint(str(staging), engine_tag(index), **kwargs)
         if torch.distributed.is_initialized():
             torch.distributed.barrier()  # every rank's partition is on disk before it is recorded
