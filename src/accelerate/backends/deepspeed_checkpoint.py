@@ -78,8 +78,8 @@ class EngineCheckpointIO:
                 raise CheckpointError(
                     f"save_state: DeepSpeed engine {index} ({type(engine.module).__name__}) was prepared without an "
                     "optimizer, and DeepSpeed cannot checkpoint such an engine. Prepare it together with its "
-                    "optimizer, or keep it out of the checkpoint (prepare it with DeepSpeed disabled, or save its "
-                    "weights with accelerator.save_model)."
+                    "optimizer, or leave it out of accelerator.prepare (a frozen model needs no engine) and save "
+                    "its weights with accelerator.save_model if they change."
                 )
         for index, engine in enumerate(self.engines):
             engine.save_checkpoint(str(staging), engine_tag(index), **kwargs)
