@@ -51,8 +51,9 @@ def test_auto_map_respects_max_memory() -> None:
     model = _model()
     device_map = infer_auto_device_map(model, max_memory={"cpu": "1KB"})
     assert set(device_map.values()) == {"cpu"}
+    assert set(infer_auto_device_map(model, max_memory={"cpu": 10}).values()) == {"disk"}
     with pytest.raises(ValueError, match="does not fit on any device"):
-        infer_auto_device_map(model, max_memory={"cpu": 10})
+        infer_auto_device_map(model, max_memory={"cpu": 10, "disk": 0})
 
 
 def test_unknown_device_map_string_is_an_error(tmp_path: Path) -> None:

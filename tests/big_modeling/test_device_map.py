@@ -59,7 +59,9 @@ def test_unsplittable_block_too_large_without_disk_names_it() -> None:
     model = _empty()
     sizes = compute_module_sizes(model)
     with pytest.raises(ValueError, match=rf"'blocks.0' \(Block, {sizes['blocks.0']} bytes\)"):
-        infer_auto_device_map(model, max_memory={"cpu": sizes["blocks.0"] - 1}, no_split_module_classes=["Block"])
+        infer_auto_device_map(
+            model, max_memory={"cpu": sizes["blocks.0"] - 1, "disk": 0}, no_split_module_classes=["Block"]
+        )
 
 
 def test_blocks_split_when_allowed() -> None:

@@ -6,7 +6,6 @@ device; the longest matching name decides where a tensor goes. ``""`` is the who
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -16,8 +15,6 @@ from torch import nn
 from accelerate.big_modeling.budgets import get_max_memory
 from accelerate.big_modeling.sizes import compute_module_sizes, get_max_layer_size
 from accelerate.big_modeling.tensors import DeviceLike, find_tied_parameters
-
-logger = logging.getLogger(__name__)
 
 OFFLOAD_DEVICES = ("cpu", "disk")
 
@@ -211,12 +208,13 @@ def infer_auto_device_map(
     Args:
         model: the model (its weights may be on the meta device).
         max_memory: bytes per device, e.g. ``{0: "10GiB", "cpu": "30GiB", "disk": "200GB"}``. Default:
-            what is free on each GPU and in RAM, and the disk. Disk is used only when listed here (or
-            when ``max_memory`` is None).
+            what is free on each GPU and in RAM. As upstream, the disk takes what the other devices
+            cannot hold even when not listed (without limit); ``"disk": 0`` refuses the disk, and
+            another ``"disk"`` size limits it.
         no_split_module_classes: class names never split across devices (e.g. ``["LlamaDecoderLayer"]``).
         dtype: dtype the weights will be loaded in (floating weights only shrink, never grow).
         special_dtypes: per-tensor dtypes that override ``dtype``.
-        verbose: log each decision.
+        verbose: print each decision (as upstream does).
         clean_result: merge entries of one module that share a device.
         offload_buffers: buffers of offloaded blocks are offloaded too (otherwise they are counted on
             the execution device).
@@ -234,8 +232,9 @@ def infer_auto_device_map(
     """
     no_split = list(no_split_module_classes or [])
     budgets: dict[int | str, float] = dict(get_max_memory(max_memory))
-    if max_memory is None:
-        budgets["disk"] = float("inf")
+    budgets.setdefault("disk", float("inf"))  # upstream's last resort; a user's "disk": 0 refuses it
+    if budgets["disk"] == 0:
+        del budgets["disk"]
     devices = list(budgets)
     sizes = compute_module_sizes(model, dtype=dtype, special_dtypes=special_dtypes)
     ties = find_tied_parameters(model)
@@ -255,8 +254,9 @@ def infer_auto_device_map(
     too_big = sizes[""] > storage_total or (execution != "cpu" and sizes[""] > budgets[execution])
     offloading = can_offload and too_big
     reserve = get_max_layer_size(top, sizes, no_split)[0] if offloading else 0
-    if offloading and not offload_buffers and execution not in OFFLOAD_DEVICES:
-        # Buffers of offloaded blocks stay on the execution device unless they are offloaded too.
+    if offloading and not offload_buffers:
+        # Buffers of offloaded blocks stay on the execution device (the CPU included) unless they are
+        # offloaded too; which blocks will be offloaded is not known yet, so all buffers are counted.
         reserve += sum(buffer.numel() * buffer.element_size() for buffer in model.buffers())
     device_map: dict[str, DeviceLike] = {}
     slot = 0
@@ -274,19 +274,21 @@ def infer_auto_device_map(
             for block in [name, *partner_names]:
                 device_map[block] = device
                 if verbose:
-                    logger.info("infer_auto_device_map: %s (%d bytes) -> %s", block, sizes[block], device)
+                    print(f"infer_auto_device_map: {block!r} ({sizes[block]} bytes) -> {device!r}")
             todo = [entry for position, entry in enumerate(todo) if position not in partners]
             used += need
             continue
         parts = _split(name, module, no_split)
         if parts is not None:
             if verbose:
-                logger.info("infer_auto_device_map: splitting %s (%d bytes) to fit %s", name, sizes[name], device)
+                print(f"infer_auto_device_map: splitting {name!r} ({sizes[name]} bytes) to fit {device!r}")
             todo = parts + todo
             continue
         if fallback_allocation and used == 0 and slot < len(devices) - 1:
             found, found_module, rest = fallback_allocate([(name, module), *todo], sizes, int(budget), no_split, ties)
             if found is not None:
+                if verbose:
+                    print(f"infer_auto_device_map: {found!r} ({sizes[found]} bytes) -> {device!r} (fallback)")
                 device_map[found] = device
                 used += sizes[found]
                 todo = rest
@@ -296,6 +298,8 @@ def infer_auto_device_map(
                 _no_room_message(name, module, need, bool(partner_names), budgets, reserve, execution, no_split)
             )
         todo.insert(0, (name, module))
+        if verbose:
+            print(f"infer_auto_device_map: {name!r} ({sizes[name]} bytes) does not fit on {device!r}; next device")
         slot += 1
         used = 0.0
     return clean_device_map(device_map) if clean_result else device_map
@@ -313,7 +317,9 @@ def _no_room_message(
 ) -> str:
     allowed = ", ".join(f"{device!r}: {int(size)}" for device, size in budgets.items() if size != float("inf"))
     kept = f"; {reserve} bytes of {execution!r} are kept free to load offloaded blocks into" if reserve else ""
-    fixes = "raise max_memory or add 'disk' to it (with an offload folder)"
+    fixes = "raise max_memory or allow the disk (drop \"'disk': 0\" from it and pass an offload folder)"
+    if "disk" in budgets:
+        fixes = "raise max_memory (the disk's too)"
     if type(module).__name__ in no_split:
         fixes += f", or remove {type(module).__name__!r} from no_split_module_classes"
     return (
