@@ -249,12 +249,18 @@ def _get(model: nn.Module, name: str) -> torch.Tensor:
 def load_offloaded_weights(
     model: nn.Module, index: Mapping[str, Any], offload_folder: str | os.PathLike[str]
 ) -> None:
-    """Loads every weight of an offload folder (its ``index``) back into ``model`` on the CPU."""
+    """Loads every weight of an offload folder (its ``index``) back into ``model`` on the CPU.
+
+    Tied parameters stay tied: replacing a meta placeholder makes a new parameter, so the names
+    tied to it are pointed at that one again.
+    """
     if not index:
         return
+    tied = find_tied_parameters(model)
     for name, info in index.items():
         weight = load_offloaded_weight(Path(offload_folder) / f"{name}.dat", info)
         set_module_tensor_to_device(model, name, "cpu", value=weight)
+    retie_parameters(model, tied)
 
 
 def get_state_dict_from_offload(
