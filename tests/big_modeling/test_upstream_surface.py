@@ -87,3 +87,39 @@ def test_every_big_model_name_matches_upstream_signature() -> None:
         if _ours(obj) != _split_params(params):
             problems.append(f"{module_name}.{name}: ours ({', '.join(_ours(obj))}) vs upstream ({params})")
     assert not problems, "\n".join(problems)
+
+
+METHOD = re.compile(r"\.(\w+)\(([^()]*)\)")
+
+
+def _class_methods() -> list[tuple[str, str, str, str]]:
+    """``(module, class, method, params)`` for the methods listed under the classes of SECTIONS."""
+    if not REFERENCE.is_file():
+        pytest.skip(f"{REFERENCE} not available")
+    found: list[tuple[str, str, str, str]] = []
+    section, current = "", ""
+    for line in REFERENCE.read_text().splitlines():
+        if line.startswith("## "):
+            section, current = line[3:].strip(), ""
+            continue
+        match = ENTRY.match(line)
+        if match is not None:
+            current = match.group(2) if match.group(1) == "class" and section in SECTIONS else ""
+            continue
+        if current and line.startswith("    .") and "fields:" not in line:
+            found += [(section, current, name, params) for name, params in METHOD.findall(line)]
+    return found
+
+
+def test_hook_and_loader_methods_match_upstream() -> None:
+    methods = _class_methods()
+    assert any(name == "pre_forward" for _, _, name, _ in methods)
+    problems = []
+    for module_name, class_name, name, params in methods:
+        cls = getattr(importlib.import_module(module_name), class_name)
+        method = getattr(cls, name, None)
+        if method is None:
+            problems.append(f"{class_name}.{name} is missing")
+        elif _ours(method)[1:] != _split_params(params):  # [1:]: self
+            problems.append(f"{class_name}.{name}: ours ({', '.join(_ours(method)[1:])}) vs upstream ({params})")
+    assert not problems, "\n".join(problems)
