@@ -23,6 +23,18 @@ def test_estimate_memory_from_a_local_config(tmp_path: Path, capsys: pytest.Capt
     assert int4[-1] == "N/A"
 
 
+def test_estimate_memory_default_dtypes_include_bfloat16(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(
+        vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4
+    )
+    config.save_pretrained(tmp_path)
+    assert main(["estimate-memory", str(tmp_path)]) == 0
+    rows = {line.split()[0]: line.split()[1:] for line in capsys.readouterr().out.splitlines()[3:]}
+    assert list(rows) == ["float32", "float16", "bfloat16", "int8", "int4"]
+    assert rows["bfloat16"] == rows["float16"]  # same size, same mixed-precision training estimate
+
+
 def test_estimate_memory_unknown_library(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["estimate-memory", "someone/some-model"]) == 2
     assert "--library_name" in capsys.readouterr().err

@@ -12,9 +12,9 @@ import sys
 from typing import Any
 
 HELP = "Estimate the memory a model needs to load and to train, from its config alone."
-DTYPES = ["float32", "float16", "int8", "int4"]
+DTYPES = ["float32", "float16", "bfloat16", "int8", "int4"]
 # Bytes per floating-point element relative to float32.
-_SCALE = {"float32": 1.0, "float16": 0.5, "int8": 0.25, "int4": 0.125}
+_SCALE = {"float32": 1.0, "float16": 0.5, "bfloat16": 0.5, "int8": 0.25, "int4": 0.125}
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -49,9 +49,7 @@ def empty_model(model_name: str, library_name: str | None, trust_remote_code: bo
         if os.path.isfile(os.path.join(model_name, "config.json")):
             library_name = "transformers"
         else:
-            raise EstimateError(
-                f"cannot tell which library {model_name!r} belongs to; pass --library_name transformers or timm"
-            )
+            library_name = _hub_library(model_name)
     if library_name == "timm":
         try:
             import timm
@@ -71,6 +69,25 @@ def empty_model(model_name: str, library_name: str | None, trust_remote_code: bo
         return transformers.AutoModel.from_config(config, trust_remote_code=trust_remote_code)
 
 
+def _hub_library(model_name: str) -> str:
+    """The library the Hub records for ``model_name`` (needs the network)."""
+    hint = "pass --library_name transformers or timm (or a local folder with a config.json)"
+    try:
+        from huggingface_hub import model_info
+
+        library = model_info(model_name).library_name
+    except ImportError as error:
+        raise EstimateError(f"cannot tell which library {model_name!r} belongs to; {hint}") from error
+    except Exception as error:  # offline, unknown repository, gated: the Hub's errors vary by version
+        raise EstimateError(
+            f"cannot tell which library {model_name!r} belongs to: the Hub could not be asked ({error}); {hint}"
+        ) from error
+    if library not in ("transformers", "timm"):
+        raise EstimateError(f"{model_name!r} is a {library or 'unknown'} model on the Hub; only transformers and timm "
+                            "models can be estimated")  # fmt: skip
+    return str(library)
+
+
 def estimate(model: Any, dtypes: list[str]) -> list[dict[str, Any]]:
     """Per dtype: the largest unsplittable layer, the total and the training (Adam) size, in bytes."""
     from accelerate.big_modeling.sizes import calculate_maximum_sizes
@@ -82,7 +99,7 @@ def estimate(model: Any, dtypes: list[str]) -> list[dict[str, Any]]:
         training: int | None = None
         if dtype == "float32":
             training = 4 * total32
-        elif dtype == "float16":
+        elif dtype in ("float16", "bfloat16"):
             training = 4 * total32 + total
         rows.append(
             {"dtype": dtype, "largest_layer": int(largest32 * _SCALE[dtype]), "largest_layer_names": names,
