@@ -81,3 +81,19 @@ def test_verbose_prints_each_decision(capsys: pytest.CaptureFixture[str]) -> Non
     assert "blocks.0" in out and "'cpu'" in out and "'disk'" in out
     infer_auto_device_map(model, max_memory=budget, no_split_module_classes=["Block"])
     assert capsys.readouterr().out == ""
+
+
+def test_balanced_budgets_spread_the_model_over_gpus() -> None:
+    # GPU budgets given as numbers (no GPU here): the balancing itself, as get_balanced_memory does it.
+    from accelerate.big_modeling.budgets import balance_budgets
+
+    model = _empty()
+    sizes = compute_module_sizes(model)
+    big = 10 * sizes[""]
+    room = int(1.25 * sizes["blocks.0"])  # the largest no-split block is larger than the mean leaf
+    balanced = balance_budgets(model, {0: big, 1: big, 2: big, "cpu": big}, ["Block"])
+    assert balanced == {0: sizes[""] // 3 + room, 1: sizes[""] // 3 + room, 2: big, "cpu": big}
+    low = balance_budgets(model, {0: big, 1: big, 2: big, "cpu": big}, ["Block"], low_zero=True)
+    assert low[0] == 0 and low[1] == sizes[""] // 2 + room and low[2] == big
+    assert balance_budgets(model, {0: big, "cpu": big}, user_set=False) == {0: int(big * 0.9), "cpu": big}
+    assert balance_budgets(model, {0: big, "cpu": big}) == {0: big, "cpu": big}

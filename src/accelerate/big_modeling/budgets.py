@@ -100,27 +100,51 @@ def get_balanced_memory(
 ) -> MaxMemory:
     """A ``max_memory`` that spreads the model evenly over the GPUs instead of filling the first ones.
 
-    Each GPU gets the model size divided by the number of GPUs, plus room for one large block (so
-    a block that does not fit exactly moves on instead of overflowing). With ``low_zero`` GPU 0 gets
-    as little as possible (it keeps room for generation outputs). Without GPUs the budgets are
-    returned unchanged.
+    Each GPU but the last gets the model size divided by the number of GPUs, plus room for one
+    large block (so a block that does not fit exactly moves on instead of overflowing). With
+    ``low_zero`` GPU 0 gets as little as possible (it keeps room for generation outputs). With one
+    GPU and no ``max_memory``, 90% of its free memory is offered (room for activations). Without
+    GPUs the budgets are returned unchanged.
+
+    Example:
+        >>> get_balanced_memory(model, max_memory={0: "10GiB", 1: "10GiB", "cpu": "30GiB"})
     """
     budgets = get_max_memory(max_memory)
-    gpus = [key for key, value in budgets.items() if isinstance(key, int) and value > 0]
+    return balance_budgets(
+        model, budgets, no_split_module_classes, dtype, special_dtypes, low_zero, user_set=max_memory is not None
+    )
+
+
+def balance_budgets(
+    model: nn.Module,
+    budgets: MaxMemory,
+    no_split_module_classes: Sequence[str] | None = None,
+    dtype: str | torch.dtype | None = None,
+    special_dtypes: Mapping[str, str | torch.dtype] | None = None,
+    low_zero: bool = False,
+    user_set: bool = True,
+) -> MaxMemory:
+    """:func:`get_balanced_memory` on budgets already in bytes (``budgets`` is changed and returned)."""
+    gpus = sorted(key for key, value in budgets.items() if isinstance(key, int) and value > 0)
     if not gpus:
         return budgets
     if len(gpus) == 1:
-        low_zero = False  # nothing to balance against
-        if max_memory is not None:
-            return budgets
+        if not user_set:
+            budgets[gpus[0]] = int(budgets[gpus[0]] * 0.9)  # what is free now is not all usable
+        return budgets  # nothing to balance against
     sizes = compute_module_sizes(model, dtype=dtype, special_dtypes=special_dtypes)
     share = sizes[""] // (len(gpus) - 1 if low_zero else len(gpus))
-    leaves = get_module_leaves(sizes)
-    blocks = [sizes[name] for name, module in model.named_modules() if type(module).__name__ in (no_split_module_classes or ())]
-    mean_leaf = sum(sizes[name] for name in leaves) // max(len(leaves), 1)
+    no_split = set(no_split_module_classes or ())
+    blocks = [sizes[name] for name, module in model.named_modules() if type(module).__name__ in no_split]
+    # The leaves of the module tree (not the tensors): the smallest pieces placement moves whole.
+    modules = {name: size for name, size in sizes.items() if name not in set(get_module_leaves(sizes))}
+    leaves = get_module_leaves(modules)
+    mean_leaf = sum(modules[name] for name in leaves) // max(len(leaves), 1)
     share += int(1.25 * max([mean_leaf, *blocks]))
+    # The last GPU keeps its whole budget, in case the added room was not enough.
     for gpu in gpus[:-1]:
-        budgets[gpu] = min(budgets[gpu], share)
+        if not (low_zero and gpu == gpus[0]):
+            budgets[gpu] = min(budgets[gpu], share)
     if low_zero:
         others = sum(budgets[gpu] for gpu in gpus[1:])
         budgets[gpus[0]] = min(budgets[gpus[0]], max(0, sizes[""] - others))
