@@ -148,3 +148,18 @@ def test_layerwise_casting_computes_in_wide_dtype() -> None:
     patterned = _mlp()
     attach_layerwise_casting_hooks(patterned, torch.bfloat16, torch.float32, skip_modules_pattern=["^3$"])
     assert patterned[3].weight.dtype == torch.float32 and patterned[0].weight.dtype == torch.bfloat16
+
+
+def test_an_offload_hook_moved_to_another_module_releases_that_module() -> None:
+    # transformers re-attaches an embedding's hook to the resized embedding (resize_token_embeddings).
+    first, second = nn.Linear(3, 3), nn.Linear(3, 3)
+    second.load_state_dict(first.state_dict())
+    x = torch.randn(2, 3)
+    expected = first(x)
+    hook = AlignDevicesHook(execution_device="cpu", offload=True)
+    add_hook_to_module(first, hook)
+    assert torch.equal(first(x), expected)
+    remove_hook_from_module(first)
+    add_hook_to_module(second, hook)
+    assert torch.equal(second(x), expected)
+    assert second.weight.device.type == "meta"  # released after forward, like the first module was

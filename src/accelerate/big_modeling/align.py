@@ -106,7 +106,10 @@ class AlignDevicesHook(ModelHook):
         ]
 
     def init_hook(self, module: nn.Module) -> nn.Module:
-        self._offload_names = None  # listed afresh for the module this hook is attached to
+        # Listed afresh for the module this hook is attached to: a hook can be moved to another module
+        # (transformers does so when it resizes embeddings), and the slots point into the old one.
+        self._offload_names = None
+        self._meta_slots = {}
         if self.execution_device is not None and torch.device(_as_device(self.execution_device)).type == "meta":
             # Nothing runs on meta; the module stays as it is (hooks on skeleton models).
             return module
