@@ -135,3 +135,23 @@ def test_tied_parameters_on_different_devices_warn(caplog: pytest.LogCaptureFixt
         assert not caplog.records
         check_tied_parameters_on_same_device(tied, {"embed": "cpu", "head": "disk", "blocks": "disk"})
     assert "embed.weight" in caplog.text and "different devices" in caplog.text
+
+
+def test_moving_a_dispatched_model(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    model = reference()
+    device_map = {"embed": "cpu", "head": "cpu", "scale": "cpu", "blocks": "disk"}
+    dispatch_model(model, device_map, offload_dir=tmp_path)
+    with pytest.raises(RuntimeError, match=r"offloaded to cpu or disk \(blocks\.0\.down"):
+        model.to("cpu")
+    with pytest.raises(RuntimeError, match="offloaded"):
+        model.to(torch.float16)  # a cast would break the offloaded blocks as much as a move
+    remove_hook_from_submodules(model)
+    assert "to" not in vars(model) and "cuda" not in vars(model)
+    whole = reference()
+    dispatch_model(whole, {"": "cpu"}, force_hooks=True)
+    dispatch_model(whole, {"": "cpu"}, force_hooks=True)
+    assert not getattr(vars(whole)["to"].__wrapped__, "_accelerate_move_guard", False)  # guarded once
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert whole.to("cpu") is whole
+    assert caplog.text.count("You shouldn't move a model") == 1

@@ -7,6 +7,8 @@ offloaded and load them onto the execution device for their forward only.
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,7 +20,7 @@ from torch import nn
 from accelerate.big_modeling.align import AlignDevicesHook
 from accelerate.big_modeling.attach import attach_align_device_hook, attach_align_device_hook_on_blocks
 from accelerate.big_modeling.cpu_offload_hooks import CpuOffload, UserCpuOffloadHook
-from accelerate.big_modeling.hooks import add_hook_to_module
+from accelerate.big_modeling.hooks import MOVE_GUARD, add_hook_to_module
 from accelerate.big_modeling.offload import (
     INDEX_FILE,
     OffloadedWeightsLoader,
@@ -28,6 +30,7 @@ from accelerate.big_modeling.offload import (
 from accelerate.big_modeling.tensors import DeviceLike, TiedParamsMap, find_tied_parameters, retie_parameters
 
 DeviceMap = Mapping[str, DeviceLike]
+logger = logging.getLogger(__name__)
 
 
 def _first_device(model: nn.Module) -> torch.device:
@@ -131,8 +134,41 @@ def dispatch_model(
     # Placing blocks may have given tied names separate parameters; point them at one again where
     # they live together (offloaded ones are reloaded per forward anyway).
     retie_parameters(model, [group for group in tied if _same_device(group, device_map)])
+    guard_moves(model)
     model.hf_device_map = dict(device_map)  # type: ignore[assignment]
     return model
+
+
+def guard_moves(model: nn.Module) -> None:
+    """Wraps ``model.to`` / ``model.cuda``: moving a dispatched model warns, and is refused while
+    blocks are offloaded (their weights are meta placeholders filled by the hooks, as upstream)."""
+    for attr in ("to", "cuda"):
+        original = getattr(model, attr)
+        if getattr(original, MOVE_GUARD, False):
+            original = original.__wrapped__  # dispatched again: one guard is enough
+        vars(model)[attr] = _guarded(model, attr, original)
+
+
+def _guarded(model: nn.Module, attr: str, original: Any) -> Any:
+    @functools.wraps(original)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        if attr != "to" or torch._C._nn._parse_to(*args, **kwargs)[0] is not None:
+            logger.warning("You shouldn't move a model that is dispatched using accelerate hooks.")
+        offloaded = sorted({name.rpartition(".")[0] for name, p in model.named_parameters() if p.is_meta})
+        if offloaded:
+            raise RuntimeError(
+                f"You can't move a model that has some modules offloaded to cpu or disk ({_list(offloaded)}); "
+                "dispatch it again with another device_map instead, or load the checkpoint into a model that is "
+                "not dispatched"
+            )
+        return original(*args, **kwargs)
+
+    setattr(guarded, MOVE_GUARD, True)
+    return guarded
+
+
+def _list(names: list[str]) -> str:
+    return ", ".join(names[:5]) + (f" ... ({len(names)} in all)" if len(names) > 5 else "")
 
 
 def _same_device(group: list[str], device_map: DeviceMap) -> bool:

@@ -21,6 +21,9 @@ from torch import nn
 # Set on a module whose ``forward`` was an attribute of the instance (not the class) before a
 # hook replaced it, so removal restores that attribute instead of falling back to the class's.
 _INSTANCE_FORWARD = "_accelerate_instance_forward"
+# Marks the ``to`` / ``cuda`` wrappers dispatch_model puts on a model (see dispatch.guard_moves);
+# removing the model's hooks removes them too.
+MOVE_GUARD = "_accelerate_move_guard"
 
 
 class ModelHook:
@@ -142,6 +145,8 @@ def remove_hook_from_module(module: nn.Module, recurse: bool = False) -> nn.Modu
         else:
             # The class's forward shows through again once the instance attribute is gone.
             state.pop("forward", None)
+    for name in [name for name, value in state.items() if getattr(value, MOVE_GUARD, False)]:
+        del state[name]
     if recurse:
         for child in module.children():
             remove_hook_from_module(child, recurse=True)
