@@ -33,6 +33,8 @@ def test_estimate_memory_default_dtypes_include_bfloat16(tmp_path: Path, capsys:
     rows = {line.split()[0]: line.split()[1:] for line in capsys.readouterr().out.splitlines()[3:]}
     assert list(rows) == ["float32", "float16", "bfloat16", "int8", "int4"]
     assert rows["bfloat16"] == rows["float16"]  # same size, same mixed-precision training estimate
+    assert main(["estimate-memory", str(tmp_path / "config.json"), "--dtypes", "float32"]) == 0  # the file itself
+    assert capsys.readouterr().out.splitlines()[3].split()[1:] == rows["float32"]
 
 
 def test_estimate_memory_unknown_library(capsys: pytest.CaptureFixture[str]) -> None:

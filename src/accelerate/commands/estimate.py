@@ -25,7 +25,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "(plus the half-precision copy for float16 mixed precision). Activations are not counted.",
         allow_abbrev=False,
     )
-    parser.add_argument("model_name", help="A model id or a local folder holding its config.json.")
+    parser.add_argument("model_name", help="A model id on the Hub (needs the network), a local folder holding its "
+                        "config.json, or that config.json itself.")  # fmt: skip
     parser.add_argument("--library_name", "--library-name", dest="library_name", choices=["timm", "transformers"],
                         default=None, help="Library the model belongs to (default: transformers for a folder "
                         "with a config.json).")  # fmt: skip
@@ -46,7 +47,9 @@ def empty_model(model_name: str, library_name: str | None, trust_remote_code: bo
     from accelerate.big_modeling import init_empty_weights
 
     if library_name is None:
-        if os.path.isfile(os.path.join(model_name, "config.json")):
+        if os.path.isfile(os.path.join(model_name, "config.json")) or (
+            os.path.isfile(model_name) and model_name.endswith(".json")
+        ):
             library_name = "transformers"
         else:
             library_name = _hub_library(model_name)
