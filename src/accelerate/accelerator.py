@@ -155,6 +155,19 @@ class Accelerator(AcceleratorCheckpoints, AcceleratorFacts):
     ) -> torch.nn.Module:
         """Moves the model to the device, applies mixed precision and wraps it for the backend."""
         place = self.device_placement if device_placement is None else device_placement
+        if self.verify_device_map(model):
+            # A model dispatched by a device map already sits where its hooks expect each block (some
+            # maybe on disk): moving it whole would undo that, and a wrapper across processes would
+            # replicate a model no process holds entirely.
+            if self.num_processes > 1:
+                raise ValueError(
+                    "prepare(): this model was dispatched over several devices with a device_map "
+                    f"({sorted(set(map(str, getattr(model, 'hf_device_map', {}).values())))}), which "
+                    f"cannot be trained across {self.num_processes} processes. Run it in one process "
+                    "(`accelerate launch --num_processes 1` or plain `python`), or load it without a "
+                    "device_map."
+                )
+            place = False
         self.precision.check_model(model)
         if self.dynamo_plugin.enabled and self.dynamo_plugin.use_regional_compilation:
             # Before the forward wrapper and DDP: both then wrap the compiled copy (see compile_regions).

@@ -25,6 +25,7 @@ from accelerate.hooks import (
 from accelerate.utils import compute_module_sizes, offload_state_dict
 from accelerate.utils.modeling import check_tied_parameters_on_same_device, load_offloaded_weights
 from tests.big_modeling.tiny_models import TiedLM, reference
+from tests.helpers.pool import WorkerPool
 
 
 def _ids() -> torch.Tensor:
@@ -155,3 +156,40 @@ def test_moving_a_dispatched_model(tmp_path: Path, caplog: pytest.LogCaptureFixt
     with caplog.at_level(logging.WARNING):
         assert whole.to("cpu") is whole
     assert caplog.text.count("You shouldn't move a model") == 1
+
+
+def test_prepare_keeps_a_dispatched_model_where_its_map_put_it(tmp_path: Path) -> None:
+    from accelerate import Accelerator
+
+    ref = reference()
+    _save(ref, tmp_path)
+    with init_empty_weights():
+        model = TiedLM()
+    model = load_checkpoint_and_dispatch(
+        model, tmp_path, device_map={"embed": "cpu", "head": "cpu", "scale": "cpu", "blocks": "disk"},
+        offload_folder=tmp_path / "off",
+    )  # fmt: skip
+    accelerator = Accelerator(cpu=True)
+    prepared = accelerator.prepare(model)
+    assert accelerator.verify_device_map(prepared)
+    assert prepared.blocks[0].up.weight.device.type == "meta"  # still offloaded, not moved
+    with torch.no_grad():
+        assert torch.equal(prepared(_ids()), ref(_ids()))
+
+
+def _prepare_dispatched_on_two_processes() -> str:
+    from accelerate import Accelerator
+
+    model = TiedLM()
+    dispatch_model(model, {"embed": "cpu", "head": "cpu", "scale": "cpu", "blocks": "meta"}, main_device="cpu")
+    accelerator = Accelerator(cpu=True)
+    try:
+        accelerator.prepare(model)
+    except ValueError as exc:
+        return str(exc)
+    return "prepared"
+
+
+def test_prepare_refuses_a_dispatched_model_across_processes(pool2: WorkerPool) -> None:
+    messages = pool2.run(_prepare_dispatched_on_two_processes)
+    assert all("device_map" in m and "2 processes" in m and "--num_processes 1" in m for m in messages)
