@@ -214,6 +214,7 @@ def test_full_disk_names_the_file_the_size_needed_and_the_two_copies(tmpfs: Any)
     assert caught.value.code == errno.ENOSPC
     assert "the disk is full (ENOSPC)" in message and "model.safetensors" in message
     assert "needs about 0.6 MB" in message and "stays until the new one is committed" in message
+    assert "needs room for two full copies" in message  # the rule the README states too
     # Nothing was committed: the previous checkpoint is intact and the staging folder is gone.
     assert verify_checkpoint(point).step == 1 and not (point / INNER_STAGING).exists()
 
@@ -278,6 +279,11 @@ def test_load_from_a_file_or_an_empty_folder(tmp_path: Path) -> None:
         _load(tmp_path / "empty")
     with pytest.raises(FileNotFoundError, match="does not exist"):
         _load(tmp_path / "missing")
+    # missing_ok covers a folder not there yet, not a file named by mistake (no silent fresh start).
+    accelerator = Accelerator(cpu=True)
+    with pytest.raises(CheckpointError, match="is a file, not a checkpoint folder"):
+        accelerator.load_state(str(path / "optimizer.bin"), missing_ok=True)
+    assert accelerator.load_state(str(tmp_path / "missing"), missing_ok=True) is None
 
 
 def _edit_manifest(path: Path, edit: Any) -> None:
