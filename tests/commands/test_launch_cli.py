@@ -293,11 +293,18 @@ def test_a_multi_gpu_config_on_a_machine_without_gpus_warns_once_and_runs_on_cpu
 
 @pytest.mark.parametrize(
     ("args", "named"),
-    [(["--multi_gpu", "--num_processes", "2"], "--multi_gpu"), (["--gpu_ids", "0,1"], "--gpu_ids 0,1")],
+    [
+        (["--multi_gpu", "--num_processes", "2"], "--multi_gpu"),
+        (["--gpu_ids", "0,1"], "--gpu_ids 0,1"),
+        (["--config_file", "{config}"], "distributed_type: MULTI_GPU (from config file {config})"),
+    ],
 )
 def test_dry_run_gives_the_same_warning_for_gpu_flags_without_gpus(
     tmp_path: Path, args: list[str], named: str
 ) -> None:
+    config = tmp_path / "gpu_config.yaml"
+    config.write_text(_GPU_CONFIG)
+    args, named = [a.format(config=config) for a in args], named.format(config=config)
     result = run_cli("launch", "--dry_run", *args, "train.py", home=tmp_path, CUDA_VISIBLE_DEVICES="")
     assert result.returncode == 0, result.stderr
     assert (
