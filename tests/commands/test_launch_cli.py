@@ -89,6 +89,27 @@ def test_single_process_failure_exit_code(tmp_path: Path) -> None:
     assert "exit code 3" in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("body", "code", "said"),
+    [
+        (
+            "os.kill(os.getpid(), signal.SIGKILL)",
+            128 + 9,
+            "signal SIGKILL (a signal ended it: no Python traceback)",
+        ),
+        ("os._exit(5)", 5, "exit code 5 (its traceback, if it printed one, is above)"),
+    ],
+)
+def test_single_process_ended_without_a_traceback(tmp_path: Path, body: str, code: int, said: str) -> None:
+    script = tmp_path / "dies.py"
+    script.write_text(f"import os, signal\n{body}\n")
+    result = run_cli("launch", "--cpu", str(script), home=tmp_path)
+    assert result.returncode == code
+    assert result.stderr.splitlines()[-1] == f"accelerate launch: the process exited with {said}.", (
+        result.stderr
+    )
+
+
 def test_default_config_file_is_announced(tmp_path: Path) -> None:
     (tmp_path / "accelerate").mkdir()
     (tmp_path / "accelerate" / "default_config.yaml").write_text("num_processes: 1\nmixed_precision: bf16\n")
