@@ -7,6 +7,7 @@ import errno
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -214,6 +215,12 @@ def test_full_disk_names_the_file_the_size_needed_and_the_two_copies(tmpfs: Any)
     assert caught.value.code == errno.ENOSPC
     assert "the disk is full (ENOSPC)" in message and "model.safetensors" in message
     assert "needs about 0.6 MB" in message and "stays until the new one is committed" in message
+    assert "needs room for two full copies" in message  # the rule the README states too
+    # What was written before the disk filled, and what is free once this attempt is cleared away
+    # (the old checkpoint's 0.6 MB of 1 MB in use): not the partial file's own bytes.
+    figures = re.search(r"failed after (\d+) bytes.*\((\d+\.\d) MB free\)", message)
+    assert figures is not None, message
+    assert int(figures[1]) > 100_000 and 0.2 < float(figures[2]) < 0.5, message
     # Nothing was committed: the previous checkpoint is intact and the staging folder is gone.
     assert verify_checkpoint(point).step == 1 and not (point / INNER_STAGING).exists()
 
@@ -278,6 +285,11 @@ def test_load_from_a_file_or_an_empty_folder(tmp_path: Path) -> None:
         _load(tmp_path / "empty")
     with pytest.raises(FileNotFoundError, match="does not exist"):
         _load(tmp_path / "missing")
+    # missing_ok covers a folder not there yet, not a file named by mistake (no silent fresh start).
+    accelerator = Accelerator(cpu=True)
+    with pytest.raises(CheckpointError, match="is a file, not a checkpoint folder"):
+        accelerator.load_state(str(path / "optimizer.bin"), missing_ok=True)
+    assert accelerator.load_state(str(tmp_path / "missing"), missing_ok=True) is None
 
 
 def _edit_manifest(path: Path, edit: Any) -> None:

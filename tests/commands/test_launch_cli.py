@@ -89,6 +89,27 @@ def test_single_process_failure_exit_code(tmp_path: Path) -> None:
     assert "exit code 3" in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("body", "code", "said"),
+    [
+        (
+            "os.kill(os.getpid(), signal.SIGKILL)",
+            128 + 9,
+            "signal SIGKILL (a signal ended it: no Python traceback)",
+        ),
+        ("os._exit(5)", 5, "exit code 5 (its traceback, if it printed one, is above)"),
+    ],
+)
+def test_single_process_ended_without_a_traceback(tmp_path: Path, body: str, code: int, said: str) -> None:
+    script = tmp_path / "dies.py"
+    script.write_text(f"import os, signal\n{body}\n")
+    result = run_cli("launch", "--cpu", str(script), home=tmp_path)
+    assert result.returncode == code
+    assert result.stderr.splitlines()[-1] == f"accelerate launch: the process exited with {said}.", (
+        result.stderr
+    )
+
+
 def test_default_config_file_is_announced(tmp_path: Path) -> None:
     (tmp_path / "accelerate").mkdir()
     (tmp_path / "accelerate" / "default_config.yaml").write_text("num_processes: 1\nmixed_precision: bf16\n")
@@ -293,11 +314,18 @@ def test_a_multi_gpu_config_on_a_machine_without_gpus_warns_once_and_runs_on_cpu
 
 @pytest.mark.parametrize(
     ("args", "named"),
-    [(["--multi_gpu", "--num_processes", "2"], "--multi_gpu"), (["--gpu_ids", "0,1"], "--gpu_ids 0,1")],
+    [
+        (["--multi_gpu", "--num_processes", "2"], "--multi_gpu"),
+        (["--gpu_ids", "0,1"], "--gpu_ids 0,1"),
+        (["--config_file", "{config}"], "distributed_type: MULTI_GPU (from config file {config})"),
+    ],
 )
 def test_dry_run_gives_the_same_warning_for_gpu_flags_without_gpus(
     tmp_path: Path, args: list[str], named: str
 ) -> None:
+    config = tmp_path / "gpu_config.yaml"
+    config.write_text(_GPU_CONFIG)
+    args, named = [a.format(config=config) for a in args], named.format(config=config)
     result = run_cli("launch", "--dry_run", *args, "train.py", home=tmp_path, CUDA_VISIBLE_DEVICES="")
     assert result.returncode == 0, result.stderr
     assert (

@@ -151,7 +151,6 @@ class ChecksumSink(io.RawIOBase):
         else:
             self._hasher.update(view)
             self._write_all(view)
-        self.size += total
         return total
 
     def _write_all(self, view: memoryview) -> None:
@@ -161,6 +160,8 @@ class ChecksumSink(io.RawIOBase):
             except OSError as exc:
                 self.os_error = exc
                 raise
+            # Counted as written, so a full disk's error says how far the file got.
+            self.size += written
             view = view[written:]
 
     def record(self) -> FileRecord:

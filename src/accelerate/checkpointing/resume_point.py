@@ -45,7 +45,8 @@ def find_resume_checkpoint(
     else:
         if input_dir is None:
             raise ValueError("find_resume_checkpoint needs project_dir or input_dir")
-        found = Path(input_dir) if checkpoint_folder(input_dir).is_dir() else None
+        # A file there is not "nothing yet": it goes to the loader, which says it is not a folder.
+        found = Path(input_dir) if checkpoint_folder(input_dir).exists() else None
         where = f"at {input_dir}"
         seen = found is not None
     if not missing_ok:

@@ -176,7 +176,9 @@ def _explain_disk_full(
         old = None
     old_size = sum(r.size for r in old.files.values()) if old is not None else 0
     try:
-        free = f"{_mb(shutil.disk_usage(ckpt.staging.parent).free)} free now"
+        # This attempt's partial files are removed next: count their space as free.
+        staged = sum(p.stat().st_size for p in ckpt.staging.rglob("*") if p.is_file())
+        free = f"{_mb(shutil.disk_usage(ckpt.staging.parent).free + staged)} free"
     except OSError:
         free = "free space unknown"
     both = (

@@ -105,7 +105,13 @@ def _run_single(plan: LaunchPlan, err: TextIO) -> int:
             code = process.wait()
     if code != 0:
         what = "mpirun" if plan.mode == "mpirun" else "the process"
-        print(f"accelerate launch: {what} exited with {describe_code(code)} (traceback above).", file=err)
+        # A signal (SIGKILL from the OOM killer, say) leaves no traceback; os._exit does not either.
+        where = (
+            "a signal ended it: no Python traceback"
+            if code < 0
+            else "its traceback, if it printed one, is above"
+        )
+        print(f"accelerate launch: {what} exited with {describe_code(code)} ({where}).", file=err)
     return exit_code(code)
 
 
