@@ -29,6 +29,9 @@ def save_forever(project: str) -> None:
     bundle = build()
     train(bundle, 1)  # gives the optimizer and scaler some state
     bundle.scaler.scale(torch.ones(()))
+    # As Accelerator.save_state does: folders beyond the limit that an earlier kill left between a
+    # commit and its rotation go before the next save.
+    rotate_checkpoints(project, TOTAL_LIMIT)
     i = next_iteration(project)
     while True:
         set_to(bundle, i)

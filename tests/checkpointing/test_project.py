@@ -124,3 +124,34 @@ def test_rotation_waits_for_every_rank_on_two_processes(tmp_path: Path, pool2) -
         # Rank 0 wrote its part, but rank 1 failed: nothing committed, nothing rotated away.
         assert result["after_failure"] == ["checkpoint_0", "checkpoint_1"]
         assert result["after_retry"] == ["checkpoint_1", "checkpoint_2"]
+
+
+def test_save_state_clears_folders_a_crash_left_beyond_the_limit_before_writing(tmp_path: Path) -> None:
+    # A kill between a commit and its rotation leaves one folder too many; another such kill on the
+    # next save would leave two. save_state removes the excess before it writes, so at most
+    # total_limit committed checkpoints exist beside the one being written.
+    import torch
+
+    from accelerate import Accelerator
+    from accelerate.utils import ProjectConfiguration
+
+    config = ProjectConfiguration(
+        project_dir=str(tmp_path), automatic_checkpoint_naming=True, total_limit=None
+    )
+    accelerator = Accelerator(cpu=True, project_config=config)
+    accelerator.prepare(torch.nn.Linear(2, 2))
+    for _ in range(4):  # what four commits whose rotations were all killed leave behind
+        accelerator.save_state()
+    seen: list[list[str]] = []
+    accelerator.register_save_state_pre_hook(
+        lambda models, weights, output_dir: seen.append(
+            sorted(p.name for p in (tmp_path / "checkpoints").glob("checkpoint_*"))
+        )
+    )
+    config.total_limit = 2
+    accelerator.save_state()
+    assert seen == [["checkpoint_2", "checkpoint_3"]]
+    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("checkpoint_*")) == [
+        "checkpoint_3",
+        "checkpoint_4",
+    ]

@@ -218,6 +218,7 @@ def save_state(
                 f"Checkpoint {target} already exists. Resume with load_state() first (it moves the "
                 "iteration past the latest checkpoint), or set ProjectConfiguration(iteration=...)."
             )
+        _prune_leftovers(objects, project)
     models = list(objects.models)
     engine = objects.engine_io
     weights = [
@@ -286,6 +287,22 @@ def save_state(
             rotate(path)
     state.wait_for_everyone()
     return Outcome(path, objects.step, next_iteration)
+
+
+def _prune_leftovers(objects: TrainingObjects, project: str) -> None:
+    """Removes checkpoints beyond ``total_limit`` that a crash left (killed between a commit and
+    its rotation), before writing a new one, so repeated crashes cannot pile folders up: at any
+    moment there are at most ``total_limit`` committed checkpoints plus the one being committed."""
+    from accelerate.checkpointing.project import rotate_checkpoints
+
+    config, state = objects.project, objects.state
+    if config.total_limit is None:
+        return
+    if state.is_local_main_process if config.save_on_each_node else state.is_main_process:
+        try:
+            rotate_checkpoints(project, config.total_limit)
+        except OSError as exc:
+            logger.warning("Could not remove old checkpoints under %s: %s", config.project_dir, exc)
 
 
 def load_state(
