@@ -9,11 +9,12 @@ has run: that is the cause itself, and it is checked on every run.
 from __future__ import annotations
 
 import re
+import signal
 from pathlib import Path
 
 import pytest
 
-from tests.commands.helpers import REPO, accelerate_cmd, cli_env, reserved_port
+from tests.commands.helpers import REPO, accelerate_cmd, cli_env, reserved_port, run_cli
 from tests.helpers.terminal import run_in_terminal
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
@@ -43,3 +44,15 @@ def test_example_exits_cleanly_in_a_terminal(tmp_path: Path, run: int) -> None:
     example = str(REPO / "examples" / "train_classifier.py")
     output = _launch(tmp_path, example, "--epochs", "1", "--train_samples", "256", "--eval_samples", "100")
     assert "Final accuracy" in output
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_rank_that_aborts_after_its_script_returned_fails_the_launch(tmp_path: Path, rank: int) -> None:
+    """The teardown must not hide a real failure: an abort at exit is the launch's failure, named."""
+    with reserved_port() as port:
+        result = run_cli(*LAUNCH, "--main_process_port", str(port), str(SCRIPTS / "abort_at_exit.py"),
+                         str(rank), home=tmp_path, timeout=180)  # fmt: skip
+    output = result.stdout + result.stderr
+    assert "rank 0: script returned, sum 2" in output and "rank 1: script returned, sum 2" in output, output
+    assert result.returncode == 128 + signal.SIGABRT, output
+    assert re.search(rf"accelerate launch: rank {rank} \(pid \d+\) failed with signal SIGABRT", output), output
