@@ -3,8 +3,8 @@
 ``python threads_at_exit.py SCRIPT [ARGS...]`` runs SCRIPT as ``python SCRIPT ARGS...`` would. Its
 exit handler is registered before the script imports accelerate, so it runs after accelerate's
 teardown, just before the interpreter finalises. It prints, on a line of its own (the ranks share
-one terminal), the gloo worker threads (native, named by gloo) and the Python threads other than
-the main one still alive then. A thread alive at that point is what made runs abort at exit
+one terminal), the gloo worker threads (native, named by gloo) and accelerate's own Python threads
+still alive then. A thread alive at that point is what made runs abort at exit
 (issue 19): its next request for the GIL, once finalisation began, ends it inside C++ with
 ``std::terminate``. The exit code only shows that when the race is lost; this report shows the
 cause on every run.
@@ -35,8 +35,9 @@ def _native_thread_names() -> list[str] | None:
 
 def _report_threads() -> None:
     names = _native_thread_names()
-    main = threading.main_thread()
-    python = [thread.name for thread in threading.enumerate() if thread is not main]
+    # accelerate names its threads "accelerate-..."; other libraries' threads (tqdm's monitor, which
+    # ends on its own at exit without being joined) are not this check's business.
+    python = [thread.name for thread in threading.enumerate() if thread.name.startswith("accelerate")]
     if names is None:
         alive = ["unknown"]
     else:
