@@ -64,6 +64,14 @@ def test_deadline_gives_up_on_a_stuck_step(capsys: pytest.CaptureFixture[str]) -
     unblock.set()
 
 
+def test_deadline_leaves_no_helper_thread_behind_a_finished_step() -> None:
+    # A thread of ours still ending when finalisation begins is what issue 19 is about.
+    ran: list[str] = []
+    teardown._run_with_deadline(lambda: ran.append("step"), 30)
+    assert ran == ["step"]
+    assert not [t for t in threading.enumerate() if t.name == "accelerate-teardown"]
+
+
 def _checksum_threads() -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.startswith("accelerate-checksum")]
 

@@ -114,20 +114,15 @@ def _at_exit() -> None:
 
 def _run_with_deadline(work: Callable[[], None], seconds: float) -> None:
     """Runs ``work`` on a helper thread and waits at most ``seconds`` for it."""
-    done = threading.Event()
-
-    def target() -> None:
-        try:
-            work()
-        finally:
-            done.set()
-
+    helper = threading.Thread(target=work, name="accelerate-teardown", daemon=True)
     try:
-        threading.Thread(target=target, name="accelerate-teardown", daemon=True).start()
+        helper.start()
     except RuntimeError:  # Python 3.12+ starts no threads once shutdown has begun: run it here
         work()
         return
-    if not done.wait(seconds):
+    # Joined, not just waited for: no thread of ours may be left when finalisation begins.
+    helper.join(seconds)
+    if helper.is_alive():
         print(
             f"accelerate: the process group did not shut down within {seconds:.0f}s (a collective is "
             "probably still waiting for another rank); exiting without waiting for it.",
