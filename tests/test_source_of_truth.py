@@ -43,9 +43,9 @@ def test_the_mixed_precision_modes_are_spelled_out_once() -> None:
         if _name(path) in _OTHER_VOCABULARIES:
             continue
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Tuple | ast.List | ast.Set | ast.Dict):
-                if len(_literal_strings(node) & {"fp16", "bf16", "fp8"}) >= 2:
-                    found.append(f"{_name(path)}:{node.lineno}")
+            collection = isinstance(node, ast.Tuple | ast.List | ast.Set | ast.Dict)
+            if collection and len(_literal_strings(node) & {"fp16", "bf16", "fp8"}) >= 2:
+                found.append(f"{_name(path)}:{node.lineno}")
     assert found == [], (
         "precision modes listed outside utils.dataclasses.PrecisionType; derive the list from "
         f"MIXED_PRECISION_MODES / AVAILABLE_MIXED_PRECISION_MODES and validate with check_mixed_precision: {found}"
@@ -63,7 +63,11 @@ def _matches(pattern: str, paths: list[Path]) -> list[str]:
 
 
 def test_data_and_collectives_ask_the_communicator_not_torch_distributed() -> None:
-    asking = [*sorted((SRC / "data").glob("*.py")), SRC / "utils" / "collectives.py", SRC / "utils" / "agreement.py"]
+    asking = [
+        *sorted((SRC / "data").glob("*.py")),
+        SRC / "utils" / "collectives.py",
+        SRC / "utils" / "agreement.py",
+    ]
     assert _matches(r"torch\.distributed|\bdist\.|get_backend\(|\"nccl\"", asking) == []
 
 
