@@ -217,6 +217,14 @@ class Accelerator(AcceleratorCheckpoints, AcceleratorFacts):
         self._schedulers.append(wrapped)
         return wrapped
 
+    def _register_prepared(
+        self, *, models: Sequence[Any] = (), optimizers: Sequence[Any] = (), schedulers: Sequence[Any] = ()
+    ) -> None:
+        """Adds objects a strategy prepared together (DeepSpeed's engine) to the ones save/load handle."""
+        self._models.extend(models)
+        self._optimizers.extend(optimizers)
+        self._schedulers.extend(schedulers)
+
     def prepare_data_loader(
         self,
         data_loader: torch.utils.data.DataLoader,

@@ -96,17 +96,8 @@ def connect(
     launch = read_launch_env()
     handlers = collect_kwargs_handlers(kwargs_handlers)
     pg: InitProcessGroupKwargs | None = handlers.get(InitProcessGroupKwargs)
-    partial = PartialState(
-        cpu,
-        backend=pg.backend if pg else None,
-        timeout=pg.timeout if pg else None,
-        init_method=pg.init_method if pg else None,
-    )
-    mode = resolve_mixed_precision(mixed_precision, launch.mixed_precision, partial.device)
-    if partial.device.type == "xla":
-        from accelerate.state.xla import apply_bf16_env
-
-        apply_bf16_env(mode, bool(launch.downcast_bf16))
+    partial = _partial_state(cpu, pg)
+    mode = _mixed_precision(mixed_precision, launch, partial)
     ds_plugins = resolve_deepspeed_plugins(deepspeed_plugin, deepspeed_plugins, launched=bool(launch.use_deepspeed))
     if ds_plugins:
         gradient_accumulation_steps = deepspeed_accumulation(
@@ -126,22 +117,13 @@ def connect(
     strategy = resolve_strategy(
         partial, ddp_kwargs=ddp_handler, fsdp_plugin=fsdp_plugin, mixed_precision=mode, deepspeed_plugins=ds_plugins
     )
-    if fsdp_plugin is not None:
-        # One process runs unsharded (single-device strategy): the plugin stays readable, is_fsdp2 says False.
-        state.fsdp_plugin = fsdp_plugin
-        state.distributed_type = strategy.distributed_type
-        state.is_fsdp2 = strategy.distributed_type == DistributedType.FSDP
     gradient_state = GradientState(
         accumulation_plugin(
             gradient_accumulation_plugin, gradient_accumulation_steps, launch.gradient_accumulation_steps
         )
     )
     dynamo = _dynamo_plugin(dynamo_plugin, dynamo_backend, launch)
-    state.dynamo_plugin = dynamo
-    state.dynamo_backend = str(dynamo.backend)
-    # Plain data parallelism only (check_unavailable refused the rest): a 1-D mesh over the group.
-    state.parallelism_config = parallelism_config
-    state.device_mesh = device_mesh_for(parallelism_config, partial.num_processes, partial.device.type)
+    _record_choices(state, strategy, fsdp_plugin=fsdp_plugin, dynamo=dynamo, parallelism_config=parallelism_config)
     return Connection(
         partial_state=partial,
         state=state,
@@ -165,6 +147,47 @@ def connect(
         init_handler=pg,
         profile_handler=handlers.get(ProfileKwargs),
     )
+
+
+def _partial_state(cpu: bool, pg: InitProcessGroupKwargs | None) -> PartialState:
+    """The process state, creating the process group as ``InitProcessGroupKwargs`` asks (if given)."""
+    return PartialState(
+        cpu,
+        backend=pg.backend if pg else None,
+        timeout=pg.timeout if pg else None,
+        init_method=pg.init_method if pg else None,
+    )
+
+
+def _mixed_precision(requested: str | None, launch: LaunchEnv, partial: PartialState) -> str:
+    """The mode (argument, else the launcher's), checked for the device; on XLA its bf16 switch is set."""
+    mode = resolve_mixed_precision(requested, launch.mixed_precision, partial.device)
+    if partial.device.type == "xla":
+        from accelerate.state.xla import apply_bf16_env
+
+        apply_bf16_env(mode, bool(launch.downcast_bf16))
+    return mode
+
+
+def _record_choices(
+    state: AcceleratorState,
+    strategy: Strategy,
+    *,
+    fsdp_plugin: Any,
+    dynamo: TorchDynamoPlugin,
+    parallelism_config: Any,
+) -> None:
+    """Writes what was decided onto ``AcceleratorState``, which users (and upstream code) read back."""
+    if fsdp_plugin is not None:
+        # One process runs unsharded (single-device strategy): the plugin stays readable, is_fsdp2 says False.
+        state.fsdp_plugin = fsdp_plugin
+        state.distributed_type = strategy.distributed_type
+        state.is_fsdp2 = strategy.distributed_type == DistributedType.FSDP
+    state.dynamo_plugin = dynamo
+    state.dynamo_backend = str(dynamo.backend)
+    # Plain data parallelism only (check_unavailable refused the rest): a 1-D mesh over the group.
+    state.parallelism_config = parallelism_config
+    state.device_mesh = device_mesh_for(parallelism_config, state.num_processes, state.device.type)
 
 
 def _fsdp_plugin(plugin: Any, deepspeed_plugin: Any) -> Any:

@@ -16,10 +16,10 @@ class MultiProcessAdapter(logging.LoggerAdapter):
     """A LoggerAdapter that knows about processes (created by :func:`get_logger`)."""
 
     def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
-        from accelerate.state import process
+        from accelerate.state.process import current_process_state
 
-        state = process._STATE
-        if state is None or not state.initialized:
+        state = current_process_state()
+        if state is None:
             raise RuntimeError(
                 "accelerate's logger needs the process state: create the Accelerator (or PartialState()) "
                 "before logging with it."

@@ -83,7 +83,9 @@ def prepare_all(accelerator: Accelerator, objects: list[Any], placements: list[b
     for position, obj in enumerate(objects, start=1):
         _check_not_a_class(obj, position)
     if accelerator.strategy.prepares_jointly:  # DeepSpeed: one engine from model, optimizer, scheduler
-        return accelerator.strategy.prepare_jointly(accelerator, objects, placements)
+        joint = accelerator.strategy.prepare_jointly(accelerator, objects, placements)
+        accelerator._register_prepared(models=joint.models, optimizers=joint.optimizers, schedulers=joint.schedulers)
+        return joint.results
     kinds = [_kind(obj) for obj in objects]
     mapping: dict[int, torch.nn.Parameter] = {}
 

@@ -122,6 +122,8 @@ def test_device_map_by_module_and_disk_offload(tmp_path: Path) -> None:
     assert index["body.weight"] == {"dtype": "float32", "shape": [4, 4]}
     raw = torch.from_file(str(tmp_path / "off" / "body.weight.dat"), size=16, dtype=torch.float32)
     assert torch.equal(raw.view(4, 4), model.body.weight.detach())
+    # The modules kept on the CPU were filled from the checkpoint (fresh was scrambled).
+    assert torch.equal(fresh.embed.weight, model.embed.weight) and torch.equal(fresh.counts, model.counts)
     with pytest.raises(ValueError, match="offload_folder"):
         load_checkpoint_in_model(TiedNet(), tmp_path / "ckpt", device_map={"": "disk"})
     with pytest.raises(ValueError, match="does not place"):

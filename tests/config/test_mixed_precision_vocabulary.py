@@ -64,3 +64,22 @@ def test_cli_choices_come_from_the_vocabulary() -> None:
     config_command.add_parser(subparsers)
     default = subparsers.choices["config"]._subparsers._group_actions[0].choices["default"]  # type: ignore[union-attr]
     assert _choices(default, "mixed_precision") == AVAILABLE_MIXED_PRECISION_MODES
+
+
+def test_one_mode_to_dtype_table_for_autocast_and_the_fsdp_policy() -> None:
+    import torch
+
+    from accelerate.precision.amp import Precision
+    from accelerate.utils.dataclasses import mixed_precision_dtype
+    from accelerate.utils.fsdp_plugin import FullyShardedDataParallelPlugin
+
+    expected = {"no": None, "fp16": torch.float16, "bf16": torch.bfloat16}
+    assert {mode: mixed_precision_dtype(mode) for mode in AVAILABLE_MIXED_PRECISION_MODES} == expected
+    for mode in ("no", "bf16"):  # fp16 on CPU works too, but builds a GradScaler this check does not need
+        assert Precision(mode, torch.device("cpu")).dtype == expected[mode]
+    plugin = FullyShardedDataParallelPlugin(fsdp_version=2)
+    plugin.set_mixed_precision(PrecisionType.BF16)
+    assert plugin.mixed_precision_policy.param_dtype == torch.bfloat16
+    # A misspelt mode used to leave the model in fp32 silently; now it is named.
+    with pytest.raises(ValueError, match="'bf61' is not a mixed-precision mode"):
+        plugin.set_mixed_precision("bf61", override=True)

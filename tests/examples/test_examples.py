@@ -32,6 +32,19 @@ def test_nlp_example_learns_the_synthetic_task(tmp_path: Path) -> None:
     assert accuracy > 0.9
 
 
+def test_train_classifier_as_make_demo_runs_it(tmp_path: Path) -> None:
+    # `make demo` runs this script with its defaults on two CPU processes.
+    result = launch("train_classifier.py", home=tmp_path)
+    assert "Training on 2 process(es), device cpu, mixed precision no" in result.stdout
+    # 500 eval samples in batches of 64 on 2 processes: the sampler pads, gather_for_metrics drops the
+    # padding, so every epoch counts each sample exactly once.
+    epochs = re.findall(r"epoch (\d+): eval accuracy ([\d.]+) on (\d+) samples", result.stdout)
+    assert [(epoch, total) for epoch, _, total in epochs] == [("0", "500"), ("1", "500"), ("2", "500")]
+    final = re.search(r"Final accuracy: ([\d.]+) \((\d+)/500\)", result.stdout)
+    assert final, result.stdout
+    assert float(final.group(1)) == float(epochs[-1][1]) > 0.85  # chance is 0.25
+
+
 def checksum(output: str) -> str:
     match = re.search(r"final step (\d+) weight checksum (\S+)", output)
     assert match, output

@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 
 from accelerate.state.distributed_type import DistributedType
+
+
+@dataclasses.dataclass
+class JointPreparation:
+    """What ``Strategy.prepare_jointly`` made: the results in the caller's order, plus the prepared model,
+    optimizer and scheduler objects, which the Accelerator registers itself (it alone writes its lists)."""
+
+    results: list[Any]
+    models: list[Any] = dataclasses.field(default_factory=list)
+    optimizers: list[Any] = dataclasses.field(default_factory=list)
+    schedulers: list[Any] = dataclasses.field(default_factory=list)
 
 
 class Strategy:
@@ -47,7 +59,9 @@ class Strategy:
         """Only called when ``owns_backward``: backward (and the step at a sync) through the backend."""
         raise NotImplementedError(f"the {self.name} strategy does not run backward itself")
 
-    def prepare_jointly(self, accelerator: Any, objects: list[Any], placements: list[bool | None]) -> list[Any]:
+    def prepare_jointly(
+        self, accelerator: Any, objects: list[Any], placements: list[bool | None]
+    ) -> JointPreparation:
         """Only called when ``prepares_jointly``: prepares ``objects`` together, in the caller's order."""
         raise NotImplementedError(f"the {self.name} strategy prepares objects one by one")
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from accelerate.backends.base import Strategy
+from accelerate.backends.base import JointPreparation, Strategy
 from accelerate.backends.deepspeed_setup import (
     PrepareFacts,
     build_engine,
@@ -65,7 +65,7 @@ class DeepSpeedStrategy(Strategy):
     # --- prepare -------------------------------------------------------------------------------------
     def prepare_jointly(
         self, accelerator: Accelerator, objects: list[Any], placements: list[bool | None]
-    ) -> list[Any]:
+    ) -> JointPreparation:
         """Dataloaders first (their batch size fills the config), then one engine for model+optimizer+scheduler."""
         from accelerate.preparation import _kind
 
@@ -96,7 +96,7 @@ class DeepSpeedStrategy(Strategy):
                 "model in the same prepare() call as its optimizer/scheduler."
             )
         if not models:
-            return results
+            return JointPreparation(results)
         model = objects[models[0]]
         optimizer = objects[optimizers[0]] if optimizers else None
         scheduler = objects[schedulers[0]] if schedulers else None
@@ -105,16 +105,16 @@ class DeepSpeedStrategy(Strategy):
         )
         engine = self._build(accelerator, model, optimizer, scheduler, loaders)
         results[models[0]] = engine.engine
-        accelerator._models.append(engine.engine)
+        joint = JointPreparation(results, models=[engine.engine])
         if optimizers:
             wrapped = DeepSpeedOptimizerWrapper(engine.optimizer)
-            accelerator._optimizers.append(wrapped)
+            joint.optimizers.append(wrapped)
             results[optimizers[0]] = wrapped
         if schedulers:
-            sched = DeepSpeedSchedulerWrapper(engine.scheduler, list(accelerator._optimizers))
-            accelerator._schedulers.append(sched)
+            sched = DeepSpeedSchedulerWrapper(engine.scheduler, [*accelerator._optimizers, *joint.optimizers])
+            joint.schedulers.append(sched)
             results[schedulers[0]] = sched
-        return results
+        return joint
 
     def _build(
         self,

@@ -21,14 +21,10 @@ from accelerate.utils.dataclasses import (
     GradScalerKwargs,
     PrecisionType,
     check_mixed_precision,
+    mixed_precision_dtype,
 )
 from accelerate.utils.fp32_outputs import convert_outputs_to_fp32
 from accelerate.utils.modeling import ORIGINAL_FORWARD
-
-_DTYPES: dict[str, torch.dtype] = {
-    PrecisionType.FP16.value: torch.float16,
-    PrecisionType.BF16.value: torch.bfloat16,
-}
 
 
 class Precision:
@@ -45,7 +41,7 @@ class Precision:
         self.mode = check_mixed_precision(mode, origin=f"Precision(mode={str(mode)!r})")
         self.device = device
         self.autocast_kwargs = autocast_kwargs or AutocastKwargs()
-        self.dtype: torch.dtype | None = _DTYPES.get(self.mode)
+        self.dtype: torch.dtype | None = mixed_precision_dtype(self.mode)
         self.scaler: torch.amp.GradScaler | None = None
         if self.mode == PrecisionType.FP16.value:
             kwargs = (scaler_kwargs or GradScalerKwargs()).to_kwargs()

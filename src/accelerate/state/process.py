@@ -359,6 +359,11 @@ def _length(value: Any, where: str) -> int:
     )
 
 
+def current_process_state() -> PartialState | None:
+    """This process's state once a ``PartialState`` (or an Accelerator) made it, else None; creates nothing."""
+    return _STATE if _STATE is not None and _STATE.initialized else None
+
+
 def reset_process_state(destroy_process_group: bool = False) -> None:
     """Forgets the per-process state (tests). The process group survives unless asked."""
     global _STATE

@@ -394,6 +394,18 @@ def check_mixed_precision(value: object, *, origin: str = "mixed_precision") -> 
     return mode
 
 
+def mixed_precision_dtype(mode: object) -> Any:
+    """The compute dtype of a mixed-precision mode: ``torch.float16`` / ``torch.bfloat16``, None for ``"no"``.
+
+    The one mode -> dtype table (Precision's autocast, the FSDP plugin's policy); torch is imported
+    only when this is called, so the CLI can keep importing this module at start-up.
+    """
+    import torch
+
+    mode = check_mixed_precision(mode)
+    return {PrecisionType.FP16.value: torch.float16, PrecisionType.BF16.value: torch.bfloat16}.get(mode)
+
+
 _HANDLER_TYPES: tuple[type, ...] = (
     ProfileKwargs,
     DistributedDataParallelKwargs,

@@ -248,7 +248,9 @@ class FullyShardedDataParallelPlugin:
         import torch
         from torch.distributed.fsdp import MixedPrecisionPolicy
 
-        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(str(mixed_precision))
+        from accelerate.utils.dataclasses import mixed_precision_dtype
+
+        dtype = mixed_precision_dtype(mixed_precision)
         self.mixed_precision_policy = (
             None if dtype is None else MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
         )
