@@ -142,7 +142,7 @@ def test_moving_a_dispatched_model(tmp_path: Path, caplog: pytest.LogCaptureFixt
     model = reference()
     device_map = {"embed": "cpu", "head": "cpu", "scale": "cpu", "blocks": "disk"}
     dispatch_model(model, device_map, offload_dir=tmp_path)
-    with pytest.raises(RuntimeError, match=r"offloaded to cpu or disk \(blocks\.0\.down"):
+    with pytest.raises(RuntimeError, match=r"offloaded to the CPU or disk \(blocks\.0\.down"):
         model.to("cpu")
     with pytest.raises(RuntimeError, match="offloaded"):
         model.to(torch.float16)  # a cast would break the offloaded blocks as much as a move
@@ -155,7 +155,7 @@ def test_moving_a_dispatched_model(tmp_path: Path, caplog: pytest.LogCaptureFixt
     caplog.clear()
     with caplog.at_level(logging.WARNING):
         assert whole.to("cpu") is whole
-    assert caplog.text.count("You shouldn't move a model") == 1
+    assert caplog.text.count("Moving a model dispatched by a device map") == 1
 
 
 def test_prepare_keeps_a_dispatched_model_where_its_map_put_it(tmp_path: Path) -> None:

@@ -153,11 +153,14 @@ def _guarded(model: nn.Module, attr: str, original: Any) -> Any:
     @functools.wraps(original)
     def guarded(*args: Any, **kwargs: Any) -> Any:
         if attr != "to" or torch._C._nn._parse_to(*args, **kwargs)[0] is not None:
-            logger.warning("You shouldn't move a model that is dispatched using accelerate hooks.")
+            logger.warning(
+                "Moving a model dispatched by a device map: its hooks still load each block onto the "
+                "execution device the map chose, so the move may not place what you expect."
+            )
         offloaded = sorted({name.rpartition(".")[0] for name, p in model.named_parameters() if p.is_meta})
         if offloaded:
             raise RuntimeError(
-                f"You can't move a model that has some modules offloaded to cpu or disk ({_list(offloaded)}); "
+                f"Cannot move or cast this model: some of its blocks are offloaded to the CPU or disk ({_list(offloaded)}); "
                 "dispatch it again with another device_map instead, or load the checkpoint into a model that is "
                 "not dispatched"
             )
