@@ -34,10 +34,14 @@ _CHUNK = 8 * 1024 * 1024
 # Below this, handing a buffer to another thread costs more than hashing it in place.
 _PARALLEL_MIN = 1024 * 1024
 
-# This module alone owns the checksum threads: every use goes through _helper(), nothing outside
+# This module alone owns its threads: every use goes through _helper() / _syncer(), nothing outside
 # reaches them (callers pass a SyncGroup when they want fsyncs deferred).
 _EXECUTOR: ThreadPoolExecutor | None = None
+_SYNCER: ThreadPoolExecutor | None = None
 _EXECUTOR_LOCK = threading.Lock()
+# Deferred fsyncs mostly wait on the disk, not the CPU: several in flight at once are committed
+# together by the filesystem's journal instead of one after another.
+_SYNC_THREADS = 4
 
 
 def _helper() -> ThreadPoolExecutor:
@@ -48,6 +52,17 @@ def _helper() -> ThreadPoolExecutor:
             _EXECUTOR = ThreadPoolExecutor(max_workers=2, thread_name_prefix="accelerate-checksum")
             on_shutdown(shutdown_helper)
         return _EXECUTOR
+
+
+def _syncer() -> ThreadPoolExecutor:
+    """Threads for deferred fsyncs, apart from the checksum threads: a writer that waits for the
+    checksum of its next buffer never queues behind another file's fsync."""
+    global _SYNCER
+    _helper()  # registers the shutdown of both
+    with _EXECUTOR_LOCK:
+        if _SYNCER is None:
+            _SYNCER = ThreadPoolExecutor(max_workers=_SYNC_THREADS, thread_name_prefix="accelerate-fsync")
+        return _SYNCER
 
 
 def ensure_helper() -> None:
@@ -61,11 +76,12 @@ def shutdown_helper() -> None:
     Called before the process group is destroyed (``end_training()``, exit), so no library thread
     outlives it.
     """
-    global _EXECUTOR
+    global _EXECUTOR, _SYNCER
     with _EXECUTOR_LOCK:
-        executor, _EXECUTOR = _EXECUTOR, None
-    if executor is not None:
-        executor.shutdown(wait=True)
+        executors, _EXECUTOR, _SYNCER = (_EXECUTOR, _SYNCER), None, None
+    for executor in executors:
+        if executor is not None:
+            executor.shutdown(wait=True)
 
 
 class Hasher:
@@ -219,7 +235,7 @@ class SyncGroup:
         self._pending: list[Future[None]] = []
 
     def submit(self, fd: int, path: str | os.PathLike[str] = "<file>") -> None:
-        self._pending.append(_helper().submit(_fsync_close, fd, path))
+        self._pending.append(_syncer().submit(_fsync_close, fd, path))
 
     def wait(self) -> None:
         pending, self._pending = self._pending, []

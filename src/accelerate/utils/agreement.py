@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from accelerate.utils.comm import current_communicator
 
 
@@ -75,3 +77,27 @@ def agree_on_failure(
         message = f"{what} failed on {noun} {ranks} ({details})"
         raise error_type(f"{message}; {note}" if note else message) from error
     return [item for _, item in gathered]
+
+
+def agree_on_outcome(
+    error: BaseException | None,
+    *,
+    what: str,
+    error_type: type[Exception] = RuntimeError,
+    note: str = "",
+) -> None:
+    """:func:`agree_on_failure` with nothing to exchange: one small all-reduce when all succeeded.
+
+    Every rank learns the number of failed ranks; only when it is not zero (the same on every rank,
+    so all take the same path) are the messages gathered to raise the same error everywhere.
+    """
+    communicator = current_communicator()
+    if communicator.world_size == 1:
+        if error is not None:
+            raise error
+        return
+    failures = torch.tensor([0 if error is None else 1], dtype=torch.int32, device=communicator.device)
+    communicator.all_reduce_sum_(failures)
+    if int(failures.item()) == 0:
+        return
+    agree_on_failure(error, what=what, error_type=error_type, note=note)
