@@ -33,6 +33,9 @@ MANIFEST_NAME = "accelerate_manifest.json"
 _CHUNK = 8 * 1024 * 1024
 # Below this, handing a buffer to another thread costs more than hashing it in place.
 _PARALLEL_MIN = 1024 * 1024
+# torch.save (and DCP, once per tensor) writes zip headers and small records one write() each: a
+# system call apiece unbuffered. Writes below this are gathered and handed to the OS together.
+_GATHER = 256 * 1024
 
 # This module alone owns its threads: every use goes through _helper() / _syncer(), nothing outside
 # reaches them (callers pass a SyncGroup when they want fsyncs deferred).
@@ -138,7 +141,9 @@ class ChecksumSink(io.RawIOBase):
     """A write-only file object over a file descriptor that checksums every byte it writes.
 
     ``torch.save`` and the safetensors writer stream into it directly, so hashing needs no second
-    pass over the data and no extra copy.
+    pass over the data and no extra copy. Small writes are gathered: :meth:`drain` hands them to
+    the OS, and whoever fsyncs or closes the descriptor calls it first (``flush()`` does not, as
+    ``torch.save`` and DCP call it after every object).
     """
 
     def __init__(self, fd: int, *, checksum: bool = True) -> None:
@@ -146,7 +151,8 @@ class ChecksumSink(io.RawIOBase):
         self._fd = fd
         # Without a manifest to record it in (plain model files), a checksum would be wasted work.
         self._hasher: Hasher | None = Hasher() if checksum else None
-        self.size = 0
+        self.size = 0  # every byte written, gathered ones included
+        self._gathered = bytearray()
         # torch.save's C++ writer turns a failed write into "unexpected pos ..."; keep the real cause.
         self.os_error: OSError | None = None
 
@@ -155,6 +161,31 @@ class ChecksumSink(io.RawIOBase):
 
     def write(self, data: Any) -> int:
         view = memoryview(data).cast("B")
+        total = len(view)
+        if total < _GATHER:
+            self._gathered += view
+            self.size += total
+            if len(self._gathered) >= _GATHER:
+                self.drain()
+            return total
+        self.drain()  # the bytes keep their order
+        self._emit(view)
+        self.size += total
+        return total
+
+    def drain(self) -> None:
+        """Hands the gathered small writes to the OS (call it before an fsync or closing the fd)."""
+        if self._gathered:
+            gathered, self._gathered = self._gathered, bytearray()
+            self._emit(memoryview(gathered))
+
+    def close(self) -> None:
+        # The descriptor is its owner's: bytes still gathered (after a failure) are never written,
+        # not even when the garbage collector closes this object after the descriptor was reused.
+        self._gathered = bytearray()
+        super().close()
+
+    def _emit(self, view: memoryview) -> None:
         total = len(view)
         if self._hasher is None:
             self._write_all(view)
@@ -167,8 +198,6 @@ class ChecksumSink(io.RawIOBase):
         else:
             self._hasher.update(view)
             self._write_all(view)
-        self.size += total
-        return total
 
     def _write_all(self, view: memoryview) -> None:
         while view:
@@ -180,6 +209,8 @@ class ChecksumSink(io.RawIOBase):
             view = view[written:]
 
     def record(self) -> FileRecord:
+        if self._gathered:  # a bug in the caller: the record would describe bytes not on disk
+            raise RuntimeError("ChecksumSink.record() before drain(): gathered bytes were never written")
         if self._hasher is None:
             return FileRecord(self.size, "", "none")
         return FileRecord(self.size, self._hasher.hexdigest(), self._hasher.algorithm)
@@ -261,6 +292,7 @@ def write_file(
     sink = ChecksumSink(fd, checksum=checksum)
     try:
         produce(sink)
+        sink.drain()
     except BaseException as exc:
         os.close(fd)
         full = disk_full_error(sink.os_error or exc, path, sink.size)

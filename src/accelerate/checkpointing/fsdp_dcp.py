@@ -36,6 +36,7 @@ class _DcpSink(ChecksumSink):
         return self.size
 
     def fileno(self) -> int:
+        self.drain()  # DCP fsyncs through it: the gathered bytes must be in the file first
         return self._fd
 
 
@@ -58,6 +59,7 @@ def _writer_class() -> type:
             sink = _DcpSink(fd)
             try:
                 yield sink
+                sink.drain()
             finally:
                 os.close(fd)
             self.records[Path(path)] = sink.record()
