@@ -373,15 +373,18 @@ def _map(path: Path, size: int, access: int) -> mmap.mmap:
     return mapped
 
 
-def _hash_mapped(path: Path, mapped: mmap.mmap, record: FileRecord) -> None:
-    hasher = Hasher(record.algorithm)
+def _hash_view(hasher: Hasher, mapped: mmap.mmap) -> str:
     view = memoryview(mapped)
     try:
         for start in range(0, len(view), _CHUNK):
             hasher.update(view[start : start + _CHUNK])  # releases the GIL: other threads go on
     finally:
         view.release()
-    _check_crc(path, hasher.hexdigest(), record)
+    return hasher.hexdigest()
+
+
+def _hash_mapped(path: Path, mapped: mmap.mmap, record: FileRecord) -> None:
+    _check_crc(path, _hash_view(Hasher(record.algorithm), mapped), record)
 
 
 def read_verified(path: str | os.PathLike[str], record: FileRecord | None = None) -> memoryview:
@@ -419,6 +422,23 @@ def read_verified(path: str | os.PathLike[str], record: FileRecord | None = None
     return view
 
 
+def _file_digest(path: Path, size: int, algorithm: str) -> str:
+    """The checksum of a file's bytes; large files are hashed from a read-only map (no copy)."""
+    hasher = Hasher(algorithm)
+    if size >= _MAP_MIN:
+        mapped = _map(path, size, mmap.ACCESS_READ)
+        try:
+            return _hash_view(hasher, mapped)
+        finally:
+            mapped.close()
+    chunk = bytearray(_CHUNK)
+    view = memoryview(chunk)
+    with open(path, "rb", buffering=0) as handle:
+        while n := handle.readinto(chunk):
+            hasher.update(view[:n])
+    return hasher.hexdigest()
+
+
 def verify_file(path: str | os.PathLike[str], record: FileRecord) -> None:
     """Checks a file against its record (for files another reader will open by path).
 
@@ -426,20 +446,19 @@ def verify_file(path: str | os.PathLike[str], record: FileRecord) -> None:
     """
     path = Path(path)
     size = _check_size(path, record)
-    if size >= _MAP_MIN:
-        mapped = _map(path, size, mmap.ACCESS_READ)
-        try:
-            _hash_mapped(path, mapped, record)
-        finally:
-            mapped.close()
-        return
-    hasher = Hasher(record.algorithm)
-    chunk = bytearray(_CHUNK)
-    view = memoryview(chunk)
-    with open(path, "rb", buffering=0) as handle:
-        while n := handle.readinto(chunk):
-            hasher.update(view[:n])
-    _check_crc(path, hasher.hexdigest(), record)
+    _check_crc(path, _file_digest(path, size, record.algorithm), record)
+
+
+def file_record(path: str | os.PathLike[str]) -> FileRecord:
+    """The record of a file as written, hashed from the page cache (for writers that are not a sink)."""
+    path = Path(path)
+    size = path.stat().st_size
+    return FileRecord(size, _file_digest(path, size, CHECKSUM_ALGORITHM), CHECKSUM_ALGORITHM)
+
+
+def file_record_soon(path: str | os.PathLike[str]) -> Future[FileRecord]:
+    """:func:`file_record` on a helper thread: started before an fsync, it hashes while the disk works."""
+    return _helper().submit(file_record, path)
 
 
 def load_verified(
