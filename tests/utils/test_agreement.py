@@ -54,6 +54,18 @@ def test_a_failure_raises_on_every_rank_naming_ranks_and_errors(
         assert result["cause"] == (f"Boom('broke on {rank}')" if rank in failing else "None")
 
 
+def payload_of_size(sizes: list[int]) -> list[Any]:
+    rank = PartialState().process_index
+    return agree_on_failure(None, what="Exchanging", payload={"rank": rank, "blob": "x" * sizes[rank]})
+
+
+@pytest.mark.parametrize("sizes", [[0, 10], [40_000, 10], [50_000, 60_000]])
+def test_payloads_small_and_large_arrive_whole(pool2: WorkerPool, sizes: list[int]) -> None:
+    # Small payloads share one fixed-size all-gather; a larger one on any rank takes the general path.
+    expected = [{"rank": rank, "blob": "x" * size} for rank, size in enumerate(sizes)]
+    assert pool2.run(payload_of_size, sizes) == [expected] * 2
+
+
 def outcome_on_rank(failing: list[int]) -> str:
     rank = PartialState().process_index
     error = Boom(f"broke on {rank}") if rank in failing else None
