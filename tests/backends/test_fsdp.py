@@ -41,12 +41,15 @@ def _train(
         model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
     seen_dtypes: set[torch.dtype] = set()
     model.blocks[0].fc1.register_forward_hook(lambda m, args, out: seen_dtypes.add(out.dtype))
-    norms, losses = [], []
+    norms, losses, unsynced = [], [], []
     for xb, yb in loader:
         with accelerator.accumulate(model):
             loss = F.mse_loss(model(xb), yb)
             losses.append(float(loss.detach()))
             accelerator.backward(loss)
+            if not accelerator.sync_gradients:
+                # No reduce-scatter on this step: the gradients wait unsharded inside FSDP.
+                unsynced.append(all(p.grad is None for p in model.parameters()))
             if accelerator.sync_gradients:
                 norms.append(float(accelerator.clip_grad_norm_(model.parameters(), MAX_NORM)))
             optimizer.step()
@@ -55,6 +58,7 @@ def _train(
     return {
         "state": accelerator.get_state_dict(model),
         "norms": norms,
+        "unsynced": unsynced,
         "losses": losses,
         "local": sum(p.to_local().numel() for p in params if isinstance(p, DTensor)),
         "total": sum(p.numel() for p in params),
@@ -122,6 +126,7 @@ def test_fsdp_trains_to_the_one_process_parameters(pool2: WorkerPool, case: str)
         # clip_grad_norm_ returns the norm over every rank's shards: the one-process norm.
         assert rank["norms"] == pytest.approx(expected_norms, rel=1e-5)
         assert rank["all_dtensor"] and rank["optimizer_on_shards"] and rank["is_fsdp2"]
+        assert rank["unsynced"] == [True] * STEPS * (ACCUM - 1)  # accumulate() skipped the gradient sync
         assert rank["type"] == "FSDP" and described in rank["describe"]
     if layout == "replicate":
         assert [r["local"] for r in ranks] == [main["total"]] * 2

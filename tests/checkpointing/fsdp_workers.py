@@ -250,3 +250,23 @@ def async_save_is_refused(out_dir: str) -> str:
     except ValueError as exc:
         return str(exc)
     return "no error"
+
+
+class BrokenOnTheWriter(Progress):
+    """A registered object whose state_dict fails on process 0, which writes the shared files."""
+
+    def state_dict(self) -> dict[str, int]:
+        if torch.distributed.get_rank() == 0:
+            raise OSError("disk on fire")
+        return super().state_dict()
+
+
+def save_failing_on_the_writer(out_dir: str) -> str:
+    """save_state where process 0's own files fail while every process writes its shards."""
+    run = setup(sharded=True)
+    run["accelerator"].register_for_checkpointing(BrokenOnTheWriter())
+    try:
+        run["accelerator"].save_state(out_dir)
+    except Exception as exc:  # noqa: BLE001 - returned for the test to read
+        return f"{type(exc).__name__}: {exc}"
+    return "no error"

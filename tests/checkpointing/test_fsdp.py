@@ -217,3 +217,13 @@ def test_async_save_of_a_sharded_model_is_refused_clearly(tmp_path: Path) -> Non
     for message in messages:
         assert "async_save=True" in message and "FSDP-sharded" in message and "async_save=False" in message
     assert not (tmp_path / "ckpt").exists()
+
+
+def test_a_failure_of_the_writers_own_files_raises_everywhere_commits_nothing(tmp_path: Path) -> None:
+    # Process 0 writes its own files before the shards (their fsyncs overlap); its failure waits
+    # until the shards' collectives ran, so no process is left waiting in them.
+    messages = get_pool(2).run(w.save_failing_on_the_writer, str(tmp_path / "ckpt"))
+    for message in messages:
+        assert message.startswith("CheckpointError: save_state to ") and "rank 0: OSError: disk on fire" in message
+    assert not (tmp_path / "ckpt").exists()
+    assert not any(tmp_path.iterdir())  # the staging folder is gone too

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from accelerate.state import PartialState
-from accelerate.utils.agreement import agree_on_failure
+from accelerate.utils.agreement import agree_on_failure, agree_on_outcome
 from tests.helpers.pool import WorkerPool
 
 
@@ -52,6 +52,47 @@ def test_a_failure_raises_on_every_rank_naming_ranks_and_errors(
         assert result["message"] == f"Writing shards {named}; nothing changed"
         # The failed rank keeps its own exception as the cause, for its traceback.
         assert result["cause"] == (f"Boom('broke on {rank}')" if rank in failing else "None")
+
+
+def payload_of_size(sizes: list[int]) -> list[Any]:
+    rank = PartialState().process_index
+    return agree_on_failure(None, what="Exchanging", payload={"rank": rank, "blob": "x" * sizes[rank]})
+
+
+@pytest.mark.parametrize("sizes", [[0, 10], [40_000, 10], [50_000, 60_000]])
+def test_payloads_small_and_large_arrive_whole(pool2: WorkerPool, sizes: list[int]) -> None:
+    # Small payloads share one fixed-size all-gather; a larger one on any rank takes the general path.
+    expected = [{"rank": rank, "blob": "x" * size} for rank, size in enumerate(sizes)]
+    assert pool2.run(payload_of_size, sizes) == [expected] * 2
+
+
+def outcome_on_rank(failing: list[int]) -> str:
+    rank = PartialState().process_index
+    error = Boom(f"broke on {rank}") if rank in failing else None
+    try:
+        agree_on_outcome(error, what="Committing", error_type=KeyError, note="nothing committed")
+    except KeyError as exc:
+        return str(exc.args[0])
+    return "ok"
+
+
+@pytest.mark.parametrize(
+    ("failing", "expected"),
+    [([], "ok"), ([0], "Committing failed on rank 0 (rank 0: Boom: broke on 0); nothing committed")],
+)
+def test_outcome_without_payload_agrees_like_a_full_exchange(
+    pool2: WorkerPool, failing: list[int], expected: str
+) -> None:
+    # Its success path is one all-reduce; a failure still names the rank and its error everywhere.
+    assert pool2.run(outcome_on_rank, failing) == [expected] * 2
+
+
+def test_outcome_in_one_process_raises_the_original() -> None:
+    agree_on_outcome(None, what="nothing")
+    original = Boom("disk on fire")
+    with pytest.raises(Boom) as caught:
+        agree_on_outcome(original, what="writing", error_type=KeyError)
+    assert caught.value is original
 
 
 # --- the three places that agree on failures through it ------------------------------------------

@@ -285,7 +285,9 @@ def save_state(
         writer = state.is_local_main_process if config.save_on_each_node else state.is_main_process
         if writer:
             rotate(path)
-    state.wait_for_everyone()
+        state.wait_for_everyone()  # no rank goes on while old checkpoints are being removed
+    # Without rotation no barrier is needed: save_training_state's last exchange already told every
+    # rank that the checkpoint is committed.
     return Outcome(path, objects.step, next_iteration)
 
 

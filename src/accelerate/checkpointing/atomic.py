@@ -378,11 +378,18 @@ class AtomicCheckpoint:
             files=dict(self.records), world_size=world_size, step=step, extra=dict(extra or {})
         )
         # Written under another name and renamed: inside an existing folder, the manifest appearing
-        # in the staging folder is the commit point, so it must appear whole.
+        # in the staging folder is the commit point, so it must appear whole (and be durable before
+        # it appears). A new folder's commit point is the rename below instead: the manifest and
+        # the staging folder's entries need only be durable before it, so both fsyncs run at once.
         partial = self.staging / _PARTIAL_MANIFEST
-        write_bytes(partial, json.dumps(manifest.to_json(), indent=1).encode("utf-8"))
+        sync = None if self.in_place else SyncGroup()
+        write_bytes(partial, json.dumps(manifest.to_json(), indent=1).encode("utf-8"), sync=sync)
         os.replace(partial, self.staging / MANIFEST_NAME)
-        fsync_dir(self.staging)
+        try:
+            fsync_dir(self.staging)  # a new folder's: while the manifest's own fsync runs on a helper thread
+        finally:
+            if sync is not None:
+                sync.wait()
         if self.in_place:
             finish_pending_commit(self.target)
         else:

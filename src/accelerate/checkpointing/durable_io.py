@@ -33,11 +33,18 @@ MANIFEST_NAME = "accelerate_manifest.json"
 _CHUNK = 8 * 1024 * 1024
 # Below this, handing a buffer to another thread costs more than hashing it in place.
 _PARALLEL_MIN = 1024 * 1024
+# torch.save (and DCP, once per tensor) writes zip headers and small records one write() each: a
+# system call apiece unbuffered. Writes below this are gathered and handed to the OS together.
+_GATHER = 256 * 1024
 
-# This module alone owns the checksum threads: every use goes through _helper(), nothing outside
+# This module alone owns its threads: every use goes through _helper() / _syncer(), nothing outside
 # reaches them (callers pass a SyncGroup when they want fsyncs deferred).
 _EXECUTOR: ThreadPoolExecutor | None = None
+_SYNCER: ThreadPoolExecutor | None = None
 _EXECUTOR_LOCK = threading.Lock()
+# Deferred fsyncs mostly wait on the disk, not the CPU: several in flight at once are committed
+# together by the filesystem's journal instead of one after another.
+_SYNC_THREADS = 4
 
 
 def _helper() -> ThreadPoolExecutor:
@@ -48,6 +55,17 @@ def _helper() -> ThreadPoolExecutor:
             _EXECUTOR = ThreadPoolExecutor(max_workers=2, thread_name_prefix="accelerate-checksum")
             on_shutdown(shutdown_helper)
         return _EXECUTOR
+
+
+def _syncer() -> ThreadPoolExecutor:
+    """Threads for deferred fsyncs, apart from the checksum threads: a writer that waits for the
+    checksum of its next buffer never queues behind another file's fsync."""
+    global _SYNCER
+    _helper()  # registers the shutdown of both
+    with _EXECUTOR_LOCK:
+        if _SYNCER is None:
+            _SYNCER = ThreadPoolExecutor(max_workers=_SYNC_THREADS, thread_name_prefix="accelerate-fsync")
+        return _SYNCER
 
 
 def ensure_helper() -> None:
@@ -61,11 +79,12 @@ def shutdown_helper() -> None:
     Called before the process group is destroyed (``end_training()``, exit), so no library thread
     outlives it.
     """
-    global _EXECUTOR
+    global _EXECUTOR, _SYNCER
     with _EXECUTOR_LOCK:
-        executor, _EXECUTOR = _EXECUTOR, None
-    if executor is not None:
-        executor.shutdown(wait=True)
+        executors, _EXECUTOR, _SYNCER = (_EXECUTOR, _SYNCER), None, None
+    for executor in executors:
+        if executor is not None:
+            executor.shutdown(wait=True)
 
 
 class Hasher:
@@ -122,7 +141,9 @@ class ChecksumSink(io.RawIOBase):
     """A write-only file object over a file descriptor that checksums every byte it writes.
 
     ``torch.save`` and the safetensors writer stream into it directly, so hashing needs no second
-    pass over the data and no extra copy.
+    pass over the data and no extra copy. Small writes are gathered: :meth:`drain` hands them to
+    the OS, and whoever fsyncs or closes the descriptor calls it first (``flush()`` does not, as
+    ``torch.save`` and DCP call it after every object).
     """
 
     def __init__(self, fd: int, *, checksum: bool = True) -> None:
@@ -130,7 +151,10 @@ class ChecksumSink(io.RawIOBase):
         self._fd = fd
         # Without a manifest to record it in (plain model files), a checksum would be wasted work.
         self._hasher: Hasher | None = Hasher() if checksum else None
+        # Bytes the OS has accepted (gathered ones count once drained): after the last drain the
+        # file's size, and after a failed write how far the file got (the disk-full error says so).
         self.size = 0
+        self._gathered = bytearray()
         # torch.save's C++ writer turns a failed write into "unexpected pos ..."; keep the real cause.
         self.os_error: OSError | None = None
 
@@ -139,6 +163,34 @@ class ChecksumSink(io.RawIOBase):
 
     def write(self, data: Any) -> int:
         view = memoryview(data).cast("B")
+        total = len(view)
+        if total < _GATHER:
+            self._gathered += view
+            if len(self._gathered) >= _GATHER:
+                self.drain()
+            return total
+        self.drain()  # the bytes keep their order
+        self._emit(view)
+        return total
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes written to this sink but still gathered here (not yet given to the OS)."""
+        return len(self._gathered)
+
+    def drain(self) -> None:
+        """Hands the gathered small writes to the OS (call it before an fsync or closing the fd)."""
+        if self._gathered:
+            gathered, self._gathered = self._gathered, bytearray()
+            self._emit(memoryview(gathered))
+
+    def close(self) -> None:
+        # The descriptor is its owner's: bytes still gathered (after a failure) are never written,
+        # not even when the garbage collector closes this object after the descriptor was reused.
+        self._gathered = bytearray()
+        super().close()
+
+    def _emit(self, view: memoryview) -> None:
         total = len(view)
         if self._hasher is None:
             self._write_all(view)
@@ -151,7 +203,6 @@ class ChecksumSink(io.RawIOBase):
         else:
             self._hasher.update(view)
             self._write_all(view)
-        return total
 
     def _write_all(self, view: memoryview) -> None:
         while view:
@@ -165,6 +216,8 @@ class ChecksumSink(io.RawIOBase):
             view = view[written:]
 
     def record(self) -> FileRecord:
+        if self._gathered:  # a bug in the caller: the record would describe bytes not on disk
+            raise RuntimeError("ChecksumSink.record() before drain(): gathered bytes were never written")
         if self._hasher is None:
             return FileRecord(self.size, "", "none")
         return FileRecord(self.size, self._hasher.hexdigest(), self._hasher.algorithm)
@@ -220,7 +273,7 @@ class SyncGroup:
         self._pending: list[Future[None]] = []
 
     def submit(self, fd: int, path: str | os.PathLike[str] = "<file>") -> None:
-        self._pending.append(_helper().submit(_fsync_close, fd, path))
+        self._pending.append(_syncer().submit(_fsync_close, fd, path))
 
     def wait(self) -> None:
         pending, self._pending = self._pending, []
@@ -246,6 +299,7 @@ def write_file(
     sink = ChecksumSink(fd, checksum=checksum)
     try:
         produce(sink)
+        sink.drain()
     except BaseException as exc:
         os.close(fd)
         full = disk_full_error(sink.os_error or exc, path, sink.size)
@@ -326,15 +380,18 @@ def _map(path: Path, size: int, access: int) -> mmap.mmap:
     return mapped
 
 
-def _hash_mapped(path: Path, mapped: mmap.mmap, record: FileRecord) -> None:
-    hasher = Hasher(record.algorithm)
+def _hash_view(hasher: Hasher, mapped: mmap.mmap) -> str:
     view = memoryview(mapped)
     try:
         for start in range(0, len(view), _CHUNK):
             hasher.update(view[start : start + _CHUNK])  # releases the GIL: other threads go on
     finally:
         view.release()
-    _check_crc(path, hasher.hexdigest(), record)
+    return hasher.hexdigest()
+
+
+def _hash_mapped(path: Path, mapped: mmap.mmap, record: FileRecord) -> None:
+    _check_crc(path, _hash_view(Hasher(record.algorithm), mapped), record)
 
 
 def read_verified(path: str | os.PathLike[str], record: FileRecord | None = None) -> memoryview:
@@ -372,6 +429,23 @@ def read_verified(path: str | os.PathLike[str], record: FileRecord | None = None
     return view
 
 
+def _file_digest(path: Path, size: int, algorithm: str) -> str:
+    """The checksum of a file's bytes; large files are hashed from a read-only map (no copy)."""
+    hasher = Hasher(algorithm)
+    if size >= _MAP_MIN:
+        mapped = _map(path, size, mmap.ACCESS_READ)
+        try:
+            return _hash_view(hasher, mapped)
+        finally:
+            mapped.close()
+    chunk = bytearray(_CHUNK)
+    view = memoryview(chunk)
+    with open(path, "rb", buffering=0) as handle:
+        while n := handle.readinto(chunk):
+            hasher.update(view[:n])
+    return hasher.hexdigest()
+
+
 def verify_file(path: str | os.PathLike[str], record: FileRecord) -> None:
     """Checks a file against its record (for files another reader will open by path).
 
@@ -379,20 +453,19 @@ def verify_file(path: str | os.PathLike[str], record: FileRecord) -> None:
     """
     path = Path(path)
     size = _check_size(path, record)
-    if size >= _MAP_MIN:
-        mapped = _map(path, size, mmap.ACCESS_READ)
-        try:
-            _hash_mapped(path, mapped, record)
-        finally:
-            mapped.close()
-        return
-    hasher = Hasher(record.algorithm)
-    chunk = bytearray(_CHUNK)
-    view = memoryview(chunk)
-    with open(path, "rb", buffering=0) as handle:
-        while n := handle.readinto(chunk):
-            hasher.update(view[:n])
-    _check_crc(path, hasher.hexdigest(), record)
+    _check_crc(path, _file_digest(path, size, record.algorithm), record)
+
+
+def file_record(path: str | os.PathLike[str]) -> FileRecord:
+    """The record of a file as written, hashed from the page cache (for writers that are not a sink)."""
+    path = Path(path)
+    size = path.stat().st_size
+    return FileRecord(size, _file_digest(path, size, CHECKSUM_ALGORITHM), CHECKSUM_ALGORITHM)
+
+
+def file_record_soon(path: str | os.PathLike[str]) -> Future[FileRecord]:
+    """:func:`file_record` on a helper thread: started before an fsync, it hashes while the disk works."""
+    return _helper().submit(file_record, path)
 
 
 def load_verified(

@@ -1,9 +1,9 @@
 """torch.distributed.checkpoint (DCP) folders inside our checksummed, manifest-committed checkpoints.
 
 DCP writes one ``__{rank}_{n}.distcp`` file per process and a ``.metadata`` file from the
-coordinator. Its writer is given a file system whose streams are :class:`ChecksumSink` s, so each
-file is checksummed while DCP writes it (no second read) and each process returns the records of
-the files it wrote for the manifest. DCP itself fsyncs every file.
+coordinator. Its writer is given a file system whose streams are :class:`ChecksumSink` s: each
+file is checksummed from the page cache while DCP fsyncs it, and each process returns the records
+of the files it wrote for the manifest. DCP itself fsyncs every file.
 
 Loading goes through DCP's own planner, which reshards: a folder written by N processes loads into
 a model sharded over M processes, or into a plain model (every process reads whole tensors).
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Generator, Mapping
+from concurrent.futures import Future
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ import torch
 from torch import nn
 
 from accelerate.checkpointing.atomic import ChecksumSink, FileRecord, verify_file
+from accelerate.checkpointing.durable_io import file_record, file_record_soon
 from accelerate.checkpointing.errors import CheckpointError
 from accelerate.checkpointing.fsdp import check_shapes, global_shapes, raw_optimizer
 
@@ -30,13 +32,35 @@ OPTIMIZER_KEY = "optimizer"
 
 
 class _DcpSink(ChecksumSink):
-    """A ChecksumSink with what DCP's writer also asks of its streams (``tell``, ``fileno``)."""
+    """A ChecksumSink with what DCP's writer also asks of its streams (``tell``, ``fileno``).
+
+    Its checksum is not computed while the bytes are written (when hashing competes with the
+    writing for the CPU) but from the page cache while DCP fsyncs the finished file, which waits
+    on the disk: DCP asks for ``fileno()`` exactly then.
+    """
+
+    def __init__(self, fd: int, path: Path) -> None:
+        super().__init__(fd, checksum=False)
+        self._path = path
+        self._pending: tuple[int, Future[FileRecord]] | None = None  # (size when started, record)
 
     def tell(self) -> int:
-        return self.size
+        return self.size + self.pending_bytes
 
     def fileno(self) -> int:
+        self.drain()  # DCP fsyncs through it: the gathered bytes must be in the file first
+        if self._pending is None or self._pending[0] != self.size:
+            self._pending = (self.size, file_record_soon(self._path))
         return self._fd
+
+    def checksummed(self) -> FileRecord:
+        """The finished file's record: the one hashed during the fsync, unless bytes came after it."""
+        if self._pending is not None:
+            size, pending = self._pending
+            record = pending.result()
+            if size == self.size == record.size:
+                return record
+        return file_record(self._path)
 
 
 def _writer_class() -> type:
@@ -55,12 +79,13 @@ def _writer_class() -> type:
                     yield stream
                 return
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            sink = _DcpSink(fd)
+            sink = _DcpSink(fd, Path(path))
             try:
                 yield sink
+                sink.drain()
             finally:
                 os.close(fd)
-            self.records[Path(path)] = sink.record()
+            self.records[Path(path)] = sink.checksummed()
 
         def rename(self, path: str | os.PathLike[str], new_path: str | os.PathLike[str]) -> None:
             super().rename(path, new_path)  # the metadata file: written under .tmp, renamed whole

@@ -54,7 +54,7 @@ from accelerate.checkpointing.rng import (
     capture_rng_state,
     rng_file_name,
 )
-from accelerate.utils.agreement import agree_on_failure
+from accelerate.utils.agreement import agree_on_failure, agree_on_outcome
 
 if TYPE_CHECKING:
     from accelerate.checkpointing.fsdp_state import ShardedParts
@@ -241,19 +241,30 @@ def write_rank_files(
     records: dict[str, FileRecord] = {}
     sync = SyncGroup()  # each file is flushed while the next is serialised
     sharded: ShardedParts | None = shared.get("sharded")
+    if sharded is not None and node != 0:
+        raise CheckpointError(
+            "save_state of a sharded (FSDP) model with save_on_each_node=True on several nodes: "
+            "torch.distributed.checkpoint writes one checkpoint across all nodes, so it needs a "
+            "shared filesystem; set ProjectConfiguration(save_on_each_node=False)."
+        )
     try:
+        # This rank's own files first: their fsyncs then run while the sharded parts are written.
+        local_error: Exception | None = None
+        try:
+            rng_name = rng_file_name(process_index)
+            records[rng_name] = save_torch(rng_state, ckpt.path(rng_name), sync=sync)
+            if writer:
+                records.update(_write_shared(ckpt, sync=sync, **shared))
+        except Exception as exc:  # raised after the collectives below, which every rank must join
+            local_error = exc
         if sharded is not None:
-            if node != 0:
-                raise CheckpointError(
-                    "save_state of a sharded (FSDP) model with save_on_each_node=True on several nodes: "
-                    "torch.distributed.checkpoint writes one checkpoint across all nodes, so it needs a "
-                    "shared filesystem; set ProjectConfiguration(save_on_each_node=False)."
-                )
-            records.update(sharded.write(ckpt.staging, is_main_process=process_index == 0, sync=sync))
-        if writer:
-            records.update(_write_shared(ckpt, sync=sync, **shared))
-        rng_name = rng_file_name(process_index)
-        records[rng_name] = save_torch(rng_state, ckpt.path(rng_name), sync=sync)
+            try:
+                records.update(sharded.write(ckpt.staging, is_main_process=process_index == 0, sync=sync))
+            except Exception:
+                if local_error is None:
+                    raise
+        if local_error is not None:  # the first failure is the one to report (a full disk, say)
+            raise local_error
     finally:
         sync.wait()  # this rank's files are durable before it reports success
     return records
@@ -324,8 +335,8 @@ def _commit(
         except Exception as exc:
             error = exc
             ckpt.abort()
-    # A second exchange: when it returns on any rank, the commit happened on every writer.
-    agree_on_failure(error, what=f"Committing {ckpt.target}", error_type=CheckpointError)
+    # A last exchange: when it returns on any rank, the commit happened on every writer.
+    agree_on_outcome(error, what=f"Committing {ckpt.target}", error_type=CheckpointError)
 
 
 def save_training_state(

@@ -2,7 +2,7 @@
 
 A rank that fails and simply raises leaves the others waiting forever in their next collective.
 Instead every rank calls :func:`agree_on_failure` at the same point with its local exception (or
-None): one ``all_gather_object`` tells everyone who failed and why, and every rank raises the same
+None): one all-gather tells everyone who failed and why, and every rank raises the same
 message, so no process hangs and every log names the culprit. The call doubles as the exchange of
 a small per-rank payload (file records, a batch header) when nothing failed, so the agreement costs
 no extra collective.
@@ -10,9 +10,38 @@ no extra collective.
 
 from __future__ import annotations
 
+import pickle
 from typing import Any
 
-from accelerate.utils.comm import current_communicator
+import torch
+
+from accelerate.utils.comm import Communicator, current_communicator
+
+# A payload that pickles to at most this many bytes (the file records of a checkpoint, as a rule)
+# travels in one fixed-size all-gather; torch's all_gather_object spends a collective on the sizes
+# first, every time.
+_SLOT = 16 * 1024
+_HEADER = 8  # the pickle's length, or -1 when it did not fit
+
+
+def _gather_objects(communicator: Communicator, obj: Any) -> list[Any]:
+    """Every rank's ``obj``: one all-gather when all fit in a slot, otherwise ``all_gather_objects``."""
+    if type(communicator).all_gather_objects is not Communicator.all_gather_objects:
+        return communicator.all_gather_objects(obj)  # a backend with its own exchange (XLA)
+    data = pickle.dumps(obj)
+    fits = len(data) <= _SLOT
+    slot = torch.zeros(1, _HEADER + _SLOT, dtype=torch.uint8)
+    slot[0, :_HEADER] = torch.tensor([len(data) if fits else -1], dtype=torch.int64).view(torch.uint8)
+    if fits and data:
+        slot[0, _HEADER : _HEADER + len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    gathered = communicator.all_gather(slot.to(communicator.device)).cpu()
+    sizes = gathered[:, :_HEADER].contiguous().view(torch.int64).flatten().tolist()
+    if min(sizes) < 0:  # the same sizes on every rank, so every rank takes this path
+        return communicator.all_gather_objects(obj)
+    return [
+        pickle.loads(gathered[rank, _HEADER : _HEADER + size].numpy().tobytes())  # noqa: S301 - our own processes' data, as all_gather_object
+        for rank, size in enumerate(sizes)
+    ]
 
 
 def _world_size() -> int:
@@ -64,8 +93,8 @@ def agree_on_failure(
         if error is not None:
             raise error
         return [payload]
-    gathered = current_communicator().all_gather_objects(
-        (_describe(error), None) if error is not None else (None, payload)
+    gathered = _gather_objects(
+        current_communicator(), (_describe(error), None) if error is not None else (None, payload)
     )
     failed = {rank: report for rank, (report, _) in enumerate(gathered) if report is not None}
     if failed:
@@ -75,3 +104,27 @@ def agree_on_failure(
         message = f"{what} failed on {noun} {ranks} ({details})"
         raise error_type(f"{message}; {note}" if note else message) from error
     return [item for _, item in gathered]
+
+
+def agree_on_outcome(
+    error: BaseException | None,
+    *,
+    what: str,
+    error_type: type[Exception] = RuntimeError,
+    note: str = "",
+) -> None:
+    """:func:`agree_on_failure` with nothing to exchange: one small all-reduce when all succeeded.
+
+    Every rank learns the number of failed ranks; only when it is not zero (the same on every rank,
+    so all take the same path) are the messages gathered to raise the same error everywhere.
+    """
+    communicator = current_communicator()
+    if communicator.world_size == 1:
+        if error is not None:
+            raise error
+        return
+    failures = torch.tensor([0 if error is None else 1], dtype=torch.int32, device=communicator.device)
+    communicator.all_reduce_sum_(failures)
+    if int(failures.item()) == 0:
+        return
+    agree_on_failure(error, what=what, error_type=error_type, note=note)
