@@ -145,3 +145,40 @@ def test_crc32_records_still_verify(tmp_path: Path) -> None:
     verify_file(path, FileRecord(7, f"{zlib.crc32(b'payload'):08x}", "crc32"))
     with pytest.raises(CheckpointError, match="crc32 checksum"):
         verify_file(path, FileRecord(7, "00000000", "crc32"))
+
+
+@pytest.mark.parametrize("existing", [False, True])
+def test_sub_folders_entries_are_made_durable_before_the_commit_point(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, existing: bool
+) -> None:
+    # Files in sub-folders (DCP shards) are only reachable after a power cut if their folders' entries
+    # were fsynced too. A spy on os.fsync (the real call still runs) records which folders were synced,
+    # and in which order relative to the manifest appearing.
+    import os
+
+    events: list[str] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def spy_fsync(fd: int) -> None:
+        events.append("fsync " + os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    def spy_replace(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+        events.append(f"replace {Path(src).name} -> {Path(dst).name}")
+        real_replace(src, dst)
+
+    target = tmp_path / "ckpt"
+    if existing:
+        target.mkdir()  # committed in place: the manifest's rename is the commit point
+    ckpt = AtomicCheckpoint(target)
+    staging = ckpt.prepare()
+    (staging / "shards").mkdir()
+    ckpt.add("shards/0.distcp", write_bytes(ckpt.path("shards/0.distcp"), b"zero"))
+    ckpt.add("top.bin", write_bytes(ckpt.path("top.bin"), b"top"))
+    monkeypatch.setattr(os, "fsync", spy_fsync)
+    monkeypatch.setattr(os, "replace", spy_replace)
+    ckpt.commit(step=1, world_size=1)
+    synced = [e for e in events if e == f"fsync {staging / 'shards'}"]
+    commit = next(i for i, e in enumerate(events) if e.startswith("replace") and MANIFEST_NAME in e)
+    assert synced and events.index(synced[0]) < commit
+    verify_checkpoint(target)

@@ -382,8 +382,16 @@ class AtomicCheckpoint:
         # it appears). A new folder's commit point is the rename below instead: the manifest and
         # the staging folder's entries need only be durable before it, so both fsyncs run at once.
         partial = self.staging / _PARTIAL_MANIFEST
+        # Files in sub-folders (DCP's shards, DeepSpeed's engine files): their folders' entries must
+        # be durable before the commit point too; fsynced while the manifest is written.
+        folders = SyncGroup()
+        for folder in sorted({(self.staging / name).parent for name in self.records} - {self.staging}):
+            folders.submit(os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)), folder)
         sync = None if self.in_place else SyncGroup()
-        write_bytes(partial, json.dumps(manifest.to_json(), indent=1).encode("utf-8"), sync=sync)
+        try:
+            write_bytes(partial, json.dumps(manifest.to_json(), indent=1).encode("utf-8"), sync=sync)
+        finally:
+            folders.wait()
         os.replace(partial, self.staging / MANIFEST_NAME)
         try:
             fsync_dir(self.staging)  # a new folder's: while the manifest's own fsync runs on a helper thread
