@@ -239,3 +239,59 @@ def test_a_failure_on_one_rank_raises_everywhere_and_commits_nothing(
         assert "failed on rank 1 (rank 1: OSError: simulated failure on rank 1)" in message
         assert "nothing was committed" in message
     assert list(tmp_path.iterdir()) == []
+
+
+class OneNodePerProcess:
+    """The real two-process state, seen as if each process ran on a machine of its own."""
+
+    def __init__(self, state: PartialState) -> None:
+        self._state = state
+        self.num_processes = state.num_processes
+        self.process_index = state.process_index
+        self.local_process_index = 0
+        self.is_main_process = state.is_main_process
+        self.is_local_main_process = True
+        self.use_distributed = state.use_distributed
+
+    def wait_for_everyone(self) -> None:
+        self._state.wait_for_everyone()
+
+
+class EnteredCollectives:
+    """Any use of it means the save went on to write the sharded parts (DCP's collectives)."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError("entered DCP's collectives")
+
+
+def save_on_each_of_two_nodes(directory: str, sharded: bool) -> str:
+    state = PartialState()
+    bundle = build(seed=0)
+    # Node-local disks: the same path names another disk on each machine; here, another folder.
+    target = Path(directory) / f"node{state.process_index}" / "ckpt"
+    kwargs = bundle.save_kwargs()
+    if sharded:  # a stand-in for FSDP's parts: writing them would enter DCP's collectives
+        kwargs["sharded"] = EnteredCollectives()
+    try:
+        save_training_state(target, state=OneNodePerProcess(state), step=3, save_on_each_node=True, **kwargs)
+    except CheckpointError as exc:
+        return str(exc)
+    return "saved"
+
+
+def test_save_on_each_node_writes_a_whole_copy_on_every_node(tmp_path: Path, pool2: WorkerPool) -> None:
+    assert pool2.run(save_on_each_of_two_nodes, str(tmp_path), False) == ["saved", "saved"]
+    for node in (0, 1):
+        manifest = verify_checkpoint(tmp_path / f"node{node}" / "ckpt")
+        assert manifest.step == 3 and f"random_states_{node}.pkl" in manifest.files
+        assert "model.safetensors" in manifest.files or "pytorch_model.bin" in manifest.files
+
+
+def test_save_on_each_node_of_a_sharded_model_is_refused_on_every_rank(
+    tmp_path: Path, pool2: WorkerPool
+) -> None:
+    # Only node 1's ranks can see the problem; node 0's must not be left waiting in DCP's collectives.
+    messages = pool2.run(save_on_each_of_two_nodes, str(tmp_path), True, timeout=60)
+    assert all("save_on_each_node=False" in message for message in messages), messages
+    assert not any("entered DCP's collectives" in message for message in messages), messages
+    assert not list(tmp_path.rglob("*.distcp"))

@@ -241,12 +241,6 @@ def write_rank_files(
     records: dict[str, FileRecord] = {}
     sync = SyncGroup()  # each file is flushed while the next is serialised
     sharded: ShardedParts | None = shared.get("sharded")
-    if sharded is not None and node != 0:
-        raise CheckpointError(
-            "save_state of a sharded (FSDP) model with save_on_each_node=True on several nodes: "
-            "torch.distributed.checkpoint writes one checkpoint across all nodes, so it needs a "
-            "shared filesystem; set ProjectConfiguration(save_on_each_node=False)."
-        )
     try:
         # This rank's own files first: their fsyncs then run while the sharded parts are written.
         local_error: Exception | None = None
@@ -393,7 +387,16 @@ def save_training_state(
     """
     ckpt = AtomicCheckpoint(output_dir)
     writer, node = writer_and_node(state, save_on_each_node)
-    _stage(ckpt, writer=writer, node=node)
+    refused = None
+    if sharded is not None and node != 0:
+        # Found on the ranks of other nodes only: agreed on in the first exchange, so node 0's ranks
+        # raise too instead of waiting in DCP's collectives for ranks that never come.
+        refused = CheckpointError(
+            "save_state of a sharded (FSDP) model with save_on_each_node=True on several nodes: "
+            "torch.distributed.checkpoint writes one checkpoint across all nodes, so it needs a "
+            "shared filesystem; set ProjectConfiguration(save_on_each_node=False)."
+        )
+    _stage(ckpt, writer=writer, node=node, error=refused)
     shared = {
         "models_state_dicts": models_state_dicts,
         "optimizers": optimizers,
