@@ -76,6 +76,18 @@ def test_a_named_folder_that_does_not_exist(tmp_path: Path) -> None:
     assert accelerator.load_state(saved, missing_ok=True) == saved
 
 
+def test_a_named_folder_that_is_empty_is_nothing_yet_only_with_missing_ok(tmp_path: Path) -> None:
+    accelerator = Accelerator()
+    accelerator.prepare(torch.nn.Linear(3, 2))
+    (tmp_path / "out").mkdir()  # made by the job script before the first start
+    assert accelerator.load_state(str(tmp_path / "out"), missing_ok=True) is None
+    with pytest.raises(CheckpointError, match="No checkpoint in"):
+        accelerator.load_state(str(tmp_path / "out"))
+    (tmp_path / "out" / "notes.txt").write_text("not a checkpoint")
+    with pytest.raises(CheckpointError, match="No checkpoint in"):
+        accelerator.load_state(str(tmp_path / "out"), missing_ok=True)
+
+
 def test_numbering_skips_folders_that_were_never_committed(tmp_path: Path) -> None:
     accelerator, _, _ = _setup(tmp_path)
     accelerator.save_state()

@@ -45,8 +45,11 @@ def find_resume_checkpoint(
     else:
         if input_dir is None:
             raise ValueError("find_resume_checkpoint needs project_dir or input_dir")
-        # A file there is not "nothing yet": it goes to the loader, which says it is not a folder.
-        found = Path(input_dir) if checkpoint_folder(input_dir).exists() else None
+        # A file there is not "nothing yet": it goes to the loader, which says it is not a folder. An
+        # empty folder is (a job script may create its output folder before the first start); a
+        # folder holding anything else goes to the loader too, which names what a checkpoint holds.
+        folder = checkpoint_folder(input_dir)
+        found = Path(input_dir) if folder.exists() and not _is_empty_folder(folder) else None
         where = f"at {input_dir}"
         seen = found is not None
     if not missing_ok:
@@ -63,6 +66,10 @@ def find_resume_checkpoint(
             "machine shares (or wait until it is visible everywhere), or load a folder by name."
         )
     return found
+
+
+def _is_empty_folder(path: Path) -> bool:
+    return path.is_dir() and next(path.iterdir(), None) is None
 
 
 def _describe(view: object) -> str:
