@@ -46,8 +46,33 @@ def test_prepare_keeps_order_and_passes_others_through() -> None:
 )
 def test_prepare_names_a_class_passed_for_an_instance(cls: type, what: str) -> None:
     accelerator = Accelerator()
-    with pytest.raises(TypeError, match=rf"argument 2 is the class .*{cls.__qualname__}, {what}: pass an instance"):
+    with pytest.raises(
+        TypeError, match=rf"argument 2 is the class .*{cls.__qualname__}, {what}: pass an instance"
+    ):
         accelerator.prepare(make_model(), cls)
+
+
+def test_the_single_object_prepare_methods_name_a_class_too() -> None:
+    accelerator = Accelerator()
+    calls = [
+        (accelerator.prepare_model, torch.nn.Linear, "prepare_model\\(\\) argument 'model'"),
+        (accelerator.prepare_optimizer, torch.optim.SGD, "prepare_optimizer\\(\\) argument 'optimizer'"),
+        (
+            accelerator.prepare_scheduler,
+            torch.optim.lr_scheduler.StepLR,
+            "prepare_scheduler\\(\\) argument 'scheduler'",
+        ),
+        (
+            accelerator.prepare_data_loader,
+            torch.utils.data.DataLoader,
+            "prepare_data_loader\\(\\) argument 'data_loader'",
+        ),
+    ]
+    for method, cls, argument in calls:
+        with pytest.raises(
+            TypeError, match=rf"{argument} is the class .*{cls.__qualname__}, not .*: pass an instance"
+        ):
+            method(cls)
 
 
 def test_optimizer_created_before_prepare_trains_prepared_parameters() -> None:

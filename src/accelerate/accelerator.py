@@ -154,6 +154,7 @@ class Accelerator(AcceleratorCheckpoints, AcceleratorFacts):
         self, model: torch.nn.Module, device_placement: bool | None = None, evaluation_mode: bool = False
     ) -> torch.nn.Module:
         """Moves the model to the device, applies mixed precision and wraps it for the backend."""
+        preparation.check_not_a_class(model, "prepare_model() argument 'model'")
         place = self.device_placement if device_placement is None else device_placement
         if self.verify_device_map(model):
             # A model dispatched by a device map already sits where its hooks expect each block (some
@@ -187,6 +188,7 @@ class Accelerator(AcceleratorCheckpoints, AcceleratorFacts):
     ) -> AcceleratedOptimizer:
         if isinstance(optimizer, AcceleratedOptimizer):
             return optimizer
+        preparation.check_not_a_class(optimizer, "prepare_optimizer() argument 'optimizer'")
         place = self.device_placement if device_placement is None else device_placement
         self.strategy.setup_optimizer(optimizer)  # FSDP: from the full parameters to their shards
         wrapped = AcceleratedOptimizer(
@@ -204,6 +206,7 @@ class Accelerator(AcceleratorCheckpoints, AcceleratorFacts):
     def prepare_scheduler(self, scheduler: Any) -> AcceleratedScheduler:
         if isinstance(scheduler, AcceleratedScheduler):
             return scheduler
+        preparation.check_not_a_class(scheduler, "prepare_scheduler() argument 'scheduler'")
         inner = getattr(scheduler, "optimizer", None)
         optimizers = [opt for opt in self._optimizers if opt.optimizer is inner] or list(self._optimizers)
         wrapped = AcceleratedScheduler(
@@ -233,6 +236,7 @@ class Accelerator(AcceleratorCheckpoints, AcceleratorFacts):
     ) -> Any:
         from accelerate.data.prepare import prepare_data_loader
 
+        preparation.check_not_a_class(data_loader, "prepare_data_loader() argument 'data_loader'")
         config = self.dataloader_config
         place = self.device_placement if device_placement is None else device_placement
         prepared = prepare_data_loader(

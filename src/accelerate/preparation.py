@@ -22,20 +22,23 @@ _PREPARABLE: tuple[tuple[type, str], ...] = (
 )
 
 
-def _check_not_a_class(obj: Any, position: int) -> None:
+def check_not_a_class(obj: Any, argument: str) -> None:
     """A class where an instance was meant (``nn.Linear`` for ``nn.Linear(4, 2)``) would pass through
-    unchanged and fail much later; say so at ``prepare``. Other objects (None, ...) pass through."""
+    unchanged and fail much later; say so at ``prepare``. Other objects (None, ...) pass through.
+
+    ``argument`` names the argument in the message, e.g. ``"prepare() argument 2"``.
+    """
     if not isinstance(obj, type):
         return
     for base, what in _PREPARABLE:
         if issubclass(obj, base):
             raise TypeError(
-                f"prepare() argument {position} is the class {obj.__module__}.{obj.__qualname__}, not {what}: "
+                f"{argument} is the class {obj.__module__}.{obj.__qualname__}, not {what}: "
                 f"pass an instance, e.g. `{obj.__qualname__}(...)`."
             )
     if _is_scheduler_class(obj):
         raise TypeError(
-            f"prepare() argument {position} is the class {obj.__module__}.{obj.__qualname__}, not a "
+            f"{argument} is the class {obj.__module__}.{obj.__qualname__}, not a "
             f"scheduler: pass an instance, e.g. `{obj.__qualname__}(optimizer, ...)`."
         )
 
@@ -81,7 +84,7 @@ def remap_optimizer_params(optimizer: torch.optim.Optimizer, mapping: dict[int, 
 def prepare_all(accelerator: Accelerator, objects: list[Any], placements: list[bool | None]) -> list[Any]:
     results: list[Any] = list(objects)
     for position, obj in enumerate(objects, start=1):
-        _check_not_a_class(obj, position)
+        check_not_a_class(obj, f"prepare() argument {position}")
     if accelerator.strategy.prepares_jointly:  # DeepSpeed: one engine from model, optimizer, scheduler
         joint = accelerator.strategy.prepare_jointly(accelerator, objects, placements)
         accelerator._register_prepared(models=joint.models, optimizers=joint.optimizers, schedulers=joint.schedulers)
