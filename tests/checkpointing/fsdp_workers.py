@@ -74,7 +74,9 @@ def shard(model: nn.Module) -> nn.Module:
     return model
 
 
-def setup(*, sharded: bool, seed: int = 0, project_dir: str | None = None, **plugin: Any) -> dict[str, Any]:
+def setup(
+    *, sharded: bool, seed: int = 0, project_dir: str | None = None, width: int = 6, **plugin: Any
+) -> dict[str, Any]:
     """Accelerator, model (sharded or plain), optimizer, scheduler, shuffled loader, progress."""
     set_seed(seed)
     config = ProjectConfiguration(project_dir=project_dir) if project_dir else None
@@ -82,7 +84,7 @@ def setup(*, sharded: bool, seed: int = 0, project_dir: str | None = None, **plu
     if plugin:  # stands in for FullyShardedDataParallelPlugin(state_dict_type=...)
         accelerator.state.fsdp_plugin = type("Plugin", (), plugin)()  # type: ignore[attr-defined]
     torch.manual_seed(0)  # the same initial weights on every process and in every run
-    model = TinyTransformer()
+    model = TinyTransformer(width)
     gen = torch.Generator().manual_seed(1)
     data = TensorDataset(torch.randn(64, 5, generator=gen), torch.randn(64, 3, generator=gen))
     loader = DataLoader(data, batch_size=4, shuffle=True)
@@ -269,4 +271,21 @@ def save_failing_on_the_writer(out_dir: str) -> str:
         run["accelerator"].save_state(out_dir)
     except Exception as exc:  # noqa: BLE001 - returned for the test to read
         return f"{type(exc).__name__}: {exc}"
+    return "no error"
+
+
+def save_past_the_file_size_limit(out_dir: str, limit: int) -> str:
+    """save_state of a sharded model where no file may grow past ``limit`` bytes (RLIMIT_FSIZE): the
+    shards are larger, the other files are not. The limit is this process's, restored after."""
+    import resource
+
+    run = setup(sharded=True, width=192)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+    try:
+        run["accelerator"].save_state(out_dir)
+    except Exception as exc:  # noqa: BLE001 - returned for the test to read
+        return f"{type(exc).__name__}: {exc}"
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
     return "no error"

@@ -227,3 +227,15 @@ def test_a_failure_of_the_writers_own_files_raises_everywhere_commits_nothing(tm
         assert message.startswith("CheckpointError: save_state to ") and "rank 0: OSError: disk on fire" in message
     assert not (tmp_path / "ckpt").exists()
     assert not any(tmp_path.iterdir())  # the staging folder is gone too
+
+
+def test_a_shard_that_cannot_be_written_is_reported_as_a_full_disk(tmp_path: Path) -> None:
+    # DCP wraps its writer's errors; the report must still say which file hit the limit and why.
+    messages = get_pool(2).run(w.save_past_the_file_size_limit, str(tmp_path / "ckpt"), 64_000)
+    for rank, message in enumerate(messages):
+        assert message.startswith("CheckpointError: save_state to "), message
+        assert f"rank {rank}: DiskFullError: save_state to " in message, message
+        assert f"pytorch_model_fsdp_0/__{rank}_0.distcp failed after 64000 bytes" in message, message
+        # The whole checkpoint (model and AdamW state, gathered sizes), not this process's share.
+        assert "RLIMIT_FSIZE" in message and "needs about 1.4 MB" in message, message
+    assert not (tmp_path / "ckpt").exists()

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from accelerate.checkpointing.atomic import ChecksumSink, FileRecord, verify_file
-from accelerate.checkpointing.durable_io import file_record, file_record_soon
+from accelerate.checkpointing.durable_io import DiskFullError, disk_full_error, file_record, file_record_soon
 from accelerate.checkpointing.errors import CheckpointError
 from accelerate.checkpointing.fsdp import check_shapes, global_shapes, raw_optimizer
 
@@ -71,6 +71,7 @@ def _writer_class() -> type:
     class RecordingFileSystem(FileSystem):
         def __init__(self) -> None:
             self.records: dict[Path, FileRecord] = {}
+            self.disk_full: DiskFullError | None = None
 
         @contextmanager
         def create_stream(self, path: str | os.PathLike[str], mode: str) -> Generator[Any, None, None]:
@@ -83,6 +84,11 @@ def _writer_class() -> type:
             try:
                 yield sink
                 sink.drain()
+            except BaseException as exc:
+                # DCP wraps whatever its writer raised into its own CheckpointException; keep a
+                # full disk's details for save_dcp to report.
+                self.disk_full = self.disk_full or disk_full_error(sink.os_error or exc, path, sink.size)
+                raise
             finally:
                 os.close(fd)
             self.records[Path(path)] = sink.checksummed()
@@ -111,8 +117,21 @@ def save_dcp(state: dict[str, Any], folder: Path, *, root: Path) -> dict[str, Fi
     import torch.distributed.checkpoint as dcp
 
     writer = _writer_class()(folder)
-    dcp.save(state, storage_writer=writer)
+    try:
+        dcp.save(state, storage_writer=writer)
+    except _dcp_errors() as exc:
+        if writer.fs.disk_full is not None:  # this process ran out of space: say so, as other saves do
+            raise writer.fs.disk_full from exc
+        raise CheckpointError(f"Writing {folder} with torch.distributed.checkpoint failed: {exc}") from exc
     return {path.relative_to(root).as_posix(): rec for path, rec in writer.fs.records.items()}
+
+
+def _dcp_errors() -> tuple[type[BaseException], ...]:
+    """What a DCP save or load raises. Its CheckpointException (every rank's failure, raised on every
+    rank) derives from BaseException, so a plain ``except Exception`` would let it through."""
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    return (Exception, CheckpointException)
 
 
 def verify_folder(
@@ -156,7 +175,10 @@ def load_model_dcp(model: nn.Module, folder: Path, *, strict: bool = True) -> No
     check_shapes(global_shapes(state.items()), saved, source=f"Checkpoint {folder}", strict=strict)
     if not strict:
         state = {name: value for name, value in state.items() if name in saved}
-    dcp.load({MODEL_KEY: state}, storage_reader=reader)
+    try:
+        dcp.load({MODEL_KEY: state}, storage_reader=reader)
+    except _dcp_errors() as exc:
+        raise CheckpointError(f"Loading the model state in {folder} failed: {exc}") from exc
     set_model_state_dict(model, state, options=StateDictOptions(strict=strict))
 
 
@@ -171,7 +193,7 @@ def load_optimizer_dcp(model: nn.Module, optimizer: Any, folder: Path) -> None:
     state = get_optimizer_state_dict(model, inner)
     try:
         dcp.load({OPTIMIZER_KEY: state}, storage_reader=reader)
-    except Exception as exc:  # DCP's CheckpointException lists every rank's failure
+    except _dcp_errors() as exc:
         raise CheckpointError(
             f"Loading the optimizer state in {folder}: {exc}. Was it saved for this model and optimizer?"
         ) from exc
