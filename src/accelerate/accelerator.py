@@ -413,6 +413,7 @@ class Accelerator(AcceleratorCheckpoints, AcceleratorFacts):
         self._schedulers.clear()
         self._dataloaders.clear()
         self.precision.forget_optimizers()
+        self.strategy.release()
         self.step = 0
         return release_memory(*objects)
 

@@ -278,3 +278,22 @@ def save_with_an_engine_without_optimizer(folder: str) -> str:
     except Exception as exc:  # the test checks the message
         return f"{type(exc).__name__}: {exc}"
     return "saved"
+
+
+def prepare_again_after_free_memory(folder: str) -> dict[str, Any]:
+    """A batch-size search's pattern: prepare, free_memory, prepare anew, train, save_state."""
+    accelerator = _accelerator(2)
+    model = make_model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    model, optimizer = accelerator.free_memory(model, optimizer)
+    model = make_model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
+    loader = DataLoader(make_data(), batch_size=4)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    for x, y in loader:
+        accelerator.backward(F.mse_loss(model(x), y))
+        optimizer.step()
+        optimizer.zero_grad()
+    accelerator.save_state(folder)
+    return {"engines": len(accelerator.strategy.engines), "weights": accelerator.get_state_dict(model)}

@@ -123,3 +123,13 @@ def test_save_state_with_an_engine_without_optimizer_fails_clearly_instead_of_ha
     ):
         assert "engine 1 (Linear) was prepared without an optimizer" in message
     assert not (tmp_path / "c").exists()
+
+
+def test_free_memory_forgets_the_engines_so_a_new_prepare_trains_and_saves_alone(
+    ds_pool: WorkerPool, tmp_path: Any
+) -> None:
+    folder = tmp_path / "ckpt"
+    results = ds_pool.run(payloads.prepare_again_after_free_memory, str(folder), env=ENV, timeout=300)
+    assert [r["engines"] for r in results] == [1, 1]
+    _close(results[0]["weights"], payloads.reference_weights(batch_size=8), atol=1e-5)
+    assert not (folder / "pytorch_model_1").exists()  # only the new engine's checkpoint

@@ -65,6 +65,9 @@ class Strategy:
         """Only called when ``prepares_jointly``: prepares ``objects`` together, in the caller's order."""
         raise NotImplementedError(f"the {self.name} strategy prepares objects one by one")
 
+    def release(self) -> None:
+        """Forgets what the strategy keeps of prepared objects (``Accelerator.free_memory``)."""
+
     def checkpoint_io(self) -> Any:
         """An object that saves/loads the prepared models and optimizers itself (DeepSpeed), else None."""
         return None

@@ -188,6 +188,12 @@ class DeepSpeedStrategy(Strategy):
             "use clip_grad_norm_ with DeepSpeedPlugin(gradient_clipping=...)."
         )
 
+    def release(self) -> None:
+        # Otherwise a later save_state would also write the engines of a previous prepare() (say, of
+        # a batch-size search's failed attempt), and backward would still drive the old one.
+        self.engines.clear()
+        self.engine_wrapper = None
+
     def checkpoint_io(self) -> Any:
         from accelerate.backends.deepspeed_checkpoint import EngineCheckpointIO
 
