@@ -78,3 +78,25 @@ def test_cpu_offload_is_accepted_on_a_gpu() -> None:
     )
     assert isinstance(plugin.cpu_offload, CPUOffloadPolicy)
     assert plugin.mixed_precision_policy.param_dtype == torch.bfloat16
+
+
+def _peak(efficient: bool, home: Path) -> list[dict[str, Any]]:
+    out = home / f"peak-{efficient}"
+    out.mkdir()
+    script = SCRIPT.parent / "fsdp_load_peak.py"
+    with reserved_port() as port:
+        result = run_cli("launch", "--cpu", "--num_processes", "2", "--main_process_port", str(port),
+                         str(script), str(out), str(efficient).lower(), home=home, timeout=180)  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    return [json.loads((out / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+
+
+def test_cpu_ram_efficient_loading_keeps_the_other_ranks_below_one_model_copy(tmp_path: Path) -> None:
+    # Measured in fresh processes (the peak resident size is a high-water mark). Without it every rank
+    # builds the whole model and then its shards; with it rank 1 only ever holds its half (plus one
+    # tensor in flight and a fixed ~40 MB of first-use overhead), and rank 0 alone holds a full copy.
+    plain, efficient = _peak(False, tmp_path), _peak(True, tmp_path)
+    size = plain[0]["model_mb"]
+    assert all(rank["gained_mb"] > size for rank in plain), plain
+    assert efficient[1]["gained_mb"] < min(0.5 * size + 100, 0.8 * size), efficient
+    assert efficient[0]["gained_mb"] > size, efficient  # the one real copy
