@@ -256,13 +256,7 @@ def zero3_init_and_gather() -> dict[str, Any]:
     built = {"ds_id": hasattr(first, "ds_id"), "numel": first.numel(), "partition": first.ds_tensor.numel()}
     with GatheredParameters(first):
         built["gathered"] = first.detach().clone()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
-    loader = DataLoader(make_data(), batch_size=4)
-    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
-    for x, y in loader:
-        accelerator.backward(F.mse_loss(model(x), y))
-        optimizer.step()
-        optimizer.zero_grad()
+    model = _prepare_and_train_one_epoch(accelerator, model)
     built["weights"] = {k: v.float().clone() for k, v in accelerator.get_state_dict(model).items()}
     return built
 
@@ -287,7 +281,13 @@ def prepare_again_after_free_memory(folder: str) -> dict[str, Any]:
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
     model, optimizer = accelerator.prepare(model, optimizer)
     model, optimizer = accelerator.free_memory(model, optimizer)
-    model = make_model()
+    model = _prepare_and_train_one_epoch(accelerator, make_model())
+    accelerator.save_state(folder)
+    return {"engines": len(accelerator.strategy.engines), "weights": accelerator.get_state_dict(model)}
+
+
+def _prepare_and_train_one_epoch(accelerator: Any, model: torch.nn.Module) -> Any:
+    """Prepares ``model`` with AdamW and the data (batches of 4) and trains one epoch; the engine."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
     loader = DataLoader(make_data(), batch_size=4)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
@@ -295,5 +295,4 @@ def prepare_again_after_free_memory(folder: str) -> dict[str, Any]:
         accelerator.backward(F.mse_loss(model(x), y))
         optimizer.step()
         optimizer.zero_grad()
-    accelerator.save_state(folder)
-    return {"engines": len(accelerator.strategy.engines), "weights": accelerator.get_state_dict(model)}
+    return model
