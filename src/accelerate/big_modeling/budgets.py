@@ -137,7 +137,8 @@ def balance_budgets(
     no_split = set(no_split_module_classes or ())
     blocks = [sizes[name] for name, module in model.named_modules() if type(module).__name__ in no_split]
     # The leaves of the module tree (not the tensors): the smallest pieces placement moves whole.
-    modules = {name: size for name, size in sizes.items() if name not in set(get_module_leaves(sizes))}
+    tensors = set(get_module_leaves(sizes))
+    modules = {name: size for name, size in sizes.items() if name not in tensors}
     leaves = get_module_leaves(modules)
     mean_leaf = sum(modules[name] for name in leaves) // max(len(leaves), 1)
     share += int(1.25 * max([mean_leaf, *blocks]))

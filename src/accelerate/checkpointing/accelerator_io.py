@@ -8,6 +8,7 @@ itself: this module never writes to the Accelerator.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
@@ -202,8 +203,8 @@ def save_state(
     With ``async_save`` the state is copied to host memory and written by a background thread
     (see async_save.py); the returned folder is committed later.
     """
-    from accelerate.checkpointing.project import checkpoint_dir, rotate_checkpoints
-    from accelerate.checkpointing.training_state import save_training_state
+    from accelerate.checkpointing.project import checkpoint_dir
+    from accelerate.checkpointing.training_state import save_training_state, writer_and_node
 
     _no_extra("save_state", kwargs)
     wait_for_async_save()  # one snapshot in flight at most; its error surfaces here
@@ -218,7 +219,10 @@ def save_state(
                 f"Checkpoint {target} already exists. Resume with load_state() first (it moves the "
                 "iteration past the latest checkpoint), or set ProjectConfiguration(iteration=...)."
             )
-        _prune_leftovers(objects, project)
+        # Checkpoints beyond the limit that a crash between a commit and its rotation left go first,
+        # so repeated crashes cannot pile folders up (at most total_limit plus the one being written).
+        if config.total_limit is not None and writer_and_node(objects.state, config.save_on_each_node)[0]:
+            _rotate(config, project)
     models = list(objects.models)
     engine = objects.engine_io
     weights = [
@@ -241,14 +245,6 @@ def save_state(
             for m in models
         ]
     next_iteration = config.iteration + 1 if project is not None else None
-
-    def rotate(path: Path) -> None:
-        try:
-            rotate_checkpoints(project, config.total_limit, keep=path)  # type: ignore[arg-type]
-        except OSError as exc:
-            # The new checkpoint is committed; failing to delete an old one must not stop training
-            # (nor leave the other ranks waiting below).
-            logger.warning("Could not remove old checkpoints under %s: %s", config.project_dir, exc)
 
     save_kwargs: dict[str, Any] = {
         "models_state_dicts": weights,
@@ -276,35 +272,31 @@ def save_state(
             del save_kwargs[key]
 
         # Rotation runs on the writer thread, after every writer committed.
-        path = start_async_save(target, after_commit=rotate if project is not None else None, **save_kwargs)
+        rotate = functools.partial(_rotate, config, project) if project is not None else None
+        path = start_async_save(target, after_commit=rotate, **save_kwargs)
         return Outcome(path, objects.step, next_iteration)
     path = save_training_state(target, **save_kwargs)
     state = objects.state
     if project is not None:
         # save_training_state returned, so every rank knows the new one is committed.
-        writer = state.is_local_main_process if config.save_on_each_node else state.is_main_process
-        if writer:
-            rotate(path)
+        if writer_and_node(state, config.save_on_each_node)[0]:
+            _rotate(config, project, path)
         state.wait_for_everyone()  # no rank goes on while old checkpoints are being removed
     # Without rotation no barrier is needed: save_training_state's last exchange already told every
     # rank that the checkpoint is committed.
     return Outcome(path, objects.step, next_iteration)
 
 
-def _prune_leftovers(objects: TrainingObjects, project: str) -> None:
-    """Removes checkpoints beyond ``total_limit`` that a crash left (killed between a commit and
-    its rotation), before writing a new one, so repeated crashes cannot pile folders up: at any
-    moment there are at most ``total_limit`` committed checkpoints plus the one being committed."""
+def _rotate(config: ProjectConfiguration, project: str, keep: Path | None = None) -> None:
+    """Removes the oldest checkpoints beyond ``total_limit`` (never ``keep``), on the writing process."""
     from accelerate.checkpointing.project import rotate_checkpoints
 
-    config, state = objects.project, objects.state
-    if config.total_limit is None:
-        return
-    if state.is_local_main_process if config.save_on_each_node else state.is_main_process:
-        try:
-            rotate_checkpoints(project, config.total_limit)
-        except OSError as exc:
-            logger.warning("Could not remove old checkpoints under %s: %s", config.project_dir, exc)
+    try:
+        rotate_checkpoints(project, config.total_limit, keep=keep)
+    except OSError as exc:
+        # Failing to delete an old checkpoint must not stop training (nor leave the other ranks
+        # waiting for this one).
+        logger.warning("Could not remove old checkpoints under %s: %s", config.project_dir, exc)
 
 
 def load_state(
