@@ -24,6 +24,7 @@ from accelerate.checkpointing.atomic import (
     fsync_dir,
     verify_file,
 )
+from accelerate.checkpointing.entry_names import entry_path
 from accelerate.checkpointing.errors import CheckpointError
 
 MODEL_NAME = "pytorch_model"
@@ -127,7 +128,7 @@ class EngineCheckpointIO:
         if manifest is not None:
             for name, record in manifest.files.items():
                 if name.split("/", 1)[0] in {engine_tag(i) for i in range(len(self.engines))}:
-                    verify_file(directory / name, record)
+                    verify_file(entry_path(directory, name), record)
         for index, engine in enumerate(self.engines):
             path, _ = engine.load_checkpoint(str(directory), engine_tag(index), **kwargs)
             if path is None:

@@ -50,15 +50,16 @@ from accelerate.checkpointing.durable_io import (  # noqa: F401 - re-exported: t
     write_bytes,
     write_file,
 )
-from accelerate.checkpointing.errors import CheckpointError
+from accelerate.checkpointing.entry_names import INNER_STAGING, check_entry_name, entry_path, own_folder
+from accelerate.checkpointing.errors import CheckpointError, UntrustedCheckpointError
 
 MANIFEST_FORMAT = "accelerate-checkpoint"
 MANIFEST_VERSION = 1
 STAGING_SUFFIX = ".tmp-accelerate"
 OLD_SUFFIX = ".old-accelerate"
 TRASH_SUFFIX = ".trash-accelerate"
-# Inside an existing target folder: the checkpoint being built, then being moved in.
-INNER_STAGING = ".accelerate-staging"
+# Inside an existing target folder, the checkpoint being built, then being moved in, is INNER_STAGING
+# (imported above: entry_names keeps manifests from naming it).
 _PARTIAL_MANIFEST = f"{MANIFEST_NAME}.partial"
 
 
@@ -88,6 +89,9 @@ class Manifest:
     library_version: str = field(default_factory=_library_version)
     created: float = field(default_factory=time.time)
     extra: dict[str, Any] = field(default_factory=dict)
+    # False for a manifest from before the self-checksum (an older accelerate): still good for reading
+    # and verifying files, never trusted to say which files a save may delete. Not serialised.
+    signed: bool = field(default=True, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         body = {
@@ -129,6 +133,7 @@ class Manifest:
                 library_version=str(data.get("library_version", "unknown")),
                 created=float(data.get("created", 0.0)),
                 extra=dict(data.get("extra") or {}),
+                signed="manifest_checksum" in data,
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CheckpointError(f"{source} is malformed: {exc!r}") from exc
@@ -139,6 +144,7 @@ def _check_entries(files: Any, source: str) -> None:
     if not isinstance(files, dict):
         return  # reported as malformed below
     for name, entry in files.items():
+        check_entry_name(name, source=source)
         algorithm = entry.get("algorithm", "crc32") if isinstance(entry, dict) else "crc32"
         if algorithm not in SUPPORTED_ALGORITHMS:
             raise CheckpointError(
@@ -175,11 +181,28 @@ def _manifest_at(path: Path) -> Manifest | None:
 
 
 def pending_manifest(directory: str | os.PathLike[str]) -> Manifest | None:
-    """The manifest of a commit into an existing folder whose files are still being moved in."""
+    """The manifest of a commit into an existing folder whose files are still being moved in.
+
+    Raises:
+        UntrustedCheckpointError: the staging area is a link, or its manifest lists a name outside
+            the folder or has no self-checksum (every accelerate that stages inside a folder writes one).
+    """
+    staging = Path(directory) / INNER_STAGING
+    if not own_folder(staging, what="a checkpoint's staging area"):
+        return None
     try:
-        return _manifest_at(Path(directory) / INNER_STAGING / MANIFEST_NAME)
+        manifest = _manifest_at(entry_path(staging, MANIFEST_NAME, bookkeeping=True))
+    except UntrustedCheckpointError:
+        raise
     except CheckpointError:
         return None  # only ever renamed into place whole, so an unreadable one was never committed
+    if manifest is not None and not manifest.signed:
+        raise UntrustedCheckpointError(
+            f"{staging / MANIFEST_NAME} is a pending commit without the manifest's own checksum, which every "
+            "accelerate that commits this way writes: it was not written by accelerate, so none of its files "
+            "are moved or deleted. Remove that staging folder if you did not put it there."
+        )
+    return manifest
 
 
 def checkpoint_folder(directory: str | os.PathLike[str]) -> Path:
@@ -210,16 +233,18 @@ def read_manifest(directory: str | os.PathLike[str]) -> Manifest | None:
     pending = pending_manifest(folder)
     if pending is not None:
         return pending
-    return _manifest_at(folder / MANIFEST_NAME)
+    return _manifest_at(entry_path(folder, MANIFEST_NAME, bookkeeping=True))
 
 
 def checkpoint_file(directory: str | os.PathLike[str], name: str) -> Path:
     """Where a checkpoint's file ``name`` is now (the staging folder while a commit moves files in)."""
     folder = checkpoint_folder(directory)
-    staged = folder / INNER_STAGING / name
-    if (folder / INNER_STAGING / MANIFEST_NAME).is_file() and staged.is_file():
-        return staged
-    return folder / name
+    staging = folder / INNER_STAGING
+    if own_folder(staging, what="a checkpoint's staging area") and (staging / MANIFEST_NAME).is_file():
+        staged = entry_path(staging, name)
+        if staged.is_file():
+            return staged
+    return entry_path(folder, name)
 
 
 def is_committed(directory: str | os.PathLike[str]) -> bool:
@@ -255,7 +280,13 @@ def sibling(target: Path, suffix: str) -> Path:
 
 
 def remove_tree(path: Path) -> None:
-    """Removes a folder so that a crash midway never leaves it half-deleted under its real name."""
+    """Removes a folder so that a crash midway never leaves it half-deleted under its real name.
+
+    A symbolic link is removed as a link: what it points to is never touched.
+    """
+    if path.is_symlink():
+        path.unlink()
+        return
     if not path.exists():
         return
     trash = sibling(path, TRASH_SUFFIX) if not path.name.endswith(TRASH_SUFFIX) else path
@@ -291,20 +322,28 @@ def finish_pending_commit(target: Path) -> bool:
         return False
     try:
         old = _manifest_at(target / MANIFEST_NAME)
+    except UntrustedCheckpointError:
+        raise
     except CheckpointError:
         old = None
-    for name in new.files:
-        if (staging / name).is_file():
+    # Every path is resolved (and refused through a link) before the first file moves.
+    moves = [(entry_path(staging, name), entry_path(target, name)) for name in new.files]
+    # An older manifest without its own checksum cannot vouch that its files are the checkpoint's:
+    # they are left in place (at worst, stale files of an older checkpoint stay behind).
+    stale = sorted(set(old.files) - set(new.files)) if old is not None and old.signed else []
+    removals = [entry_path(target, name) for name in stale]
+    for source, destination in moves:
+        if source.is_file():
             # Names may have folders (a sharded model's pytorch_model_fsdp_0/__0_0.distcp).
-            (target / name).parent.mkdir(parents=True, exist_ok=True)
-            os.replace(staging / name, target / name)
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(source, destination)
     fsync_dir(target)
     # The manifest goes last: from here on the folder is complete without the staging folder.
     os.replace(staging / MANIFEST_NAME, target / MANIFEST_NAME)
     fsync_dir(target)
-    if old is not None:
-        for name in set(old.files) - set(new.files):  # the previous checkpoint's, no one else's
-            (target / name).unlink(missing_ok=True)
+    for path in removals:  # the previous checkpoint's, no one else's
+        if not path.is_symlink() and path.is_file():
+            path.unlink()
     shutil.rmtree(staging, ignore_errors=True)
     return True
 
@@ -349,7 +388,7 @@ class AtomicCheckpoint:
         if self.target.is_dir():
             finish_pending_commit(self.target)
         for leftover in (sibling(self.target, STAGING_SUFFIX), self.target / INNER_STAGING):
-            if leftover.is_dir():
+            if own_folder(leftover, what="a leftover staging folder"):
                 shutil.rmtree(leftover)
         # An existing folder (perhaps a mount point, or the working directory) is never renamed: the
         # checkpoint is staged inside it, on its own filesystem, and moved in after the commit point.

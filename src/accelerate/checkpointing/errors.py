@@ -20,3 +20,9 @@ class DiskFullError(CheckpointError):
         super().__init__(message)
         self.path = path
         self.code = code
+
+
+class UntrustedCheckpointError(CheckpointError):
+    """A checkpoint folder asks for something accelerate never does on its own: a manifest entry that
+    leads outside the folder (``..``, an absolute path, a symbolic link), or a pending commit that no
+    version of accelerate wrote. Nothing was read, moved or deleted when it is raised."""

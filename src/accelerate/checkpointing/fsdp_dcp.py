@@ -23,6 +23,7 @@ from torch import nn
 
 from accelerate.checkpointing.atomic import ChecksumSink, FileRecord, verify_file
 from accelerate.checkpointing.durable_io import DiskFullError, disk_full_error, file_record, file_record_soon
+from accelerate.checkpointing.entry_names import entry_path
 from accelerate.checkpointing.errors import CheckpointError
 from accelerate.checkpointing.fsdp import check_shapes, global_shapes, raw_optimizer
 
@@ -142,7 +143,7 @@ def verify_folder(
     if f"{folder_name}/{METADATA_NAME}" not in names:
         raise CheckpointError(f"{folder} has no {METADATA_NAME} listed in the manifest")
     for name in names[rank::world_size]:
-        verify_file(folder / name.split("/", 1)[1], records[name])
+        verify_file(entry_path(folder, name.split("/", 1)[1]), records[name])
 
 
 def _saved_shapes(folder: Path, key: str) -> tuple[Any, dict[str, torch.Size]]:

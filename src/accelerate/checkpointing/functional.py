@@ -23,6 +23,7 @@ from torch import nn
 
 from accelerate.checkpointing.atomic import AtomicCheckpoint, FileRecord, read_manifest, save_torch
 from accelerate.checkpointing.durable_io import fsync_dir
+from accelerate.checkpointing.entry_names import entry_path
 from accelerate.checkpointing.training_state import custom_name, save_training_state
 from accelerate.checkpointing.training_state_load import _open_folder, _Reader, load_training_state
 
@@ -175,7 +176,7 @@ def _add_to_committed(folder: Path, name: str, obj_state: Any) -> None:
         records: dict[str, FileRecord] = dict(manifest.files)
         for existing in records:
             if existing != name:
-                _link_or_copy(folder / existing, staging / existing)
+                _link_or_copy(entry_path(folder, existing), entry_path(staging, existing))
         records[name] = save_torch(obj_state, staging / name)
         ckpt.update(records)
         ckpt.commit(step=manifest.step, world_size=manifest.world_size, extra=manifest.extra)

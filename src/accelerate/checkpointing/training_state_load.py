@@ -96,6 +96,13 @@ class _Reader:
         self.manifest: Manifest | None = read_manifest(directory)
         if self.manifest is None:
             self._check_unverified()
+        elif not self.manifest.signed:
+            logger.warning(
+                "Checkpoint %s has a manifest from an older accelerate (without its own checksum): its files "
+                "are verified against it and loaded, but a save into this folder will not delete any file it "
+                "lists (save to a new folder to get a fully trusted checkpoint)",
+                directory,
+            )
 
     def _check_unverified(self) -> None:
         if not looks_like_checkpoint(self.directory):
