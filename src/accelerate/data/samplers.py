@@ -207,7 +207,10 @@ class BatchSamplerShard(Sampler[list[Any]]):
                 "number of batches), but this one has no __len__. Give it a __len__, or pass "
                 "DataLoaderConfiguration(even_batches=False) (processes may then get one batch fewer)."
             )
-        # Set by the prepared loader for one iteration: underlying batches to pass over (resume).
+        # Underlying batches to pass over (resume), read by every __iter__. The prepared loader
+        # sets it while it builds one iteration's DataLoader iterator and clears it after: torch's
+        # multi-worker iterator calls iter() on the batch sampler twice (in __init__ and in
+        # _reset) and keeps the second, so a value consumed by the first call would be lost.
         self.skip_base_batches = 0
         # Samples duplicated into the last round of the latest epoch; the same on every process.
         self.last_round_duplicates = 0
@@ -266,7 +269,7 @@ class BatchSamplerShard(Sampler[list[Any]]):
 
     # --- iteration -----------------------------------------------------------------------------
     def __iter__(self) -> Iterator[list[Any]]:
-        skip, self.skip_base_batches = self.skip_base_batches, 0
+        skip = self.skip_base_batches
         self.last_round_duplicates = 0
         if self.split_batches:
             return self._iter_split(skip)
