@@ -33,24 +33,28 @@ def _expect_exact(rank: int, label: str, done: list[Any], tail: list[Any], expec
     assert not wrong, f"rank {rank} ({label}): batches {wrong} of {len(expected)} differ after resuming"
 
 
-def _prepared(length: int, batch_size: int, seed: int) -> tuple[Any, Any]:
+def _prepared(length: int, batch_size: int, seed: int, sampler: str) -> tuple[Any, Any]:
     from accelerate import Accelerator
     from accelerate.state import PartialState
+    from accelerate.utils import DataLoaderConfiguration
 
-    accelerator = Accelerator()
+    # "torch": the default (PyTorch's order); "seedable": the (seed, epoch) permutation.
+    accelerator = Accelerator(
+        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=sampler == "seedable")
+    )
     torch.manual_seed(seed + PartialState().process_index)  # unsynchronised on purpose
     loader = accelerator.prepare(DataLoader(IndexDataset(length), batch_size=batch_size, shuffle=True))
     return accelerator, loader
 
 
-def interrupted_on_rank(length: int, batch_size: int, ckpt: str) -> dict[str, Any]:
+def interrupted_on_rank(length: int, batch_size: int, sampler: str, ckpt: str) -> dict[str, Any]:
     """The uninterrupted run's batches, then a second run stopped and saved mid-epoch."""
     from accelerate.state import reset_state
 
-    _, loader = _prepared(length, batch_size, seed=100)
+    _, loader = _prepared(length, batch_size, 100, sampler)
     reference = [[flat(b) for b in loader] for _ in range(EPOCHS)]
     reset_state()
-    accelerator, loader = _prepared(length, batch_size, seed=100)
+    accelerator, loader = _prepared(length, batch_size, 100, sampler)
     done: list[list[int]] = []
     for epoch in range(STOP_EPOCH + 1):
         for step, batch in enumerate(loader):
@@ -62,13 +66,19 @@ def interrupted_on_rank(length: int, batch_size: int, ckpt: str) -> dict[str, An
 
 
 def resumed_on_rank(
-    length: int, batch_size: int, how: str, ckpt: str, states: list[dict[str, Any]], rngs: list[torch.Tensor]
+    length: int,
+    batch_size: int,
+    sampler: str,
+    how: str,
+    ckpt: str,
+    states: list[dict[str, Any]],
+    rngs: list[torch.Tensor],
 ) -> list[list[int]]:
     """A fresh run (another seed) restored from the interrupted one, iterated to the last epoch."""
     from accelerate.state import PartialState
 
     rank = PartialState().process_index
-    accelerator, loader = _prepared(length, batch_size, seed=999)
+    accelerator, loader = _prepared(length, batch_size, 999, sampler)
     if how == "state_dict":
         loader.load_state_dict(states[rank])
         torch.set_rng_state(rngs[rank])  # what load_state does with random_states_{rank}.pkl
@@ -86,17 +96,19 @@ def resumed_on_rank(
 
 
 @pytest.mark.parametrize("how", ["state_dict", "save_state", "skip_first_batches"])
-@pytest.mark.parametrize("length, batch_size", [(32, 2), (37, 3)])
+@pytest.mark.parametrize(
+    ("sampler", "length", "batch_size"), [("torch", 32, 2), ("torch", 37, 3), ("seedable", 37, 3)]
+)
 def test_resume_across_an_epoch_boundary_on_two_processes_is_exact(
-    pool2: WorkerPool, tmp_path: Any, how: str, length: int, batch_size: int
+    pool2: WorkerPool, tmp_path: Any, how: str, sampler: str, length: int, batch_size: int
 ) -> None:
     ckpt = str(tmp_path / "ckpt")
-    first = pool2.run(interrupted_on_rank, length, batch_size, ckpt)
+    first = pool2.run(interrupted_on_rank, length, batch_size, sampler, ckpt)
     states, rngs = [r["state"] for r in first], [r["rng"] for r in first]
-    rest = pool2.run(resumed_on_rank, length, batch_size, how, ckpt, states, rngs)
+    rest = pool2.run(resumed_on_rank, length, batch_size, sampler, how, ckpt, states, rngs)
     for rank, (run, tail) in enumerate(zip(first, rest)):
         expected = [b for epoch in run["reference"] for b in epoch]
-        _expect_exact(rank, how, run["done"], tail, expected)
+        _expect_exact(rank, f"{sampler}, {how}", run["done"], tail, expected)
 
 
 def _worker_loader(rank: int, persistent: bool) -> Any:
