@@ -96,6 +96,32 @@ def test_seedable_sampler_depends_only_on_seed_and_epoch():
     assert sorted(list(more)[:10]) == sorted(list(range(5)) * 2)
 
 
+def _upstream_order(seed: int, epoch: int, size: int) -> list[int]:
+    """Upstream's rule for epoch ``epoch``: a generator seeded with seed + epoch, one randperm."""
+    generator = torch.Generator()
+    generator.manual_seed(seed + epoch)
+    return torch.randperm(size, generator=generator).tolist()
+
+
+def test_seedable_sampler_shuffles_as_upstream_seed_plus_epoch():
+    sampler = SeedableRandomSampler(range(37), data_seed=1234)
+    for epoch in range(3):
+        sampler.set_epoch(epoch)
+        assert list(sampler) == _upstream_order(1234, epoch, 37), epoch
+    # Through a prepared loader (data_seed turns the seedable sampler on): three epochs in a row.
+    loader = prepare_data_loader(
+        index_loader(37, 5, shuffle=True), num_processes=1, process_index=0, data_seed=1234
+    )
+    for epoch in range(3):
+        assert [x for b in loader for x in flat(b)] == _upstream_order(1234, epoch, 37), epoch
+    # A user generator only chooses the seed, and comes back unchanged.
+    generator = torch.Generator().manual_seed(5)
+    state = generator.get_state()
+    seeded = SeedableRandomSampler(range(9), generator=generator)
+    seeded.set_epoch(2)
+    assert list(seeded) == _upstream_order(5, 2, 9) and torch.equal(generator.get_state(), state)
+
+
 @pytest.mark.parametrize(("split", "even", "drop_last"), list(itertools.product([False, True], repeat=3)))
 def test_iterable_shard_matches_map_rules(split, even, drop_last):
     length, bs, n = 23, 6, 2

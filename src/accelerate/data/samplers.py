@@ -14,17 +14,17 @@ from typing import Any
 import torch
 from torch.utils.data import BatchSampler, RandomSampler, Sampler
 
-# Odd 64-bit constant (golden ratio): spreads consecutive epochs over the seed space so that
-# (seed, epoch + 1) and (seed + 1, epoch) do not give the same permutation.
-_EPOCH_STRIDE = 0x9E3779B97F4A7C15
-_SEED_MOD = 2**63
-
 
 class SeedableRandomSampler(RandomSampler):
     """A `RandomSampler` whose order depends only on ``(initial_seed, epoch)``.
 
     Every process (and a process restarted from a checkpoint) that knows the seed and the epoch
     draws the same permutation, so shuffling needs no generator state to be saved or broadcast.
+
+    Epoch ``e`` is shuffled exactly as upstream's sampler does it: a generator seeded with
+    ``initial_seed + e`` draws what `RandomSampler` draws with it (``torch.randperm(len)`` for a
+    plain shuffle), so a run moved from upstream with the same seed sees the same order in every
+    epoch. (Consequently seed ``s`` at epoch ``e + 1`` repeats seed ``s + 1`` at epoch ``e``.)
 
     Args:
         data_source: the dataset (anything with ``len``).
@@ -63,22 +63,22 @@ class SeedableRandomSampler(RandomSampler):
 
     def _epoch_generator(self) -> torch.Generator:
         generator = torch.Generator()
-        generator.manual_seed((self.initial_seed + self.epoch * _EPOCH_STRIDE) % _SEED_MOD)
+        generator.manual_seed(self.initial_seed + self.epoch)  # upstream's rule, to share its orders
         return generator
 
     def __iter__(self) -> Iterator[int]:
-        size = len(self.data_source)
-        generator = self._epoch_generator()
-        if size == 0:
-            return
-        if self.replacement:
-            yield from torch.randint(size, (self.num_samples,), generator=generator).tolist()
-            return
-        full, rest = divmod(self.num_samples, size)
-        for _ in range(full):
-            yield from torch.randperm(size, generator=generator).tolist()
-        if rest:
-            yield from torch.randperm(size, generator=generator)[:rest].tolist()
+        if len(self.data_source) == 0:
+            return iter(())  # RandomSampler would divide by the size
+        # RandomSampler's own draws (randperm per pass, randint in its chunks with replacement)
+        # with this epoch's generator: the same numbers upstream's sampler gets. The user's
+        # generator is put back at once (it only chose the seed), and the epoch is read here,
+        # when the iteration is created, so a later set_epoch cannot change a running epoch.
+        own, self.generator = self.generator, self._epoch_generator()
+        try:
+            order = list(super().__iter__())
+        finally:
+            self.generator = own
+        return iter(order)
 
 
 class TorchOrderRandomSampler(RandomSampler):
@@ -207,7 +207,10 @@ class BatchSamplerShard(Sampler[list[Any]]):
                 "number of batches), but this one has no __len__. Give it a __len__, or pass "
                 "DataLoaderConfiguration(even_batches=False) (processes may then get one batch fewer)."
             )
-        # Set by the prepared loader for one iteration: underlying batches to pass over (resume).
+        # Underlying batches to pass over (resume), read by every __iter__. The prepared loader
+        # sets it while it builds one iteration's DataLoader iterator and clears it after: torch's
+        # multi-worker iterator calls iter() on the batch sampler twice (in __init__ and in
+        # _reset) and keeps the second, so a value consumed by the first call would be lost.
         self.skip_base_batches = 0
         # Samples duplicated into the last round of the latest epoch; the same on every process.
         self.last_round_duplicates = 0
@@ -266,7 +269,7 @@ class BatchSamplerShard(Sampler[list[Any]]):
 
     # --- iteration -----------------------------------------------------------------------------
     def __iter__(self) -> Iterator[list[Any]]:
-        skip, self.skip_base_batches = self.skip_base_batches, 0
+        skip = self.skip_base_batches
         self.last_round_duplicates = 0
         if self.split_batches:
             return self._iter_split(skip)

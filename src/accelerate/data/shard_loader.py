@@ -146,8 +146,14 @@ class DataLoaderShard(PreparedLoaderMixin, DataLoader):
             loader_skip = 0  # skipped as index lists, before any sample is loaded
         self.begin()
         try:
-            with preserve_global_rng(restoring and start.batches > 0):
-                iterator = super().__iter__()
+            try:
+                with preserve_global_rng(restoring and start.batches > 0):
+                    iterator = super().__iter__()
+            finally:
+                # Every iter() torch makes on the batch sampler is made while building the
+                # iterator (persistent workers' _reset included): later epochs start at 0.
+                if isinstance(self.batch_sampler, BatchSamplerShard):
+                    self.batch_sampler.skip_base_batches = 0
             for _ in range(loader_skip):
                 if next(iterator, _END) is _END:
                     raise ValueError(
