@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 TORCH := torch==2.13.0
 
-.PHONY: venv install install-test demo test lint bench clean test-xla
+.PHONY: venv install install-test demo test lint bench clean test-xla gpu-check
 
 $(VENV)/.torch:
 	$(PYTHON) -m venv $(VENV)
@@ -65,6 +65,15 @@ test-xla: $(XLA_VENV)/.installed
 
 bench: $(VENV)/.installed
 	$(PY) bench/run_all.py
+
+# One call on a lent GPU machine: the CUDA test areas and the GPU benchmark (ours vs the installed
+# upstream accelerate), one summary table. Uses the machine's own python (no venv is made or used);
+# GPU_CHECK_DRY=1 prints the plan and the exact commands instead. See bench/gpu/check.py.
+GPU_PY ?= python3
+GPU_CHECK_OUT ?= gpu-check-out
+
+gpu-check:
+	$(GPU_PY) bench/gpu/check.py --out $(GPU_CHECK_OUT)
 
 clean:
 	rm -rf $(VENV) $(XLA_VENV) build dist src/*.egg-info

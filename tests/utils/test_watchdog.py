@@ -160,6 +160,24 @@ def test_the_flight_recorder_is_only_read_when_torch_keeps_one(monkeypatch: pyte
     assert flight_recorder_lines() == []
 
 
+def test_the_flight_recorder_reads_nccls_own_recorder_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    # CUDA builds keep NCCL collectives in ProcessGroupNCCL's own recorder, not in the generic one.
+    import torch._C._distributed_c10d as c10d
+
+    def dump(entries: list[dict[str, Any]]) -> Any:
+        return lambda *args: json.dumps({"entries": entries})
+
+    gloo = {"collective_seq_id": 1, "profiling_name": "gloo:broadcast", "time_created_ns": 1, "retired": True}
+    nccl = {"collective_seq_id": 7, "profiling_name": "nccl:all_reduce", "time_created_ns": 2, "state": "started",
+            "input_sizes": [[4]], "output_sizes": [[4]]}  # fmt: skip
+    monkeypatch.setenv("TORCH_FR_BUFFER_SIZE", "10")
+    monkeypatch.setattr(c10d, "_dump_fr_trace_json", dump([gloo]), raising=False)
+    monkeypatch.setattr(c10d, "_dump_nccl_trace_json", dump([nccl]), raising=False)
+    lines = flight_recorder_lines()
+    assert len(lines) == 2 and lines[0].startswith("#1 gloo:broadcast")
+    assert lines[1] == "#7 nccl:all_reduce in [[4]] out [[4]]: started"
+
+
 def test_shapes_of_nested_structures() -> None:
     data = {"a": [torch.zeros(2, 2), (torch.ones(3, dtype=torch.bfloat16),)], "b": "text"}
     assert rank_report.describe_shapes(data) == ["(2, 2):float32", "(3,):bfloat16"]

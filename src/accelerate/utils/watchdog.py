@@ -118,11 +118,21 @@ def flight_recorder_lines(last: int = 5) -> list[str]:
         return []
     try:
         import torch._C._distributed_c10d as c10d
-
-        dump = getattr(c10d, "_dump_fr_trace_json")  # noqa: B009 - private, absent from the stubs
-        entries = json.loads(dump(True, False)).get("entries", [])
-    except Exception:  # noqa: BLE001 - absent or changed in this torch: the report goes on without it
+    except Exception:  # noqa: BLE001 - a torch without distributed: no recorder
         return []
+    # Two recorders: the generic one (gloo) and ProcessGroupNCCL's own, where NCCL collectives go;
+    # the NCCL one exists only in CUDA builds of torch.
+    entries: list[dict[str, Any]] = []
+    for name in ("_dump_fr_trace_json", "_dump_nccl_trace_json"):
+        dump = getattr(c10d, name, None)
+        if dump is None:
+            continue
+        try:
+            found = json.loads(dump(True, False)).get("entries", [])
+        except Exception:  # noqa: BLE001 - changed in this torch: the report goes on without it
+            continue
+        entries += [e for e in found if isinstance(e, dict)] if isinstance(found, list) else []
+    entries.sort(key=lambda e: e.get("time_created_ns") or 0)
     lines = []
     for entry in entries[-last:]:
         state = "completed" if entry.get("retired") else entry.get("state", "?")
