@@ -182,3 +182,32 @@ def test_sub_folders_entries_are_made_durable_before_the_commit_point(
     commit = next(i for i, e in enumerate(events) if e.startswith("replace") and MANIFEST_NAME in e)
     assert synced and events.index(synced[0]) < commit
     verify_checkpoint(target)
+
+
+@pytest.mark.parametrize("length", [241, 250, 255])
+def test_longest_valid_folder_names_save_load_and_save_again(tmp_path: Path, length: int) -> None:
+    """A helper folder's suffix must not push a valid 241-255-byte name past the 255-byte limit."""
+    from accelerate import Accelerator
+
+    folder = tmp_path / ("é" * 5 + "x" * (length - 10))  # two-byte characters at the head: cut whole
+    assert len(str(folder.name).encode()) == length
+    accelerator = Accelerator(cpu=True)
+    model = accelerator.prepare(torch.nn.Linear(2, 2))
+    accelerator.save_state(str(folder))
+    with torch.no_grad():
+        model.weight.add_(1)
+    accelerator.save_state(str(folder))  # into the existing folder
+    saved = model.weight.detach().clone()
+    with torch.no_grad():
+        model.weight.zero_()
+    accelerator.load_state(str(folder))
+    assert torch.equal(model.weight, saved)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [folder.name]
+    accelerator.save({"w": saved}, str(tmp_path / ("f" * length)))
+    assert torch.equal(torch.load(tmp_path / ("f" * length))["w"], saved)
+
+
+def test_two_long_names_sharing_a_head_get_different_helpers(tmp_path: Path) -> None:
+    a, b = tmp_path / ("x" * 250 + "a"), tmp_path / ("x" * 250 + "b")
+    assert sibling(a, OLD_SUFFIX) != sibling(b, OLD_SUFFIX)
+    assert len(sibling(a, OLD_SUFFIX).name.encode()) <= 255

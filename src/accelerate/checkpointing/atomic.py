@@ -274,9 +274,31 @@ def verify_checkpoint(directory: str | os.PathLike[str]) -> Manifest:
 
 
 # --- folders --------------------------------------------------------------------------------------
+# Most filesystems refuse a file name over 255 bytes (ENAMETOOLONG).
+_NAME_MAX = 255
+
+
 def sibling(target: Path, suffix: str) -> Path:
     """A hidden name next to ``target``; deterministic so every rank derives the same one."""
-    return target.parent / f".{target.name}{suffix}"
+    return target.parent / helper_name(target.name, prefix=".", suffix=suffix)
+
+
+def helper_name(name: str, *, prefix: str, suffix: str) -> str:
+    """``prefix + name + suffix`` when it fits in a file name, else a shortened name that does.
+
+    A valid 241-255-byte ``name`` would overflow once a helper's suffix is added: its head is then
+    kept and the rest replaced by a hash of the whole name, so two long names never share a helper.
+    """
+    whole = f"{prefix}{name}{suffix}"
+    if len(os.fsencode(whole)) <= _NAME_MAX:
+        return whole
+    import hashlib
+
+    raw = os.fsencode(name)
+    digest = hashlib.sha256(raw).hexdigest()[:16]
+    room = _NAME_MAX - len(os.fsencode(f"{prefix}-{digest}{suffix}"))
+    head = raw[:room].decode("utf-8", errors="ignore")  # never split a character
+    return f"{prefix}{head}-{digest}{suffix}"
 
 
 def remove_tree(path: Path) -> None:

@@ -21,6 +21,7 @@ from typing import IO, Any, cast
 import numpy
 import torch
 
+from accelerate.checkpointing.atomic import helper_name
 from accelerate.checkpointing.durable_io import fsync_dir, write_file
 from accelerate.checkpointing.model_files import (
     ALIASES_KEY,
@@ -100,7 +101,8 @@ def save_object(obj: Any, f: str | os.PathLike[str] | IO[bytes], *, safe_seriali
     if target.is_dir():
         raise IsADirectoryError(f"save: {target} is a folder; pass a file path (e.g. {target / 'model.pt'})")
     # write_weights_file picks the format by suffix: the temporary name keeps the one it needs.
-    partial = target.with_name(f".partial-{target.name}{'.safetensors' if prepared is not None else ''}")
+    extension = ".safetensors" if prepared is not None else ""
+    partial = target.with_name(helper_name(target.name, prefix=".partial-", suffix=extension))
     try:
         if prepared is not None:
             write_weights_file(partial, prepared, checksum=False)

@@ -14,12 +14,18 @@ import contextlib
 import json
 import os
 import runpy
+import signal
 import sys
+import threading
 import time
 import traceback
 from types import TracebackType
 
 ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
+# How often the watch looks at the parent: well inside the 2 s in which an orphan must be gone.
+_PARENT_POLL_S = 0.2
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+_PDEATH_OFFSET = 5  # SIGRTMIN + 5: a real-time signal nothing else here uses
 
 
 def _user_traceback(exc: BaseException) -> str:
@@ -57,6 +63,66 @@ def write_error_file(exc: BaseException, text: str, exit_code: int = 1) -> None:
         print(f"accelerate: could not write the error file {path}: {err}", file=sys.stderr)
 
 
+def _launcher_gone(launcher: int) -> None:
+    """Ends this process at once, saying why: a worker whose launcher died would train on unseen."""
+    rank = os.environ.get("RANK", "?")
+    try:
+        os.write(
+            2,
+            f"accelerate: the launcher (pid {launcher}) is gone, so rank {rank} (pid {os.getpid()}) stops "
+            "here instead of training on orphaned\n".encode(),
+        )
+    finally:
+        os._exit(1)
+
+
+def watch_the_launcher() -> None:
+    """Makes this process end within 2 s of its launcher's death (SIGKILL included), with a line why.
+
+    Everywhere, a daemon thread polls the parent's pid (a blocked collective releases the GIL, so it
+    runs). On Linux the kernel also signals the parent's death (``PR_SET_PDEATHSIG``), which wakes a
+    blocking system call at once. That signal is a real-time one of its own, not SIGTERM: the kernel
+    sends it when the parent *thread* that started this process ends, which happens first when the
+    launcher dies but also while it lives on, and torch's agent stops a group with SIGTERM; its
+    handler therefore acts only once the parent process is really gone.
+    """
+    launcher = os.getppid()
+    if launcher <= 1:
+        return  # started by init (or a container's pid 1): there is no launcher to outlive
+    if sys.platform.startswith("linux"):
+        _set_parent_death_signal(launcher)
+
+    def poll() -> None:
+        while os.getppid() == launcher:
+            time.sleep(_PARENT_POLL_S)
+        _launcher_gone(launcher)
+
+    threading.Thread(target=poll, name="accelerate-launcher-watch", daemon=True).start()
+
+
+def _set_parent_death_signal(launcher: int) -> None:
+    rtmin = getattr(signal, "SIGRTMIN", None)
+    if rtmin is None:
+        return
+    signum = int(rtmin) + _PDEATH_OFFSET
+    armed_in = os.getpid()  # a forked child (a DataLoader worker) inherits the handler, not the launcher
+
+    def on_parent_death(_signum: int, _frame: object) -> None:
+        if os.getpid() == armed_in and os.getppid() != launcher:
+            _launcher_gone(launcher)
+
+    try:
+        import ctypes
+
+        signal.signal(signum, on_parent_death)
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0)
+    except (OSError, AttributeError, ValueError):  # no prctl: the polling thread alone keeps the promise
+        return
+    if os.getppid() != launcher:  # died between reading the pid and arming the signal
+        _launcher_gone(launcher)
+
+
 def main(argv: list[str]) -> int:
     module = bool(argv) and argv[0] == "-m"
     if module:
@@ -65,6 +131,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m accelerate.launch.bootstrap [-m] SCRIPT_OR_MODULE [ARGS...]", file=sys.stderr)
         return 2
     target = argv[0]
+    watch_the_launcher()
     try:
         if module:
             sys.argv = [target, *argv[1:]]  # runpy replaces argv[0] with the module's file
