@@ -123,3 +123,38 @@ def test_dispatcher_failure_names_process_0(pool2: WorkerPool) -> None:
 
     for message in pool2.run(dispatch_failure_on_rank):
         assert message == "Reading the dispatched batch failed on rank 0 (rank 0: RuntimeError: disk on fire)"
+
+
+def save_state_with_a_full_disk_on_rank_0(directory: str) -> dict[str, Any]:
+    """Rank 0 may write only 20 kB per file (the disk "fills"); every rank must see DiskFullError."""
+    import resource
+
+    from accelerate import Accelerator
+    from accelerate.checkpointing.errors import DiskFullError
+    from accelerate.state import PartialState
+
+    accelerator = Accelerator(cpu=True)
+    accelerator.prepare(torch.nn.Linear(100, 100))
+    rank = PartialState().process_index
+    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if rank == 0:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, limits[1]))
+    try:
+        accelerator.save_state(directory)
+    except DiskFullError as exc:
+        return {"type": type(exc).__name__, "path": exc.path, "message": str(exc)}
+    except Exception as exc:  # noqa: BLE001 - the wrong type is what the test reports
+        return {"type": type(exc).__name__, "message": str(exc)}
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+    return {"type": None}
+
+
+def test_a_full_disk_on_one_rank_is_a_disk_full_error_on_every_rank(
+    tmp_path: Path, pool2: WorkerPool
+) -> None:
+    results = pool2.run(save_state_with_a_full_disk_on_rank_0, str(tmp_path / "ckpt"))
+    for result in results:
+        assert result["type"] == "DiskFullError", result
+        assert "rank 0: DiskFullError" in result["message"] and "model.safetensors" in result["path"]
+    assert not (tmp_path / "ckpt").exists()

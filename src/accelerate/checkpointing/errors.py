@@ -21,6 +21,15 @@ class DiskFullError(CheckpointError):
         self.path = path
         self.code = code
 
+    # The failure agreement raises this type on every rank when the ranks that failed all ran out of
+    # space, so `except DiskFullError` works the same with one process and with several.
+    def agreement_payload(self) -> dict[str, object]:
+        return {"path": self.path, "code": self.code}
+
+    @classmethod
+    def from_agreement(cls, message: str, payload: dict[str, object]) -> DiskFullError:
+        return cls(message, path=str(payload["path"]), code=int(str(payload["code"])))
+
 
 class UntrustedCheckpointError(CheckpointError):
     """A checkpoint folder asks for something accelerate never does on its own: a manifest entry that

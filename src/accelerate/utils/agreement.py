@@ -93,17 +93,52 @@ def agree_on_failure(
         if error is not None:
             raise error
         return [payload]
+    report = (_describe(error), _portable(error, error_type)) if error is not None else None
     gathered = _gather_objects(
-        current_communicator(), (_describe(error), None) if error is not None else (None, payload)
+        current_communicator(), (report, None) if report is not None else (None, payload)
     )
     failed = {rank: report for rank, (report, _) in enumerate(gathered) if report is not None}
     if failed:
         ranks = ", ".join(str(rank) for rank in failed)
-        details = "; ".join(f"rank {rank}: {report}" for rank, report in failed.items())
+        details = "; ".join(f"rank {rank}: {text}" for rank, (text, _) in failed.items())
         noun = "rank" if len(failed) == 1 else "ranks"
         message = f"{what} failed on {noun} {ranks} ({details})"
-        raise error_type(f"{message}; {note}" if note else message) from error
+        message = f"{message}; {note}" if note else message
+        raise _rebuilt(message, [kind for _, kind in failed.values()], error_type) from error
     return [item for _, item in gathered]
+
+
+def _portable(error: BaseException, error_type: type[Exception]) -> tuple[str, str, Any] | None:
+    """How another rank can raise the same kind of error: a subclass of ``error_type`` that says how.
+
+    An exception class opts in with ``agreement_payload()`` (picklable data) and a classmethod
+    ``from_agreement(message, payload)``; a rank whose disk filled then makes every rank raise
+    ``DiskFullError``, not only the generic ``error_type``.
+    """
+    cls = type(error)
+    if not isinstance(error, error_type) or not hasattr(cls, "from_agreement"):
+        return None
+    get = getattr(error, "agreement_payload", None)
+    return (cls.__module__, cls.__qualname__, get() if callable(get) else None)
+
+
+def _rebuilt(
+    message: str, kinds: list[tuple[str, str, Any] | None], error_type: type[Exception]
+) -> Exception:
+    """``error_type(message)``, or the failed ranks' own shared error class when they all agree on one."""
+    first = kinds[0]
+    if first is None or any(k is None or k[:2] != first[:2] for k in kinds):
+        return error_type(message)
+    import importlib
+
+    try:
+        cls = getattr(importlib.import_module(first[0]), first[1])
+    except (ImportError, AttributeError):
+        return error_type(message)
+    if not (isinstance(cls, type) and issubclass(cls, error_type)):
+        return error_type(message)
+    rebuilt: Exception = cls.from_agreement(message, first[2])
+    return rebuilt
 
 
 def agree_on_outcome(
