@@ -75,7 +75,10 @@ def main() -> None:
         train(args, args.batch_size, args.gradient_accumulation_steps)
         return
 
-    @find_executable_batch_size(starting_batch_size=args.target_batch_size)
+    # Halving, not the default 10% step: the micro-batch must divide the target batch.
+    @find_executable_batch_size(
+        starting_batch_size=args.target_batch_size, reduce_batch_size_fn=lambda size: size // 2
+    )
     def train_with_largest_batch(batch_size: int) -> None:
         if args.target_batch_size % batch_size:
             raise ValueError(

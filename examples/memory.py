@@ -2,7 +2,7 @@
 
 The decorated function takes the batch size as its first argument; the decorator calls it with
 ``starting_batch_size`` and, each time it raises an out-of-memory error, frees what it can and
-calls it again with half the size. Everything sized by the batch (dataloader, and here the
+calls it again with a size 10% smaller (``int(size * 0.9)``, as upstream). Everything sized by the batch (dataloader, and here the
 model and optimizer too) is built inside the function, so each retry starts clean.
 
 A CPU does not run out of memory on a toy model, so ``--max_fitting_batch`` pretends: a larger

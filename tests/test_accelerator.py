@@ -432,3 +432,26 @@ def test_dynamo_backend_no_leaves_the_model_uncompiled(monkeypatch: pytest.Monke
     monkeypatch.setenv("ACCELERATE_DYNAMO_BACKEND", "no")
     model = Accelerator().prepare(make_model())
     assert not isinstance(model, torch._dynamo.eval_frame.OptimizedModule)
+
+
+def _gather_with_graph() -> dict[str, object]:
+    accelerator = Accelerator()
+    rank = accelerator.process_index
+    model = accelerator.prepare(make_model())
+    logits = model(torch.full((2, 8), float(rank)))
+    assert logits.requires_grad
+    gathered = accelerator.gather(logits)
+    for_metrics = accelerator.gather_for_metrics({"logits": logits, "labels": torch.tensor([rank, rank])})
+    with torch.no_grad():
+        expected = torch.cat([model(torch.full((2, 8), float(r))) for r in range(2)])
+    return {
+        "same": torch.allclose(gathered, expected),
+        "metrics_same": torch.allclose(for_metrics["logits"], expected),
+        "labels": for_metrics["labels"].tolist(),
+        "requires_grad": gathered.requires_grad,
+    }
+
+
+def test_gather_of_outputs_that_carry_a_graph(pool2: WorkerPool) -> None:
+    for result in pool2.run(_gather_with_graph, timeout=60):
+        assert result == {"same": True, "metrics_same": True, "labels": [0, 0, 1, 1], "requires_grad": False}

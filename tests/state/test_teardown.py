@@ -51,9 +51,9 @@ def test_release_at_exit_holds_owners_weakly(registry: None) -> None:
     teardown.release_at_exit(gone, released.append)
     del gone
     gc.collect()
-    teardown._release_holders()
+    teardown.release_holders()
     assert released == [alive]
-    teardown._release_holders()  # each owner is released once
+    teardown.release_holders()  # each owner is released once
     assert released == [alive]
 
 

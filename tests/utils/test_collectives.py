@@ -282,3 +282,32 @@ def test_debug_mode_covers_wait_for_everyone(pool2: WorkerPool) -> None:
     assert r0 == "skipped"
     assert "`wait_for_everyone`" in r1 and "process(es) 0 did not reach it" in r1
     assert "process 0: has made no collective call through accelerate yet" in r1
+
+
+def _gather_tensors_that_require_grad() -> dict[str, object]:
+    rank = PartialState().process_index
+    weight = torch.full((2, 3), float(rank + 1), requires_grad=True)
+    embeddings = weight * 2  # a non-leaf with a graph, as a model's output
+    nested = {"emb": embeddings, "pair": Pair(weight.sum(), [weight[:1] + 1])}
+    out = gather(nested)
+    # The gathered tensor is new data (like upstream's): no graph to the other ranks' slices. A
+    # loss built on it still backpropagates through the local tensors it is combined with.
+    loss = (embeddings @ out["emb"].T).sum()
+    loss.backward()
+    return {
+        "emb": out["emb"].tolist(),
+        "scalar": out["pair"].x.tolist(),
+        "inner": out["pair"].y[0].tolist(),
+        "requires_grad": [out["emb"].requires_grad, out["pair"].x.requires_grad],
+        "grad": weight.grad.tolist() if weight.grad is not None else None,
+    }
+
+
+def test_gather_of_tensors_that_require_grad(pool2: WorkerPool) -> None:
+    for rank, result in enumerate(pool2.run(_gather_tensors_that_require_grad, timeout=60)):
+        assert result["emb"] == [[2.0] * 3] * 2 + [[4.0] * 3] * 2
+        assert result["scalar"] == [6.0, 12.0]
+        assert result["inner"] == [[2.0] * 3, [3.0] * 3]
+        assert result["requires_grad"] == [False, False]
+        # d/dW of sum(2W @ G.T) = 2 * (column sums of G, broadcast): 2 * (2+2+4+4) per entry.
+        assert result["grad"] == [[24.0] * 3] * 2, f"rank {rank}"

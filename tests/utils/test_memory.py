@@ -47,7 +47,7 @@ def test_other_errors_do_not(error: BaseException) -> None:
     assert not should_reduce_batch_size(error)
 
 
-def test_single_process_halves_until_it_fits() -> None:
+def test_single_process_shrinks_by_a_tenth_until_it_fits() -> None:
     tried: list[int] = []
 
     @find_executable_batch_size(starting_batch_size=128)
@@ -57,8 +57,9 @@ def test_single_process_halves_until_it_fits() -> None:
             torch.empty(10**14, dtype=torch.uint8)  # a genuine CPU allocation failure
         return batch_size * scale
 
-    assert train(3) == 48
-    assert tried == [128, 64, 32, 16]
+    assert train(3) == 57
+    # Upstream's rule: int(size * 0.9) after each out-of-memory error.
+    assert tried == [128, 115, 103, 92, 82, 73, 65, 58, 52, 46, 41, 36, 32, 28, 25, 22, 19]
 
 
 def test_single_process_custom_reduction_and_exhaustion() -> None:
@@ -69,9 +70,24 @@ def test_single_process_custom_reduction_and_exhaustion() -> None:
         tried.append(batch_size)
         raise MemoryError
 
-    with pytest.raises(RuntimeError, match="no batch size down to 1 fits"):
+    with pytest.raises(RuntimeError, match=r"No executable batch size found, reached zero\."):
         never_fits()
     assert tried == [10, 7, 4, 1]
+
+
+def test_upstreams_reduction_without_an_argument_is_accepted() -> None:
+    tried: list[int] = []
+    sizes = iter([5, 1])
+
+    @find_executable_batch_size(starting_batch_size=9, reduce_batch_size_fn=lambda: next(sizes))
+    def train(batch_size: int) -> int:
+        tried.append(batch_size)
+        if batch_size > 1:
+            raise MemoryError
+        return batch_size
+
+    assert train() == 1
+    assert tried == [9, 5, 1]
 
 
 def test_single_process_other_errors_propagate_unchanged() -> None:
@@ -113,7 +129,7 @@ def search_where_rank_1_fails_above_32(failure: str) -> dict[str, Any]:
 def test_every_rank_retries_when_one_runs_out_of_memory(pool2: WorkerPool, failure: str) -> None:
     results = pool2.run(search_where_rank_1_fails_above_32, failure)
     for result in results:
-        assert result == {"result": 64, "tried": [128, 64, 32]}
+        assert result == {"result": 64, "tried": [128, 115, 103, 92, 82, 73, 65, 58, 52, 46, 41, 36, 32]}
 
 
 def search_where_rank_0_breaks(kind: str) -> str:
@@ -141,3 +157,43 @@ def test_an_other_error_on_one_rank_is_raised_on_every_rank(pool2: WorkerPool) -
 def test_ranks_that_start_with_different_sizes_are_told(pool2: WorkerPool) -> None:
     for message in pool2.run(search_where_rank_0_breaks, "sizes"):
         assert "different batch sizes (rank 0: 128, rank 1: 64)" in message
+
+
+def search_with_collectives_where_rank_1_fails_above_32(step: str) -> dict[str, Any]:
+    """A training function that communicates; rank 1 runs out of memory above 32 before its collective.
+
+    Rank 0 meanwhile enters the collective (the gather, or DDP's gradient all-reduce) and waits there
+    for rank 1, as in a real run where one GPU has less free memory.
+    """
+    from accelerate import Accelerator
+
+    accelerator = Accelerator()
+    rank = accelerator.process_index
+    tried: list[int] = []
+
+    @find_executable_batch_size(starting_batch_size=40)
+    def train(batch_size: int) -> float:
+        tried.append(batch_size)
+        accelerator.free_memory()
+        model = accelerator.prepare(torch.nn.Linear(4, 1))
+        out = model(torch.ones(batch_size, 4))
+        if rank == 1 and batch_size > 32:
+            raise torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate {batch_size} GiB")
+        if step == "gather":
+            return float(accelerator.gather(out.detach()).shape[0])
+        accelerator.backward(out.sum())
+        return float(model.module.weight.grad.sum())
+
+    result = train()
+    # The group the search left behind works: one more collective, with every rank in it.
+    total = accelerator.reduce(torch.tensor([float(batch) for batch in tried[-1:]]), "sum")
+    return {"result": result, "tried": tried, "after": total.tolist()}
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("step", ["gather", "ddp"])
+def test_ranks_agree_when_one_runs_out_of_memory_beside_a_collective(pool2: WorkerPool, step: str) -> None:
+    results = pool2.run(search_with_collectives_where_rank_1_fails_above_32, step, timeout=90)
+    expected = 64.0 if step == "gather" else 32.0 * 4
+    for result in results:
+        assert result == {"result": expected, "tried": [40, 36, 32], "after": [64.0]}

@@ -206,3 +206,58 @@ def _report_ignored(request: GroupRequest) -> None:
             return
         _WARNED.add(message)
     warnings.warn(message, UserWarning, stacklevel=4)
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """What it takes to create the default group again: its settings and the store it met on."""
+
+    backend: str
+    rank: int
+    world_size: int
+    timeout: timedelta
+    store: Any
+
+
+def close_default_group() -> GroupSpec:
+    """Destroys the default group so that peers blocked in one of its collectives fail at once.
+
+    A collective a peer waits in only fails before the group's timeout when this process's side of
+    its connections closes, which happens when the C++ group is freed: so the wrappers accelerate
+    registered (DDP) drop their references and so does accelerate. A reference held elsewhere (a
+    wrapper the user built) keeps the connections open, and the peers' collective then fails at the
+    group's timeout instead. Returns what :func:`reopen_default_group` needs.
+    """
+    spec = GroupSpec(
+        backend=str(dist.get_backend()),
+        rank=dist.get_rank(),
+        world_size=dist.get_world_size(),
+        timeout=group_timeout(GroupRequest()),
+        store=dist.distributed_c10d._get_default_store(),
+    )
+    was_own = is_own_group()
+    teardown.release_holders()
+    dist.destroy_process_group()
+    if was_own:
+        release_unused_groups()  # frees it unless something else still holds it
+    return spec
+
+
+def reopen_default_group(spec: GroupSpec, prefix: str) -> None:
+    """Creates the default group again, meeting on ``spec.store`` under ``prefix`` (the same on every rank).
+
+    The new group is accelerate's (destroyed at exit) and has the old one's backend and timeout.
+    """
+    release_unused_groups()
+    dist.init_process_group(
+        backend=spec.backend,
+        store=dist.PrefixStore(prefix, spec.store),
+        rank=spec.rank,
+        world_size=spec.world_size,
+        timeout=spec.timeout,
+    )
+    global _OWN_REQUEST
+    with _LOCK:
+        _OWN_GROUPS.append(dist.group.WORLD)
+        _OWN_REQUEST = GroupRequest(backend=spec.backend, timeout=spec.timeout)
+    teardown.install_exit_handler(finish_own_groups)

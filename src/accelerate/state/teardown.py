@@ -91,7 +91,12 @@ def install_exit_handler(destroy_group: Callable[[], None]) -> None:
     atexit.register(_at_exit)
 
 
-def _release_holders() -> None:
+def release_holders() -> None:
+    """Calls every registered release now: the wrappers that held the group no longer do.
+
+    At exit, and when a batch-size search replaces a group a failed attempt left unusable
+    (:func:`accelerate.state.process_group.close_default_group`); the wrappers are unusable after.
+    """
     with _LOCK:
         releasers, _RELEASERS[:] = list(_RELEASERS), []
     for ref, release in releasers:
@@ -102,7 +107,7 @@ def _release_holders() -> None:
 
 
 def _finish_group() -> None:
-    _release_holders()
+    release_holders()
     if _destroy_group is not None:
         _run_reporting(_destroy_group, "destroying the process group")
 

@@ -163,6 +163,11 @@ def gather(tensor: Any) -> Any:
 
     Tensors must have the same shape on every process (use :func:`pad_across_processes` first
     for uneven ones). 0-d tensors become 1-d. Non-tensor leaves raise a TypeError naming them.
+
+    As upstream, the result has no autograd history (``requires_grad`` False) even when the inputs
+    have one: a loss built on it gets no gradient through the gathered copy, only through the local
+    tensors it is combined with. To backpropagate into every rank's slice (contrastive losses that
+    need it), gather with ``torch.distributed.nn.functional.all_gather`` instead.
     """
     check_tensor_leaves(tensor, "gather")  # before any communication, so every rank raises alike
     if _world() == 1:

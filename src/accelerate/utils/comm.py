@@ -56,7 +56,14 @@ class Communicator:
     # --- the primitives every collective in accelerate.utils is built on ----------------------
     # torch.distributed here; a backend with its own collectives (XLA) subclasses and overrides them.
     def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
-        """Every process's ``tensor`` (same shape everywhere) concatenated along dimension 0."""
+        """Every process's ``tensor`` (same shape everywhere) concatenated along dimension 0.
+
+        The result is new data with no autograd history, whether or not ``tensor`` requires grad.
+        """
+        # The collective writes into ``out`` in place, which autograd does not follow: gloo in
+        # torch 2.13 copies the input into views of ``out`` made under no_grad and raises when the
+        # input requires grad. Sending the detached tensor (a view: no copy) sends the same values.
+        tensor = tensor.detach()
         out = torch.empty(
             (self.world_size * tensor.shape[0], *tensor.shape[1:]), dtype=tensor.dtype, device=tensor.device
         )
