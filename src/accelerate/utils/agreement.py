@@ -137,8 +137,8 @@ def _rebuilt(
         return error_type(message)
     if not (isinstance(cls, type) and issubclass(cls, error_type)):
         return error_type(message)
-    rebuilt: Exception = cls.from_agreement(message, first[2])
-    return rebuilt
+    rebuilt = getattr(cls, "from_agreement")(message, first[2])  # noqa: B009 - checked by _portable
+    return rebuilt if isinstance(rebuilt, error_type) else error_type(message)
 
 
 def agree_on_outcome(
