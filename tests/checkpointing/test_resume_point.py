@@ -122,3 +122,20 @@ def test_ranks_that_see_different_checkpoints_refuse_together(pool2: WorkerPool,
     for result in pool2.run(resume_with_own_folders, str(tmp_path)):
         assert result["error"] is not None
         assert "rank 0: checkpoint_0; rank 1: none" in result["error"]
+
+
+def test_a_named_folder_loads_under_automatic_naming_as_upstream(tmp_path: Path) -> None:
+    """load_state(path) with automatic naming on loads that folder (it used to refuse the argument);
+    the next automatic save still goes past every existing checkpoint."""
+    accelerator, model, counter = _setup(tmp_path / "project")
+    for step in (1, 2):
+        counter.step = step
+        accelerator.save_state()
+    first = checkpoint_dir(tmp_path / "project", 0)
+    counter.step = 0
+    assert accelerator.load_state(str(first)) is not None
+    assert counter.step == 1  # the named folder, not the latest (checkpoint_1)
+    counter.step = 3
+    saved = accelerator.save_state()
+    assert Path(saved).name == "checkpoint_2"
+    assert accelerator.load_state(str(tmp_path / "missing"), missing_ok=True) is None

@@ -311,8 +311,13 @@ def load_state(
 
     _no_extra("load_state", kwargs)
     wait_for_async_save()  # the folder to load may be the one still being written
-    project = _project_dir(objects.project, input_dir, "load_state")
-    found = find_resume_checkpoint(project, input_dir, missing_ok=missing_ok)
+    if objects.project.automatic_checkpoint_naming and input_dir is not None:
+        # A folder named explicitly is loaded, as upstream does; the project still numbers the next save.
+        project = objects.project.project_dir
+        found = find_resume_checkpoint(None, input_dir, missing_ok=missing_ok)
+    else:
+        project = _project_dir(objects.project, input_dir, "load_state")
+        found = find_resume_checkpoint(project, input_dir, missing_ok=missing_ok)
     if found is None:
         return None
     source = found
