@@ -23,6 +23,7 @@ from accelerate.utils.agreement import agree_on_failure
 
 if TYPE_CHECKING:
     from accelerate.accelerator import Accelerator
+    from accelerate.checkpointing.project_lock import ProjectLock
     from accelerate.checkpointing.training_state import ProcessInfo
     from accelerate.utils.dataclasses import ProjectConfiguration
 
@@ -201,13 +202,62 @@ def save_state(
     """Writes every prepared object, the scaler, RNG states and registered objects, atomically.
 
     With ``async_save`` the state is copied to host memory and written by a background thread
-    (see async_save.py); the returned folder is committed later.
+    (see async_save.py); the returned folder is committed later. With automatic naming the project
+    folder is locked against other jobs for the whole save (see project_lock.py).
     """
+    _no_extra("save_state", kwargs)
+    wait_for_async_save()  # one snapshot in flight at most; its error surfaces here (and its lock is free)
+    lock = _lock_project(objects, output_dir)
+    try:
+        release = lock.release if async_save and lock is not None else None
+        outcome = _save_state(
+            objects, output_dir, safe_serialization=safe_serialization, async_save=async_save, release=release
+        )
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    if lock is not None and not async_save:
+        lock.release()
+    return outcome
+
+
+def _lock_project(objects: TrainingObjects, output_dir: str | None) -> ProjectLock | None:
+    """The project's save lock, taken by its writing process(es); every rank learns if it was refused."""
+    from accelerate.checkpointing.project import checkpoints_root
+    from accelerate.checkpointing.project_lock import ProjectBusyError, ProjectLock
+    from accelerate.checkpointing.training_state import writer_and_node
+    from accelerate.utils.agreement import agree_on_outcome
+
+    project = _project_dir(objects.project, output_dir, "save_state")
+    if project is None:
+        return None
+    lock = ProjectLock(checkpoints_root(project))
+    error: BaseException | None = None
+    if writer_and_node(objects.state, objects.project.save_on_each_node)[0]:
+        try:
+            lock.acquire()
+        except ProjectBusyError as exc:
+            error = exc
+    try:
+        agree_on_outcome(error, what=f"save_state into {project}", error_type=ProjectBusyError)
+    except BaseException:
+        lock.release()
+        raise
+    return lock
+
+
+def _save_state(
+    objects: TrainingObjects,
+    output_dir: str | None,
+    *,
+    safe_serialization: bool,
+    async_save: bool,
+    release: Callable[[], None] | None,
+) -> Outcome:
     from accelerate.checkpointing.project import checkpoint_dir
     from accelerate.checkpointing.training_state import save_training_state, writer_and_node
 
-    _no_extra("save_state", kwargs)
-    wait_for_async_save()  # one snapshot in flight at most; its error surfaces here
     config = objects.project
     project = _project_dir(config, output_dir, "save_state")
     if project is None:
@@ -273,7 +323,7 @@ def save_state(
 
         # Rotation runs on the writer thread, after every writer committed.
         rotate = functools.partial(_rotate, config, project) if project is not None else None
-        path = start_async_save(target, after_commit=rotate, **save_kwargs)
+        path = start_async_save(target, after_commit=rotate, on_end=release, **save_kwargs)
         return Outcome(path, objects.step, next_iteration)
     path = save_training_state(target, **save_kwargs)
     state = objects.state

@@ -135,6 +135,7 @@ class _Job:
     shared: dict[str, Any]
     rng_state: dict[str, Any]
     after_commit: Callable[[Path], None] | None
+    on_end: Callable[[], None] | None = None
     host_buffers: list[torch.Tensor] = field(default_factory=list)
     done: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
@@ -156,6 +157,8 @@ class _Job:
             self.shared, self.rng_state = {}, {}
             _BUFFERS.give_back(self.host_buffers)
             self.host_buffers = []
+            if self.on_end is not None:
+                self.on_end()
             self.done.set()
 
     def _failure(self, details: str, cause: BaseException | None) -> CheckpointError:
@@ -323,11 +326,13 @@ def start_async_save(
     save_on_each_node: bool = False,
     pending_gradients: Sequence[dict[str, torch.Tensor]] | None = None,
     after_commit: Callable[[Path], None] | None = None,
+    on_end: Callable[[], None] | None = None,
 ) -> Path:
     """Snapshots the state and starts writing it in the background; call it on every process.
 
     Arguments as :func:`save_training_state`; ``after_commit(folder)`` runs on the writing
-    process's thread once the checkpoint is committed on every writer (rotation).
+    process's thread once the checkpoint is committed on every writer (rotation); ``on_end()`` runs
+    there when the save ends, committed or not (the project lock's release).
 
     Returns:
         The folder the checkpoint will be committed to.
@@ -372,6 +377,7 @@ def start_async_save(
         shared=shared,
         rng_state=rng_state,
         after_commit=after_commit,
+        on_end=on_end,
         host_buffers=host_buffers,
     )
     thread = threading.Thread(target=job.run, name="accelerate-async-save", daemon=False)

@@ -1,0 +1,117 @@
+"""Two jobs sharing one project folder: the second gets one clear error, never a cascade (issue 29)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from accelerate import Accelerator
+from accelerate.checkpointing.project import checkpoints_root
+from accelerate.checkpointing.project_lock import ProjectBusyError, ProjectLock
+from accelerate.utils import ProjectConfiguration
+from tests.helpers.pool import WorkerPool
+
+# Job A: saves with a pre-hook that announces itself and then takes its time (the save is under way).
+_JOB_A = """
+import sys, time, torch
+from pathlib import Path
+from accelerate import Accelerator
+from accelerate.utils import ProjectConfiguration
+project, marker = sys.argv[1], Path(sys.argv[2])
+accelerator = Accelerator(cpu=True, project_config=ProjectConfiguration(project_dir=project,
+                          automatic_checkpoint_naming=True))
+accelerator.prepare(torch.nn.Linear(2, 2))
+def slow(models, weights, folder):
+    marker.write_text(folder)
+    time.sleep(float(sys.argv[3]))
+accelerator.register_save_state_pre_hook(slow)
+accelerator.save_state()
+"""
+
+
+def _accelerator(project: Path) -> Accelerator:
+    config = ProjectConfiguration(project_dir=str(project), automatic_checkpoint_naming=True)
+    accelerator = Accelerator(cpu=True, project_config=config)
+    accelerator.prepare(torch.nn.Linear(2, 2))
+    return accelerator
+
+
+def _wait_for(path: Path, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+def test_a_second_job_gets_one_error_naming_the_first_then_saves_after_it(tmp_path: Path) -> None:
+    project, marker = tmp_path / "project", tmp_path / "saving"
+    job_a = subprocess.Popen([sys.executable, "-c", _JOB_A, str(project), str(marker), "4"])
+    try:
+        _wait_for(marker)
+        accelerator = _accelerator(project)
+        with pytest.raises(ProjectBusyError) as caught:
+            accelerator.save_state()
+        message = str(caught.value)
+        assert f"pid {job_a.pid}" in message and f"host {socket.gethostname()}" in message
+        assert "saving since" in message and "project_dir" in message
+        assert job_a.wait(timeout=120) == 0
+        accelerator.load_state()  # resume past the first job's checkpoint_0 (saving onto it is refused)
+        saved = accelerator.save_state()  # the first job is done: the lock is free
+        assert Path(saved).name == "checkpoint_1"
+        assert (project / "checkpoints" / "checkpoint_0").is_dir()
+    finally:
+        if job_a.poll() is None:
+            job_a.kill()
+
+
+def test_the_lock_of_a_killed_job_does_not_block_the_next(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    script = (
+        "import os, signal, sys\n"
+        "from accelerate.checkpointing.project_lock import ProjectLock\n"
+        "ProjectLock(sys.argv[1]).acquire()\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, str(checkpoints_root(project))], timeout=120)
+    assert done.returncode == -9
+    assert (checkpoints_root(project) / ".accelerate-save.lock").is_file()  # left behind, yet free
+    assert Path(_accelerator(project).save_state()).name == "checkpoint_0"
+    assert not (checkpoints_root(project) / ".accelerate-save.lock").exists()  # removed on release
+
+
+def test_an_async_save_holds_the_lock_until_it_is_committed(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    accelerator = _accelerator(project)
+    accelerator.save_state(async_save=True)
+    accelerator.wait_for_everyone()
+    from accelerate.checkpointing.accelerator_io import wait_for_async_save
+
+    wait_for_async_save()
+    with ProjectLock(checkpoints_root(project)):  # released by the background writer
+        pass
+
+
+def save_while_locked_elsewhere(project: str) -> str:
+    accelerator = _accelerator(Path(project))
+    try:
+        accelerator.save_state()
+    except ProjectBusyError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return "saved"
+
+
+def test_every_rank_raises_when_the_writer_finds_the_project_busy(tmp_path: Path, pool2: WorkerPool) -> None:
+    project = tmp_path / "project"
+    with ProjectLock(checkpoints_root(project)):  # another job (this test process) is saving
+        results: list[Any] = pool2.run(save_while_locked_elsewhere, str(project))
+    for result in results:
+        assert result.startswith("ProjectBusyError: save_state into") and f"pid {os.getpid()}" in result
+    assert not any(p.name.startswith("checkpoint_") for p in checkpoints_root(project).iterdir())
