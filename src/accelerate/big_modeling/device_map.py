@@ -105,8 +105,8 @@ def check_device_map(model: nn.Module, device_map: Mapping[str, DeviceLike]) -> 
     if unplaced:
         shown = ", ".join(unplaced[:20]) + (" ..." if len(unplaced) > 20 else "")
         raise ValueError(
-            f"device_map leaves {len(unplaced)} parameter(s)/buffer(s) without a device: {shown}. Add entries for "
-            "them (or their modules), or {'': device} for the whole model."
+            f"device_map does not place every weight: {len(unplaced)} parameter(s)/buffer(s) without a device: "
+            f"{shown}. Add entries for them (or their modules), or {{'': device}} for the whole model."
         )
 
 
