@@ -85,8 +85,9 @@ def check_device_map(model: nn.Module, device_map: Mapping[str, DeviceLike]) -> 
     Checks that every entry names a submodule, parameter or buffer of the model, that every device
     exists here, and that every parameter and buffer is placed.
     """
+    weights = list(model.state_dict(keep_vars=True))  # keep_vars: names only, no detached copies
     known = {name for name, _ in model.named_modules()}
-    known |= set(model.state_dict())
+    known |= set(weights)
     known |= {name for name, _ in model.named_parameters(remove_duplicate=False)}
     known |= {name for name, _ in model.named_buffers(remove_duplicate=False)}
     unknown = [key for key in device_map if key not in known]
@@ -101,7 +102,7 @@ def check_device_map(model: nn.Module, device_map: Mapping[str, DeviceLike]) -> 
             f"device_map places {bad} on device(s) that do not exist here ({torch.cuda.device_count()} GPU(s)); "
             "use a GPU index, 'cpu' or 'disk'"
         )
-    unplaced = [name for name in model.state_dict() if device_of(name, device_map) is None]
+    unplaced = [name for name in weights if device_of(name, device_map) is None]
     if unplaced:
         shown = ", ".join(unplaced[:20]) + (" ..." if len(unplaced) > 20 else "")
         raise ValueError(

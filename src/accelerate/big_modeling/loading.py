@@ -11,7 +11,7 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -25,7 +25,7 @@ from accelerate.big_modeling.offload import (
     save_offload_index,
 )
 from accelerate.big_modeling.sizes import _as_dtype
-from accelerate.big_modeling.streaming import iter_weights
+from accelerate.big_modeling.streaming import StoredWeight, iter_weights, open_weights
 from accelerate.big_modeling.tensors import (
     DeviceLike,
     find_tied_parameters,
@@ -86,19 +86,25 @@ def _tied_and_aliased(tied: list[list[str]], aliases: Mapping[str, str]) -> dict
     return others
 
 
-def _with_tied_names(
-    weights: Iterator[tuple[str, torch.Tensor]], partners: Mapping[str, list[str]]
-) -> Iterator[tuple[str, torch.Tensor, str]]:
-    """Each weight, then the same tensor under the names tied to it (checkpoints often store one name),
-    with the name the file stores it under.
+def _names_of(weight: StoredWeight, partners: Mapping[str, list[str]]) -> list[str]:
+    """The names a stored tensor fills: its own, the file's aliases of it, and the names tied to any
+    of those (checkpoints often store one name of a tied group).
 
     Tied names can sit on different devices in a device map (one on disk, one in RAM), so each must
     be placed, not only the name the file happens to use.
     """
-    for name, value in weights:
-        yield name, value, name
-        for partner in partners.get(name, ()):
-            yield partner, value, name
+    names = [weight.name, *weight.aliases]
+    for name in list(names):
+        names += [p for p in partners.get(name, ()) if p not in names]
+    return names
+
+
+def _cast(value: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    return value.to(dtype) if dtype is not None and value.is_floating_point() else value
+
+
+def _on_cpu(device: DeviceLike) -> bool:
+    return not isinstance(device, int) and torch.device(device).type == "cpu"
 
 
 def _keeps_fp32(name: str, keep_in_fp32_modules: Sequence[str] | None) -> bool:
@@ -201,47 +207,62 @@ def load_checkpoint_in_model(
         partners = _tied_and_aliased(tied, aliases)
         for file in files:
             in_place = Path(file).name.endswith(".safetensors")
-            for name, value, stored_as in _with_tied_names(iter_weights(file), partners):
-                if name not in loadable:
-                    unexpected.append(name)
-                    continue
-                if tuple(value.shape) != tuple(loadable[name].shape):
-                    raise CheckpointMismatchError(
-                        f"Shape mismatch for {name!r}: the checkpoint has {tuple(value.shape)}, the model "
-                        f"{tuple(loadable[name].shape)} (in {file})"
+            for weight in open_weights(file):
+                for name in _names_of(weight, partners):
+                    current = loadable.get(name)
+                    if current is None:
+                        unexpected.append(name)
+                        continue
+                    if weight.shape != tuple(current.shape):
+                        raise CheckpointMismatchError(
+                            f"Shape mismatch for {name!r}: the checkpoint has {weight.shape}, the model "
+                            f"{tuple(current.shape)} (in {file})"
+                        )
+                    loaded.add(name)
+                    target_dtype = torch.float32 if _keeps_fp32(name, keep_in_fp32_modules) else wanted
+                    floating = weight.dtype.is_floating_point
+                    device: DeviceLike = (
+                        device_of(name, device_map) if device_map is not None else None
+                    ) or ("cpu" if current.device.type == "meta" else current.device)
+                    if device == "disk" and (name not in buffers or offload_buffers):
+                        if in_place and (target_dtype in (None, weight.dtype) or not floating):
+                            # A safetensors checkpoint is read where it is: the index points into the file,
+                            # nothing is read or written (the checkpoint must stay in place while the model
+                            # is used).
+                            disk_index[name] = {
+                                "safetensors_file": os.fspath(Path(file).resolve()),
+                                "weight_name": weight.name,
+                                "dtype": str(weight.dtype).removeprefix("torch."),
+                            }
+                        else:
+                            value = _cast(weight.tensor(mapped=False), target_dtype)
+                            offload_weight(value, name, offload_folder, index=disk_index)  # type: ignore[arg-type]
+                        continue
+                    if device == "disk":
+                        device = "cpu"
+                    if parked_folder is not None and str(device) == "cpu":
+                        offload_weight(
+                            _cast(weight.tensor(mapped=False), target_dtype),
+                            name,
+                            parked_folder,
+                            index=parked_index,
+                        )
+                        parked_devices[name] = device
+                        continue
+                    # Where the weight stays on the CPU in the file's dtype, the model takes a view of the
+                    # file's private mapping (no copy, like safetensors' load_file); anything cast or
+                    # moved is read into memory of its own first, so the file's pages do not stay
+                    # resident for it.
+                    kept = (target_dtype or current.dtype) if floating else weight.dtype
+                    value = weight.tensor(mapped=_on_cpu(device) and kept == weight.dtype)
+                    set_module_tensor_to_device(
+                        model, name, device, value=_cast(value, target_dtype), dtype=target_dtype
                     )
-                loaded.add(name)
-                target_dtype = torch.float32 if _keeps_fp32(name, keep_in_fp32_modules) else wanted
-                stored_dtype = value.dtype
-                if target_dtype is not None and value.is_floating_point():
-                    value = value.to(target_dtype)
-                device: DeviceLike = (device_of(name, device_map) if device_map is not None else None) or (
-                    "cpu" if loadable[name].device.type == "meta" else loadable[name].device
-                )
-                if device == "disk" and (name not in buffers or offload_buffers):
-                    if in_place and value.dtype == stored_dtype:
-                        # A safetensors checkpoint is read where it is: the index points into the file,
-                        # no copy is written (the checkpoint must stay in place while the model is used).
-                        disk_index[name] = {
-                            "safetensors_file": os.fspath(Path(file).resolve()),
-                            "weight_name": stored_as,
-                            "dtype": str(value.dtype).removeprefix("torch."),
-                        }
-                    else:
-                        offload_weight(value, name, offload_folder, index=disk_index)  # type: ignore[arg-type]
-                    continue
-                if device == "disk":
-                    device = "cpu"
-                if parked_folder is not None and str(device) == "cpu":
-                    offload_weight(value, name, parked_folder, index=parked_index)
-                    parked_devices[name] = device
-                    continue
-                set_module_tensor_to_device(model, name, device, value=value, dtype=target_dtype)
             if offload_folder is not None:
                 save_offload_index(disk_index, offload_folder)
         for name, info in parked_index.items():
-            weight = load_offloaded_weight(Path(parked_folder) / f"{name}.dat", info)  # type: ignore[arg-type]
-            set_module_tensor_to_device(model, name, parked_devices[name], value=weight)
+            parked = load_offloaded_weight(Path(parked_folder) / f"{name}.dat", info)  # type: ignore[arg-type]
+            set_module_tensor_to_device(model, name, parked_devices[name], value=parked)
     finally:
         if parked_folder is not None:
             shutil.rmtree(parked_folder, ignore_errors=True)
