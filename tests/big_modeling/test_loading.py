@@ -174,9 +174,10 @@ def test_cast_weights_get_memory_of_their_own(tmp_path: Path) -> None:
     path = _save(ref, tmp_path)
     model = _empty()
     load_checkpoint_in_model(model, path, dtype=torch.float16, keep_in_fp32_modules=["norm"])
-    assert model.blocks[0].up.weight.dtype == torch.float16 and not _maps_file(model.blocks[0].up.weight, path)
+    up, norm = model.blocks[0].up.weight, model.blocks[0].norm.weight
+    assert up.dtype == torch.float16 and not _maps_file(up, path)
     # keep_in_fp32 weights are already float32 in the file: mapped, no copy.
-    assert model.blocks[0].norm.weight.dtype == torch.float32 and _maps_file(model.blocks[0].norm.weight, path)
+    assert norm.dtype == torch.float32 and _maps_file(norm, path)
     assert torch.equal(model.blocks[0].norm.weight, ref.blocks[0].norm.weight)
 
 
@@ -223,3 +224,15 @@ def test_legacy_bin_file_is_read_whole(tmp_path: Path) -> None:
     load_checkpoint_in_model(model, path, device_map={"": "cpu"}, strict=True)
     assert torch.equal(model.blocks[3].down.weight, ref.blocks[3].down.weight)
     assert model.head.weight is model.embed.weight
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_gpu_zero_in_the_device_map_is_the_gpu(tmp_path: Path) -> None:
+    ref = reference()
+    _save(ref, tmp_path)
+    model = _empty()
+    device_map = {"embed": 0, "head": 0, "scale": 0, "blocks.0": 0, "blocks": "cpu"}
+    load_checkpoint_in_model(model, tmp_path, device_map=device_map, strict=True)
+    assert model.embed.weight.device == torch.device("cuda", 0) and model.head.weight is model.embed.weight
+    assert model.blocks[0].up.weight.device.type == "cuda" and model.blocks[1].up.weight.device.type == "cpu"
+    assert torch.equal(model.blocks[0].up.weight.cpu(), ref.blocks[0].up.weight)

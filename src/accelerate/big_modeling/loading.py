@@ -221,9 +221,13 @@ def load_checkpoint_in_model(
                     loaded.add(name)
                     target_dtype = torch.float32 if _keeps_fp32(name, keep_in_fp32_modules) else wanted
                     floating = weight.dtype.is_floating_point
+                    mapped_to = device_of(name, device_map) if device_map is not None else None
+                    # (not ``or``: GPU 0 is a device too)
                     device: DeviceLike = (
-                        device_of(name, device_map) if device_map is not None else None
-                    ) or ("cpu" if current.device.type == "meta" else current.device)
+                        mapped_to
+                        if mapped_to is not None
+                        else ("cpu" if current.device.type == "meta" else current.device)
+                    )
                     if device == "disk" and (name not in buffers or offload_buffers):
                         if in_place and (target_dtype in (None, weight.dtype) or not floating):
                             # A safetensors checkpoint is read where it is: the index points into the file,
