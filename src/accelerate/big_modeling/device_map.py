@@ -88,9 +88,11 @@ def check_device_map(model: nn.Module, device_map: Mapping[str, DeviceLike]) -> 
     weights = list(model.state_dict(keep_vars=True))  # keep_vars: names only, no detached copies
     known = {name for name, _ in model.named_modules()}
     known |= set(weights)
-    known |= {name for name, _ in model.named_parameters(remove_duplicate=False)}
-    known |= {name for name, _ in model.named_buffers(remove_duplicate=False)}
     unknown = [key for key in device_map if key not in known]
+    if unknown:  # the other names of tied parameters, non-persistent buffers
+        known |= {name for name, _ in model.named_parameters(remove_duplicate=False)}
+        known |= {name for name, _ in model.named_buffers(remove_duplicate=False)}
+        unknown = [key for key in device_map if key not in known]
     if unknown:
         raise ValueError(
             f"device_map names {unknown} which {type(model).__name__} does not have; use names from "
@@ -102,7 +104,7 @@ def check_device_map(model: nn.Module, device_map: Mapping[str, DeviceLike]) -> 
             f"device_map places {bad} on device(s) that do not exist here ({torch.cuda.device_count()} GPU(s)); "
             "use a GPU index, 'cpu' or 'disk'"
         )
-    unplaced = [name for name in weights if device_of(name, device_map) is None]
+    unplaced = [] if "" in device_map else [name for name in weights if device_of(name, device_map) is None]
     if unplaced:
         shown = ", ".join(unplaced[:20]) + (" ..." if len(unplaced) > 20 else "")
         raise ValueError(

@@ -32,6 +32,7 @@ from accelerate.big_modeling.tensors import (
     named_module_tensors,
     retie_parameters,
     set_module_tensor_to_device,
+    set_owned_tensor,
 )
 from accelerate.checkpointing.errors import CheckpointError
 from accelerate.checkpointing.model_files import resolve_checkpoint
@@ -197,6 +198,7 @@ def load_checkpoint_in_model(
     loadable: dict[str, torch.Tensor] = dict(model.named_parameters(remove_duplicate=False))
     loadable.update(model.named_buffers(remove_duplicate=False))
     buffers = {name for name, _ in model.named_buffers(remove_duplicate=False)}
+    modules = dict(model.named_modules(remove_duplicate=False))  # looked up once, not per tensor
     disk_index: dict[str, Any] = {}
     parked_folder = tempfile.mkdtemp() if offload_state_dict else None
     parked_index: dict[str, Any] = {}
@@ -259,8 +261,14 @@ def load_checkpoint_in_model(
                     # resident for it.
                     kept = (target_dtype or current.dtype) if floating else weight.dtype
                     value = weight.tensor(mapped=_on_cpu(device) and kept == weight.dtype)
-                    set_module_tensor_to_device(
-                        model, name, device, value=_cast(value, target_dtype), dtype=target_dtype
+                    module_name, _, attr = name.rpartition(".")
+                    set_owned_tensor(
+                        modules[module_name],
+                        attr,
+                        name,
+                        device,
+                        value=_cast(value, target_dtype),
+                        dtype=target_dtype,
                     )
             if offload_folder is not None:
                 save_offload_index(disk_index, offload_folder)
