@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import hashlib
+import json
+import struct
 from pathlib import Path
 
 import pytest
@@ -117,3 +120,119 @@ def test_sharded_checkpoint_from_save_model_files(tmp_path: Path, safe: bool) ->
     load_checkpoint_in_model(model, tmp_path, device_map=device_map, offload_folder=tmp_path / "off", strict=True)
     assert torch.equal(model.embed.weight, ref.embed.weight) and model.head.weight is model.embed.weight
     assert torch.equal(OffloadedWeightsLoader(save_folder=tmp_path / "off")["blocks.5.down.bias"], ref.blocks[5].down.bias)
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _maps_file(tensor: torch.Tensor, path: Path) -> bool:
+    """Whether ``tensor``'s memory lies in a mapping of ``path`` (Linux: /proc/self/maps)."""
+    address = tensor.data_ptr()
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        span, *rest = line.split()
+        low, high = (int(x, 16) for x in span.split("-"))
+        if low <= address < high:
+            return rest[-1] == str(path.resolve())
+    return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads /proc/self/maps")
+@pytest.mark.parametrize("suffix", ["safetensors", "bin"])
+def test_cpu_weights_map_the_file_and_writes_stay_private(tmp_path: Path, suffix: str) -> None:
+    """CPU weights in the file's dtype are views of the checkpoint's private (copy-on-write) mapping:
+    an optimizer step changes the model, never the file, and a second load sees the original."""
+    ref = reference()
+    if suffix == "safetensors":
+        path = _save(ref, tmp_path)
+    else:
+        path = tmp_path / "pytorch_model.bin"
+        torch.save(ref.state_dict(), path)
+    before = _digest(path)
+    model = _empty()
+    load_checkpoint_in_model(model, path, device_map={"": "cpu"}, strict=True)
+    assert _maps_file(model.blocks[0].up.weight, path) and _maps_file(model.embed.weight, path)
+    assert model.head.weight is model.embed.weight  # still tied
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model(torch.tensor([[1, 2, 3]])).sum().backward()
+    optimizer.step()
+    assert not torch.equal(model.blocks[0].up.weight, ref.blocks[0].up.weight)  # the model sees the step
+    stepped = model.blocks[1].down.bias.detach().clone()
+    with torch.no_grad():
+        model.blocks[1].down.bias.add_(1.0)
+    assert torch.equal(model.blocks[1].down.bias, stepped + 1.0)
+    assert _digest(path) == before  # the file does not
+    again = _empty()
+    load_checkpoint_in_model(again, path, device_map={"": "cpu"})
+    assert torch.equal(again.blocks[0].up.weight, ref.blocks[0].up.weight)
+    assert torch.equal(again.blocks[1].down.bias, ref.blocks[1].down.bias)
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads /proc/self/maps")
+def test_cast_weights_get_memory_of_their_own(tmp_path: Path) -> None:
+    ref = reference()
+    path = _save(ref, tmp_path)
+    model = _empty()
+    load_checkpoint_in_model(model, path, dtype=torch.float16, keep_in_fp32_modules=["norm"])
+    up, norm = model.blocks[0].up.weight, model.blocks[0].norm.weight
+    assert up.dtype == torch.float16 and not _maps_file(up, path)
+    # keep_in_fp32 weights are already float32 in the file: mapped, no copy.
+    assert norm.dtype == torch.float32 and _maps_file(norm, path)
+    assert torch.equal(model.blocks[0].norm.weight, ref.blocks[0].norm.weight)
+
+
+def test_loading_into_a_materialised_model_keeps_its_parameters(tmp_path: Path) -> None:
+    ref = reference()
+    path = _save(ref, tmp_path)
+    model = reference(seed=1)
+    weight = model.blocks[2].up.weight
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    load_checkpoint_in_model(model, path, strict=True)
+    assert model.blocks[2].up.weight is weight and torch.equal(weight, ref.blocks[2].up.weight)
+    assert model.head.weight is model.embed.weight
+    assert any(p is weight for group in optimizer.param_groups for p in group["params"])
+
+
+def test_unaligned_safetensors_tensors_are_read(tmp_path: Path) -> None:
+    """The format does not align tensors; one that cannot be viewed in place is read into memory."""
+    values = {"odd": torch.arange(3, dtype=torch.uint8), "w": torch.randn(2, 3)}
+    blob = values["odd"].numpy().tobytes() + values["w"].numpy().tobytes()
+    header = {
+        "odd": {"dtype": "U8", "shape": [3], "data_offsets": [0, 3]},
+        "w": {"dtype": "F32", "shape": [2, 3], "data_offsets": [3, 27]},
+    }
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)  # the data starts 8-aligned, so "w" sits at an odd address
+    (tmp_path / "model.safetensors").write_bytes(struct.pack("<Q", len(raw)) + raw + blob)
+
+    class Holder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(2, 3))
+            self.register_buffer("odd", torch.zeros(3, dtype=torch.uint8))
+
+    holder = Holder()
+    load_checkpoint_in_model(holder, tmp_path, strict=True)
+    assert torch.equal(holder.w, values["w"]) and torch.equal(holder.odd, values["odd"])
+
+
+def test_legacy_bin_file_is_read_whole(tmp_path: Path) -> None:
+    ref = reference()
+    path = tmp_path / "pytorch_model.bin"
+    torch.save(ref.state_dict(), path, _use_new_zipfile_serialization=False)  # cannot be memory-mapped
+    model = _empty()
+    load_checkpoint_in_model(model, path, device_map={"": "cpu"}, strict=True)
+    assert torch.equal(model.blocks[3].down.weight, ref.blocks[3].down.weight)
+    assert model.head.weight is model.embed.weight
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_gpu_zero_in_the_device_map_is_the_gpu(tmp_path: Path) -> None:
+    ref = reference()
+    _save(ref, tmp_path)
+    model = _empty()
+    device_map = {"embed": 0, "head": 0, "scale": 0, "blocks.0": 0, "blocks": "cpu"}
+    load_checkpoint_in_model(model, tmp_path, device_map=device_map, strict=True)
+    assert model.embed.weight.device == torch.device("cuda", 0) and model.head.weight is model.embed.weight
+    assert model.blocks[0].up.weight.device.type == "cuda" and model.blocks[1].up.weight.device.type == "cpu"
+    assert torch.equal(model.blocks[0].up.weight.cpu(), ref.blocks[0].up.weight)

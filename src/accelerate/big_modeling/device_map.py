@@ -85,11 +85,14 @@ def check_device_map(model: nn.Module, device_map: Mapping[str, DeviceLike]) -> 
     Checks that every entry names a submodule, parameter or buffer of the model, that every device
     exists here, and that every parameter and buffer is placed.
     """
+    weights = list(model.state_dict(keep_vars=True))  # keep_vars: names only, no detached copies
     known = {name for name, _ in model.named_modules()}
-    known |= set(model.state_dict())
-    known |= {name for name, _ in model.named_parameters(remove_duplicate=False)}
-    known |= {name for name, _ in model.named_buffers(remove_duplicate=False)}
+    known |= set(weights)
     unknown = [key for key in device_map if key not in known]
+    if unknown:  # the other names of tied parameters, non-persistent buffers
+        known |= {name for name, _ in model.named_parameters(remove_duplicate=False)}
+        known |= {name for name, _ in model.named_buffers(remove_duplicate=False)}
+        unknown = [key for key in device_map if key not in known]
     if unknown:
         raise ValueError(
             f"device_map names {unknown} which {type(model).__name__} does not have; use names from "
@@ -101,12 +104,12 @@ def check_device_map(model: nn.Module, device_map: Mapping[str, DeviceLike]) -> 
             f"device_map places {bad} on device(s) that do not exist here ({torch.cuda.device_count()} GPU(s)); "
             "use a GPU index, 'cpu' or 'disk'"
         )
-    unplaced = [name for name in model.state_dict() if device_of(name, device_map) is None]
+    unplaced = [] if "" in device_map else [name for name in weights if device_of(name, device_map) is None]
     if unplaced:
         shown = ", ".join(unplaced[:20]) + (" ..." if len(unplaced) > 20 else "")
         raise ValueError(
-            f"device_map leaves {len(unplaced)} parameter(s)/buffer(s) without a device: {shown}. Add entries for "
-            "them (or their modules), or {'': device} for the whole model."
+            f"device_map does not place every weight: {len(unplaced)} parameter(s)/buffer(s) without a device: "
+            f"{shown}. Add entries for them (or their modules), or {{'': device}} for the whole model."
         )
 
 

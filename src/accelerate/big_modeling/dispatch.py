@@ -8,6 +8,7 @@ offloaded and load them onto the execution device for their forward only.
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import os
 from collections.abc import Mapping
@@ -20,6 +21,7 @@ from torch import nn
 from accelerate.big_modeling.align import AlignDevicesHook
 from accelerate.big_modeling.attach import attach_align_device_hook, attach_align_device_hook_on_blocks
 from accelerate.big_modeling.cpu_offload_hooks import CpuOffload, UserCpuOffloadHook
+from accelerate.big_modeling.device_map import check_device_same
 from accelerate.big_modeling.hooks import MOVE_GUARD, add_hook_to_module
 from accelerate.big_modeling.offload import (
     INDEX_FILE,
@@ -83,7 +85,10 @@ def dispatch_model(
     one_device = len(devices) == 1 and "disk" not in devices
     if one_device and not force_hooks:
         device = next(iter(device_map.values()))
-        model.to(f"cuda:{device}" if isinstance(device, int) else device)
+        target = torch.device(f"cuda:{device}" if isinstance(device, int) else device)
+        tensors = itertools.chain(model.parameters(), model.buffers())
+        if not all(check_device_same(t.device, target) for t in tensors):
+            model.to(target)  # a model already there (a checkpoint just loaded) skips the module walk
         model.hf_device_map = dict(device_map)  # type: ignore[assignment]
         return model
     if main_device is None:

@@ -11,9 +11,9 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -25,16 +25,36 @@ from accelerate.big_modeling.offload import (
     save_offload_index,
 )
 from accelerate.big_modeling.sizes import _as_dtype
-from accelerate.big_modeling.streaming import iter_weights
+from accelerate.big_modeling.streaming import StoredWeight, iter_weights, open_weights
 from accelerate.big_modeling.tensors import (
     DeviceLike,
     find_tied_parameters,
     named_module_tensors,
     retie_parameters,
     set_module_tensor_to_device,
+    set_owned_tensor,
 )
+from accelerate.checkpointing.errors import CheckpointError
+from accelerate.checkpointing.model_files import resolve_checkpoint
 
 logger = logging.getLogger(__name__)
+
+
+class LoadResult(NamedTuple):
+    """What :func:`load_checkpoint_in_model` found: weights the model has but the checkpoint lacks
+    (tied names filled through their partner do not count), and checkpoint entries the model lacks."""
+
+    missing_keys: list[str]
+    unexpected_keys: list[str]
+
+
+class CheckpointMismatchError(CheckpointError, ValueError):
+    """The checkpoint does not fit the model: missing or unexpected weights, or a shape mismatch.
+
+    Both a ``ValueError`` (what the big-model loaders raise for a bad device map or checkpoint) and a
+    :class:`~accelerate.checkpointing.errors.CheckpointError` (a ``RuntimeError``, like
+    ``nn.Module.load_state_dict(strict=True)``), so handlers written for either keep working.
+    """
 
 
 def load_state_dict(
@@ -54,26 +74,38 @@ def load_state_dict(
     return state
 
 
-def _checkpoint_files(checkpoint: str | os.PathLike[str]) -> list[Path]:
-    from accelerate.checkpointing.model_files import resolve_checkpoint
+def _tied_and_aliased(tied: list[list[str]], aliases: Mapping[str, str]) -> dict[str, list[str]]:
+    """Stored name -> the other names that take the same tensor: its tied partners, and the names a
+    shard index records as aliases of it (shared tensors are written once)."""
+    others: dict[str, list[str]] = {}
+    for group in tied:
+        for name in group:
+            others.setdefault(name, []).extend(p for p in group if p != name)
+    for alias, target in aliases.items():
+        if alias not in others.setdefault(target, []):
+            others[target].append(alias)
+    return others
 
-    files, _ = resolve_checkpoint(checkpoint)
-    return files
 
-
-def _with_tied_names(
-    weights: Iterator[tuple[str, torch.Tensor]], partners: Mapping[str, list[str]]
-) -> Iterator[tuple[str, torch.Tensor, str]]:
-    """Each weight, then the same tensor under the names tied to it (checkpoints often store one name),
-    with the name the file stores it under.
+def _names_of(weight: StoredWeight, partners: Mapping[str, list[str]]) -> list[str]:
+    """The names a stored tensor fills: its own, the file's aliases of it, and the names tied to any
+    of those (checkpoints often store one name of a tied group).
 
     Tied names can sit on different devices in a device map (one on disk, one in RAM), so each must
     be placed, not only the name the file happens to use.
     """
-    for name, value in weights:
-        yield name, value, name
-        for partner in partners.get(name, ()):
-            yield partner, value, name
+    names = [weight.name, *weight.aliases]
+    for name in list(names):
+        names += [p for p in partners.get(name, ()) if p not in names]
+    return names
+
+
+def _cast(value: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    return value.to(dtype) if dtype is not None and value.is_floating_point() else value
+
+
+def _on_cpu(device: DeviceLike) -> bool:
+    return not isinstance(device, int) and torch.device(device).type == "cpu"
 
 
 def _keeps_fp32(name: str, keep_in_fp32_modules: Sequence[str] | None) -> bool:
@@ -96,29 +128,43 @@ def load_checkpoint_in_model(
     strict: bool = False,
     full_state_dict: bool = True,
     broadcast_from_rank0: bool = False,
-) -> None:
+) -> LoadResult:
     """Loads ``checkpoint`` into ``model`` in place, placing each weight per ``device_map``.
+
+    The one loader behind ``accelerate.load_checkpoint_in_model``, ``accelerate.utils`` /
+    ``accelerate.utils.modeling.load_checkpoint_in_model`` and ``load_checkpoint_and_dispatch``.
+    Shards are read one at a time. Parameters that already hold data keep their identity (tied
+    names and optimizers that reference them stay valid); meta parameters are replaced, and tied
+    names are pointed at the replacement again.
 
     Args:
         model: the model; its weights may be on the meta device (``init_empty_weights``).
-        checkpoint: a weights file, a ``*.index.json`` of shards, or a folder holding either.
-        device_map: block name -> device; ``"disk"`` weights are written to ``offload_folder`` and
-            stay on the meta device in the model. Default: everything on its current device (the
-            CPU for meta weights).
+        checkpoint: a ``.safetensors`` / ``.bin`` / ``.pt`` file, a ``*.index.json`` of shards, or a
+            folder holding an index, ``model.safetensors`` / ``pytorch_model.bin`` or one weights file.
+        device_map: module name -> device, longest prefix wins (``{"": "cpu"}`` for all);
+            ``"disk"`` weights go to ``offload_folder`` and stay on the meta device in the model.
+            Default: everything on its current device (the CPU for meta weights).
         offload_folder: where ``"disk"`` weights go (required if the map uses the disk).
-        dtype: floating weights are cast to it (except under ``keep_in_fp32_modules``).
+        dtype: floating weights are cast to it (except under ``keep_in_fp32_modules``); default:
+            the model's dtype for each weight. Integer buffers never change dtype.
         offload_state_dict: park CPU weights in a temporary folder while loading and read them back
             at the end, so a checkpoint larger than RAM can still be split across CPU and disk.
         offload_buffers: write the buffers of disk blocks to the offload folder too.
         keep_in_fp32_modules: module names whose weights stay float32 whatever ``dtype`` says.
         offload_8bit_bnb: bitsandbytes 8-bit offload; not available (must be False).
-        strict: raise if the checkpoint lacks weights of the model or has extra ones.
+        strict: raise if the checkpoint lacks weights of the model or has extra ones (otherwise
+            they are logged).
         full_state_dict, broadcast_from_rank0: distributed loading of sharded (DTensor) models;
             not available here, accepted at their defaults.
 
+    Returns:
+        ``LoadResult(missing_keys, unexpected_keys)`` (upstream returns None; callers may ignore it).
+
     Raises:
-        ValueError: the checkpoint misses weights of the model (when ``strict``, or when a weight
-            would otherwise stay on the meta device with no data) — the message lists them.
+        CheckpointMismatchError: (a ``ValueError`` and a ``CheckpointError``) a shape differs, or
+            the checkpoint misses weights of the model (when ``strict``, or when a weight would
+            otherwise stay on the meta device with no data) or has extra ones (when ``strict``).
+        ValueError: the device map does not fit the model, or uses the disk without ``offload_folder``.
 
     Example:
         >>> with init_empty_weights():
@@ -126,7 +172,9 @@ def load_checkpoint_in_model(
         >>> load_checkpoint_in_model(model, "ckpt/", device_map={"embed": "cpu", "blocks": "disk"}, offload_folder="off")
     """
     if offload_8bit_bnb:
-        raise NotImplementedError("load_checkpoint_in_model(offload_8bit_bnb=True) needs bitsandbytes: not available")
+        raise NotImplementedError(
+            "load_checkpoint_in_model(offload_8bit_bnb=True) needs bitsandbytes: not available"
+        )
     if broadcast_from_rank0:
         raise NotImplementedError(
             "load_checkpoint_in_model(broadcast_from_rank0=True) loads into sharded DTensor models: not available; "
@@ -140,13 +188,17 @@ def load_checkpoint_in_model(
                 "load_checkpoint_in_model: the device_map sends some weights to 'disk' but no offload_folder was "
                 "given; pass offload_folder='some/folder'"
             )
+    files, aliases = resolve_checkpoint(checkpoint)
     if offload_folder is not None:
         os.makedirs(offload_folder, exist_ok=True)
     tied = find_tied_parameters(model)
-    expected: dict[str, torch.Tensor] = dict(model.named_parameters(remove_duplicate=False))
-    expected.update(model.named_buffers(remove_duplicate=False))
-    buffers = {name for name, _ in model.named_buffers()}
-    files = _checkpoint_files(checkpoint)
+    # The names a checkpoint should hold (what load_state_dict would want); non-persistent
+    # buffers are not among them but still take a value a checkpoint happens to have.
+    expected: dict[str, torch.Tensor] = model.state_dict(keep_vars=True)
+    loadable: dict[str, torch.Tensor] = dict(model.named_parameters(remove_duplicate=False))
+    loadable.update(model.named_buffers(remove_duplicate=False))
+    buffers = {name for name, _ in model.named_buffers(remove_duplicate=False)}
+    modules = dict(model.named_modules(remove_duplicate=False))  # looked up once, not per tensor
     disk_index: dict[str, Any] = {}
     parked_folder = tempfile.mkdtemp() if offload_state_dict else None
     parked_index: dict[str, Any] = {}
@@ -154,50 +206,80 @@ def load_checkpoint_in_model(
     loaded: set[str] = set()
     unexpected: list[str] = []
     try:
-        partners = {name: [p for p in group if p != name] for group in tied for name in group}
+        partners = _tied_and_aliased(tied, aliases)
         for file in files:
             in_place = Path(file).name.endswith(".safetensors")
-            for name, value, stored_as in _with_tied_names(iter_weights(file), partners):
-                if name not in expected:
-                    unexpected.append(name)
-                    continue
-                loaded.add(name)
-                target_dtype = torch.float32 if _keeps_fp32(name, keep_in_fp32_modules) else wanted
-                stored_dtype = value.dtype
-                if target_dtype is not None and value.is_floating_point():
-                    value = value.to(target_dtype)
-                device: DeviceLike = (device_of(name, device_map) if device_map is not None else None) or (
-                    "cpu" if expected[name].device.type == "meta" else expected[name].device
-                )
-                if device == "disk" and (name not in buffers or offload_buffers):
-                    if in_place and value.dtype == stored_dtype:
-                        # A safetensors checkpoint is read where it is: the index points into the file,
-                        # no copy is written (the checkpoint must stay in place while the model is used).
-                        disk_index[name] = {
-                            "safetensors_file": os.fspath(Path(file).resolve()),
-                            "weight_name": stored_as,
-                            "dtype": str(value.dtype).removeprefix("torch."),
-                        }
-                    else:
-                        offload_weight(value, name, offload_folder, index=disk_index)  # type: ignore[arg-type]
-                    continue
-                if device == "disk":
-                    device = "cpu"
-                if parked_folder is not None and str(device) == "cpu":
-                    offload_weight(value, name, parked_folder, index=parked_index)
-                    parked_devices[name] = device
-                    continue
-                set_module_tensor_to_device(model, name, device, value=value, dtype=target_dtype)
+            for weight in open_weights(file):
+                for name in _names_of(weight, partners):
+                    current = loadable.get(name)
+                    if current is None:
+                        unexpected.append(name)
+                        continue
+                    if weight.shape != tuple(current.shape):
+                        raise CheckpointMismatchError(
+                            f"Shape mismatch for {name!r}: the checkpoint has {weight.shape}, the model "
+                            f"{tuple(current.shape)} (in {file})"
+                        )
+                    loaded.add(name)
+                    target_dtype = torch.float32 if _keeps_fp32(name, keep_in_fp32_modules) else wanted
+                    floating = weight.dtype.is_floating_point
+                    mapped_to = device_of(name, device_map) if device_map is not None else None
+                    # (not ``or``: GPU 0 is a device too)
+                    device: DeviceLike = (
+                        mapped_to
+                        if mapped_to is not None
+                        else ("cpu" if current.device.type == "meta" else current.device)
+                    )
+                    if device == "disk" and (name not in buffers or offload_buffers):
+                        if in_place and (target_dtype in (None, weight.dtype) or not floating):
+                            # A safetensors checkpoint is read where it is: the index points into the file,
+                            # nothing is read or written (the checkpoint must stay in place while the model
+                            # is used).
+                            disk_index[name] = {
+                                "safetensors_file": os.fspath(Path(file).resolve()),
+                                "weight_name": weight.name,
+                                "dtype": str(weight.dtype).removeprefix("torch."),
+                            }
+                        else:
+                            value = _cast(weight.tensor(mapped=False), target_dtype)
+                            offload_weight(value, name, offload_folder, index=disk_index)  # type: ignore[arg-type]
+                        continue
+                    if device == "disk":
+                        device = "cpu"
+                    if parked_folder is not None and str(device) == "cpu":
+                        offload_weight(
+                            _cast(weight.tensor(mapped=False), target_dtype),
+                            name,
+                            parked_folder,
+                            index=parked_index,
+                        )
+                        parked_devices[name] = device
+                        continue
+                    # Where the weight stays on the CPU in the file's dtype, the model takes a view of the
+                    # file's private mapping (no copy, like safetensors' load_file); anything cast or
+                    # moved is read into memory of its own first, so the file's pages do not stay
+                    # resident for it.
+                    kept = (target_dtype or current.dtype) if floating else weight.dtype
+                    value = weight.tensor(mapped=_on_cpu(device) and kept == weight.dtype)
+                    module_name, _, attr = name.rpartition(".")
+                    set_owned_tensor(
+                        modules[module_name],
+                        attr,
+                        name,
+                        device,
+                        value=_cast(value, target_dtype),
+                        dtype=target_dtype,
+                    )
             if offload_folder is not None:
                 save_offload_index(disk_index, offload_folder)
         for name, info in parked_index.items():
-            weight = load_offloaded_weight(Path(parked_folder) / f"{name}.dat", info)  # type: ignore[arg-type]
-            set_module_tensor_to_device(model, name, parked_devices[name], value=weight)
+            parked = load_offloaded_weight(Path(parked_folder) / f"{name}.dat", info)  # type: ignore[arg-type]
+            set_module_tensor_to_device(model, name, parked_devices[name], value=parked)
     finally:
         if parked_folder is not None:
             shutil.rmtree(parked_folder, ignore_errors=True)
     retie_parameters(model, tied)
-    _report(model, checkpoint, expected, loaded, unexpected, tied, strict, device_map)
+    return _report(model, checkpoint, expected, loaded, unexpected, tied, strict, device_map)
 
 
 def _report(
@@ -209,9 +291,15 @@ def _report(
     tied: list[list[str]],
     strict: bool,
     device_map: Mapping[str, DeviceLike] | None,
-) -> None:
+) -> LoadResult:
     tied_loaded = {name for group in tied if any(n in loaded for n in group) for name in group}
-    missing = [name for name in expected if name not in loaded and name not in tied_loaded]
+    # A tensor shared by several names (tied, or the same buffer twice) is filled through any of them.
+    filled = {id(expected[name]) for name in loaded if name in expected}
+    missing = [
+        name
+        for name in expected
+        if name not in loaded and name not in tied_loaded and id(expected[name]) not in filled
+    ]
     # A weight with no data and no checkpoint entry is unusable whatever ``strict`` says.
     empty = [
         name
@@ -226,12 +314,16 @@ def _report(
             problems.append(f"missing from the checkpoint: {_list(missing)}")
         if unexpected and strict:
             problems.append(f"in the checkpoint but not in the model: {_list(unexpected)}")
-        raise ValueError(
-            f"load_checkpoint_in_model({checkpoint}) into {type(model).__name__}: " + "; ".join(problems)
+        raise CheckpointMismatchError(
+            f"load_checkpoint_in_model({checkpoint}) into {type(model).__name__}: "
+            + "; ".join(problems)
             + ("" if strict else " (these weights would stay on the meta device, without data)")
         )
     if missing or unexpected:
-        logger.warning("Loaded %s with missing keys %s and unexpected keys %s", checkpoint, missing, unexpected)
+        logger.warning(
+            "Loaded %s with missing keys %s and unexpected keys %s", checkpoint, missing, unexpected
+        )
+    return LoadResult(missing, sorted(unexpected))
 
 
 def _list(names: list[str]) -> str:

@@ -68,6 +68,25 @@ def set_module_tensor_to_device(
             "available; pass fp16_statistics=None."
         )
     owner, name = _split(module, tensor_name)
+    set_owned_tensor(
+        owner, name, tensor_name, device, value, dtype, tied_params_map, non_blocking, clear_cache
+    )
+
+
+def set_owned_tensor(
+    owner: nn.Module,
+    name: str,
+    tensor_name: str,
+    device: DeviceLike,
+    value: Any = None,
+    dtype: str | torch.dtype | None = None,
+    tied_params_map: TiedParamsMap | None = None,
+    non_blocking: bool = False,
+    clear_cache: bool = True,
+) -> None:
+    """:func:`set_module_tensor_to_device` for a submodule already looked up: ``owner`` holds the
+    tensor as ``name``; ``tensor_name`` (its full dotted name) is for messages. A loader placing many
+    tensors looks their modules up once instead of walking the dotted path for each."""
     if name not in owner._parameters and name not in owner._buffers:
         raise ValueError(
             f"{type(owner).__name__} has no parameter or buffer named {name!r} (from {tensor_name!r}); "

@@ -318,13 +318,3 @@ def resolve_checkpoint(checkpoint: str | os.PathLike[str]) -> tuple[list[Path], 
         f"one *.index.json or a single weights file; found {[p.name for p in [*indexes, *weights]] or 'none'}. "
         "Pass the file path instead."
     )
-
-
-def __getattr__(name: str) -> Any:
-    # load_checkpoint_in_model lives in model_loading (which imports this module); it is also
-    # reachable here because accelerate.utils re-exports it from this path.
-    if name in ("load_checkpoint_in_model", "LoadResult"):
-        from accelerate.checkpointing import model_loading
-
-        return getattr(model_loading, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

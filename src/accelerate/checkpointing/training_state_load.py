@@ -35,7 +35,6 @@ from accelerate.checkpointing.model_files import (
     _torch_load,
     load_state_dict_file,
 )
-from accelerate.checkpointing.model_loading import fill_tied_keys
 from accelerate.checkpointing.project import looks_like_checkpoint, own_traces
 from accelerate.checkpointing.rng import (
     PENDING_GRADIENTS,
@@ -242,6 +241,22 @@ def _fill_optimizer_state(live_state: dict[int, Any], path: Path, loaded: Any) -
                 else:
                     entry[key] = value.clone()
     return loaded
+
+
+def fill_tied_keys(model: nn.Module, state_dict: dict[str, Any]) -> None:
+    """Adds the other names of tied parameters that a checkpoint stored under one name only.
+
+    Files written by other tools (and upstream Accelerate's safetensors files) drop duplicate names
+    of shared weights; this lets ``load_state_dict(strict=True)`` accept them.
+    """
+    groups: dict[int, list[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        groups.setdefault(id(param), []).append(name)
+    for names in groups.values():
+        present = next((n for n in names if n in state_dict), None)
+        if present is not None:
+            for name in names:
+                state_dict.setdefault(name, state_dict[present])
 
 
 def _load_models(reader: _Reader, models: Sequence[nn.Module], strict: bool, state: ProcessInfo) -> None:
