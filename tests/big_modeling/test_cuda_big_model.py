@@ -41,10 +41,10 @@ def _expected() -> torch.Tensor:
         return reference()(_ids())
 
 
-def _check(model: nn.Module, expected: torch.Tensor) -> None:
+def _check(model: nn.Module, expected: torch.Tensor, device: str = "cpu") -> None:
     for _ in range(2):  # the second forward reloads what the first released
         with torch.no_grad():
-            out = model(_ids())
+            out = model(_ids().to(device))
         torch.testing.assert_close(out.cpu(), expected, rtol=1e-4, atol=1e-5)
 
 
@@ -89,7 +89,8 @@ def test_load_checkpoint_and_dispatch_auto_puts_a_small_model_on_the_gpu(tmp_pat
     assert set(model.hf_device_map.values()) == {GPU}
     assert all(p.device == torch.device("cuda", 0) for p in model.parameters())
     assert model.head.weight is model.embed.weight
-    _check(model, _expected())
+    # One device: the model is moved there without hooks (as upstream), so inputs go there too.
+    _check(model, _expected(), device=GPU if isinstance(GPU, str) else f"cuda:{GPU}")
 
 
 def test_load_checkpoint_and_dispatch_with_a_mixed_map(tmp_path: Path) -> None:
