@@ -362,3 +362,58 @@ def test_a_file_damaged_on_one_rank_changes_nothing_on_any_rank(tmp_path: Path, 
     for result in results:
         assert "failed on rank 1" in result["message"], result
         assert "random_states_1.pkl is corrupted" in result["message"], result
+
+
+def test_accelerator_load_state_refuses_an_unreceived_registered_object(tmp_path: Path) -> None:
+    from accelerate import Accelerator
+
+    accelerator = Accelerator(cpu=True)
+    model = accelerator.prepare(torch.nn.Linear(3, 2))
+    accelerator.register_for_checkpointing(Counter(), Counter())
+    accelerator.save_state(str(tmp_path / "ckpt"))
+
+    fresh = Accelerator(cpu=True)
+    other = fresh.prepare(torch.nn.Linear(3, 2))
+    with torch.no_grad():
+        other.weight.fill_(7.0)
+    fresh.register_for_checkpointing(Counter())
+    with pytest.raises(RuntimeError, match=r"custom_checkpoint_1\.pkl.*register_for_checkpointing"):
+        fresh.load_state(str(tmp_path / "ckpt"))
+    assert torch.equal(other.weight, torch.full((2, 3), 7.0))
+    fresh.register_for_checkpointing(Counter())
+    fresh.load_state(str(tmp_path / "ckpt"))
+    assert torch.equal(other.weight, model.weight)
+
+
+# --- what torch accepts still loads --------------------------------------------------------------
+class _Renamed(torch.nn.Module):
+    """Takes the keys of an older layout through a load_state_dict pre-hook."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.new = torch.nn.Linear(2, 2)
+        self._register_load_state_dict_pre_hook(self._rename)
+
+    @staticmethod
+    def _rename(state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
+        for key in [k for k in state_dict if k.startswith(prefix + "old.")]:
+            state_dict[prefix + "new." + key[len(prefix + "old.") :]] = state_dict.pop(key)
+
+
+def test_models_whose_own_loading_accepts_the_file_still_load(tmp_path: Path) -> None:
+    norm = torch.nn.BatchNorm1d(3)
+    with torch.no_grad():
+        norm.running_mean.fill_(2.0)
+    weights = {k: v for k, v in norm.state_dict().items() if k != "num_batches_tracked"}
+    state = PartialState(cpu=True)
+    path = save_training_state(tmp_path / "bn", state=state, models_state_dicts=[weights])
+    target = torch.nn.BatchNorm1d(3)
+    load_training_state(path, state=state, models=[target])  # torch fills num_batches_tracked
+    assert torch.equal(target.running_mean, torch.full((3,), 2.0))
+
+    source = torch.nn.Linear(2, 2)
+    old = {f"old.{k}": v for k, v in source.state_dict().items()}
+    path = save_training_state(tmp_path / "renamed", state=state, models_state_dicts=[old])
+    renamed = _Renamed()
+    load_training_state(path, state=state, models=[renamed])
+    assert torch.equal(renamed.new.weight, source.weight)

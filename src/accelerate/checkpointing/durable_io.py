@@ -541,6 +541,8 @@ def load_verified(
     """``load(path)`` while the file is verified on a helper thread; a damaged file raises first.
 
     Both read the same pages (the second from the page cache), so verification adds little wall time.
+    The file is checked to be a regular file first; ``load`` opens it by name again, and should do so
+    through :func:`open_regular` (or pass it to a reader after :func:`check_regular`) as well.
     """
     path = Path(path)
     # Opened here first, on the caller's thread: a FIFO (or a truncated file) is refused before the

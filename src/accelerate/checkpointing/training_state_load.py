@@ -750,13 +750,12 @@ def load_training_state(
         CheckpointError: naming the missing, truncated, corrupted or mismatched file (on every
             process, naming the processes that found it, when several take part).
     """
-    directory = _open_folder(input_dir)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="accelerate-load") as pool:
         error: BaseException | None = None
         plan: _Plan | None = None
         reader: _Reader | None = None
         try:
-            reader = _Reader(directory)
+            reader = _Reader(_open_folder(input_dir))
             plan = _plan_load(
                 reader,
                 pool,
@@ -773,7 +772,7 @@ def load_training_state(
             error = exc
         agree_on_failure(
             error,
-            what=f"load_state from {directory}",
+            what=f"load_state from {input_dir}",
             error_type=CheckpointError,
             note="nothing was loaded on any process: every object keeps its state",
         )
