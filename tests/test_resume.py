@@ -79,6 +79,10 @@ def _load_into_fresh_run(ckpt: str) -> dict[str, object]:
     data = torch.utils.data.TensorDataset(torch.randn(50, 8), torch.randn(50, 2))
     loader = torch.utils.data.DataLoader(data, batch_size=4, shuffle=True)
     model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
+    from tests.resume_training import Progress
+
+    progress = Progress()  # the saving run registered one: a saved object nobody receives is an error
+    accelerator.register_for_checkpointing(progress)
     accelerator.load_state(ckpt, strict=True)
     saved = load_state_dict_file(os.path.join(ckpt, "model.safetensors"))
     mine = accelerator.unwrap_model(model).state_dict()

@@ -44,6 +44,7 @@ from accelerate.checkpointing.durable_io import (  # noqa: F401 - re-exported: t
     SyncGroup,
     fsync_dir,
     load_verified,
+    open_regular,
     read_verified,
     save_torch,
     verify_file,
@@ -170,7 +171,8 @@ def _check_body(data: dict[str, Any], algorithm: str, source: str) -> None:
 
 def _manifest_at(path: Path) -> Manifest | None:
     try:
-        raw = path.read_bytes()
+        with open_regular(path) as handle:  # a FIFO there is refused, never read (it would block)
+            raw = handle.readall()
     except (FileNotFoundError, NotADirectoryError):
         return None
     try:

@@ -10,6 +10,7 @@ import errno
 import io
 import mmap
 import os
+import stat
 import sys
 import threading
 import zlib
@@ -340,17 +341,83 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
-def _check_size(path: Path, record: FileRecord | None) -> int:
+# --- opening files to read -----------------------------------------------------------------------
+# What a path that is not a regular file is, for the error message (the first test that holds).
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISDIR, "a directory"),
+)
+
+
+def _not_regular(path: str | os.PathLike[str], mode: int) -> CheckpointError:
+    kind = next((name for test, name in _KINDS if test(mode)), f"not a regular file (mode {mode:o})")
+    return CheckpointError(
+        f"Checkpoint file {path} is {kind}, not a regular file; it is refused rather than read (reading "
+        "one can block forever or never end). Put the file that was saved there back, or load another "
+        "checkpoint."
+    )
+
+
+def open_regular(path: str | os.PathLike[str]) -> io.FileIO:
+    """Opens a checkpoint file to read it, refusing anything but a regular file, without blocking.
+
+    Every read of a checkpoint goes through here. Opening with ``O_NONBLOCK`` returns at once even
+    for a FIFO without a writer (a plain ``open`` would wait for one forever, on a thread that no
+    signal interrupts); ``fstat`` on the open descriptor then says what was really opened, so a FIFO,
+    socket, device or folder swapped in under the name is caught before a byte is read.
+
+    Raises:
+        FileNotFoundError: nothing has that name (callers word their own "missing" error).
+        CheckpointError: it is not a regular file, naming the file and what it is.
+    """
+    flags = os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     try:
-        size = path.stat().st_size
+        handle = open(path, "rb", buffering=0, opener=lambda name, mode: os.open(name, mode | flags))  # noqa: SIM115 - returned to the caller
+    except (FileNotFoundError, NotADirectoryError):
+        raise
+    except OSError as exc:  # a socket cannot be opened at all (ENXIO); a folder may not be either
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            raise exc from None
+        if stat.S_ISREG(mode):
+            raise
+        raise _not_regular(path, mode) from exc
+    try:
+        mode = os.fstat(handle.fileno()).st_mode
+        if not stat.S_ISREG(mode):
+            raise _not_regular(path, mode)
+        os.set_blocking(handle.fileno(), True)  # no effect on a regular file; readers get a plain descriptor
+    except BaseException:
+        handle.close()
+        raise
+    return cast(io.FileIO, handle)
+
+
+def check_regular(path: str | os.PathLike[str]) -> int:
+    """:func:`open_regular` for readers that open the file by name themselves; returns its size."""
+    with open_regular(path) as handle:
+        return os.fstat(handle.fileno()).st_size
+
+
+def _open_checked(path: Path, record: FileRecord | None) -> tuple[io.FileIO, int]:
+    """The file opened by :func:`open_regular` and its size, checked against ``record`` if given."""
+    try:
+        handle = open_regular(path)
     except FileNotFoundError:
-        raise CheckpointError(f"Checkpoint file {path} is missing (listed in {MANIFEST_NAME})") from None
+        listed = f" (listed in {MANIFEST_NAME})" if record is not None else ""
+        raise CheckpointError(f"Checkpoint file {path} is missing{listed}") from None
+    size = os.fstat(handle.fileno()).st_size
     if record is not None and size != record.size:
+        handle.close()
         raise CheckpointError(
             f"Checkpoint file {path} is damaged: {size} bytes on disk, {record.size} when saved "
             "(truncated or overwritten). Load an earlier checkpoint."
         )
-    return size
+    return handle, size
 
 
 def _check_crc(path: Path, digest: str, record: FileRecord) -> None:
@@ -369,9 +436,8 @@ _MAP_MIN = 1024 * 1024
 _MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22 if sys.platform.startswith("linux") else None)
 
 
-def _map(path: Path, size: int, access: int) -> mmap.mmap:
-    with open(path, "rb", buffering=0) as handle:
-        mapped = mmap.mmap(handle.fileno(), size, access=access)
+def _map(handle: io.FileIO, size: int, access: int) -> mmap.mmap:
+    mapped = mmap.mmap(handle.fileno(), size, access=access)
     if _MADV_POPULATE_READ is not None and hasattr(mapped, "madvise"):
         try:
             mapped.madvise(_MADV_POPULATE_READ)
@@ -403,17 +469,17 @@ def read_verified(path: str | os.PathLike[str], record: FileRecord | None = None
     buffer stay writable without touching the file.
     """
     path = Path(path)
-    size = _check_size(path, record)
-    if size >= _MAP_MIN:
-        mapped = _map(path, size, mmap.ACCESS_COPY)
-        if record is not None:
-            _hash_mapped(path, mapped, record)
-        return memoryview(mapped)
-    # torch.empty, not bytearray(size): skipping the zero-fill saves a full pass over the memory.
-    import torch
+    handle, size = _open_checked(path, record)
+    with handle:
+        if size >= _MAP_MIN:
+            mapped = _map(handle, size, mmap.ACCESS_COPY)
+            if record is not None:
+                _hash_mapped(path, mapped, record)
+            return memoryview(mapped)
+        # torch.empty, not bytearray(size): skipping the zero-fill saves a full pass over the memory.
+        import torch
 
-    view = memoryview(cast(Any, torch.empty(size, dtype=torch.uint8).numpy()))
-    with open(path, "rb", buffering=0) as handle:
+        view = memoryview(cast(Any, torch.empty(size, dtype=torch.uint8).numpy()))
         got = 0
         while got < size:
             n = handle.readinto(view[got:])
@@ -429,20 +495,19 @@ def read_verified(path: str | os.PathLike[str], record: FileRecord | None = None
     return view
 
 
-def _file_digest(path: Path, size: int, algorithm: str) -> str:
-    """The checksum of a file's bytes; large files are hashed from a read-only map (no copy)."""
+def _file_digest(handle: io.FileIO, size: int, algorithm: str) -> str:
+    """The checksum of an open file's bytes; large files are hashed from a read-only map (no copy)."""
     hasher = Hasher(algorithm)
     if size >= _MAP_MIN:
-        mapped = _map(path, size, mmap.ACCESS_READ)
+        mapped = _map(handle, size, mmap.ACCESS_READ)
         try:
             return _hash_view(hasher, mapped)
         finally:
             mapped.close()
     chunk = bytearray(_CHUNK)
     view = memoryview(chunk)
-    with open(path, "rb", buffering=0) as handle:
-        while n := handle.readinto(chunk):
-            hasher.update(view[:n])
+    while n := handle.readinto(chunk):
+        hasher.update(view[:n])
     return hasher.hexdigest()
 
 
@@ -452,15 +517,17 @@ def verify_file(path: str | os.PathLike[str], record: FileRecord) -> None:
     Large files are hashed from a read-only map of the page cache: no copy of the bytes at all.
     """
     path = Path(path)
-    size = _check_size(path, record)
-    _check_crc(path, _file_digest(path, size, record.algorithm), record)
+    handle, size = _open_checked(path, record)
+    with handle:
+        digest = _file_digest(handle, size, record.algorithm)
+    _check_crc(path, digest, record)
 
 
 def file_record(path: str | os.PathLike[str]) -> FileRecord:
     """The record of a file as written, hashed from the page cache (for writers that are not a sink)."""
-    path = Path(path)
-    size = path.stat().st_size
-    return FileRecord(size, _file_digest(path, size, CHECKSUM_ALGORITHM), CHECKSUM_ALGORITHM)
+    with open_regular(path) as handle:
+        size = os.fstat(handle.fileno()).st_size
+        return FileRecord(size, _file_digest(handle, size, CHECKSUM_ALGORITHM), CHECKSUM_ALGORITHM)
 
 
 def file_record_soon(path: str | os.PathLike[str]) -> Future[FileRecord]:
@@ -474,11 +541,17 @@ def load_verified(
     """``load(path)`` while the file is verified on a helper thread; a damaged file raises first.
 
     Both read the same pages (the second from the page cache), so verification adds little wall time.
+    The file is checked to be a regular file first; ``load`` opens it by name again, and should do so
+    through :func:`open_regular` (or pass it to a reader after :func:`check_regular`) as well.
     """
     path = Path(path)
+    # Opened here first, on the caller's thread: a FIFO (or a truncated file) is refused before the
+    # loader, which opens the file by name, could block on it.
+    handle, size = _open_checked(path, record)
     if record is None:
+        handle.close()
         return load(path)
-    check = _helper().submit(verify_file, path, record)
+    check = _helper().submit(_verify_open, path, handle, size, record)
     try:
         value = load(path)
     except BaseException:
@@ -486,3 +559,9 @@ def load_verified(
         raise
     check.result()
     return value
+
+
+def _verify_open(path: Path, handle: io.FileIO, size: int, record: FileRecord) -> None:
+    with handle:
+        digest = _file_digest(handle, size, record.algorithm)
+    _check_crc(path, digest, record)

@@ -31,6 +31,7 @@ from accelerate.checkpointing.atomic import (
     write_bytes,
     write_file,
 )
+from accelerate.checkpointing.durable_io import check_regular, open_regular
 from accelerate.checkpointing.errors import CheckpointError
 from accelerate.checkpointing.safetensors_io import read_safetensors, write_safetensors
 from accelerate.checkpointing.sizes import parse_size
@@ -241,8 +242,13 @@ def _remove_stale_weights(directory: Path, stem: str, suffix: str, index_name: s
 
 # --- reading ----------------------------------------------------------------------------------------
 def _torch_load(path: Path, *, mmap: bool = False) -> Any:
+    """``torch.load(weights_only=True)`` of a regular file (see ``open_regular``), onto the CPU."""
     try:
-        return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+        if mmap:
+            check_regular(path)  # torch maps the file by name: check what the name is first
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        with open_regular(path) as handle:
+            return torch.load(handle, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         raise CheckpointError(
             f"{path} holds Python objects that are not plain tensors or containers, and it is loaded with "
@@ -263,7 +269,7 @@ def load_state_dict_file(path: str | os.PathLike[str], record: FileRecord | None
             damaged one raises :class:`CheckpointError` naming it.
     """
     path = Path(path)
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise CheckpointError(f"Weights file {path} does not exist")
     if path.name.endswith(".safetensors"):
         buffer = read_verified(path, record)
@@ -281,12 +287,18 @@ def load_state_dict_file(path: str | os.PathLike[str], record: FileRecord | None
 def read_index(path: Path) -> tuple[dict[str, str], dict[str, str]]:
     """``(weight_map, aliases)`` of a shard index file."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        with open_regular(path) as handle:
+            data = json.loads(handle.readall().decode("utf-8"))
         weight_map = {str(k): str(v) for k, v in data["weight_map"].items()}
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise CheckpointError(f"Cannot read the shard index {path}: {exc!r}") from exc
     aliases = (data.get("metadata") or {}).get(ALIASES_KEY) or {}
     return weight_map, {str(k): str(v) for k, v in aliases.items()}
+
+
+def _is_entry(path: Path) -> bool:
+    """A file, or something else that is not a folder (a FIFO, a device): reading it refuses those."""
+    return path.exists() and not path.is_dir()
 
 
 def resolve_checkpoint(checkpoint: str | os.PathLike[str]) -> tuple[list[Path], dict[str, str]]:
@@ -296,7 +308,7 @@ def resolve_checkpoint(checkpoint: str | os.PathLike[str]) -> tuple[list[Path], 
     (safetensors preferred), ``model.safetensors`` / ``pytorch_model.bin``, or exactly one weights file.
     """
     path = Path(checkpoint)
-    if path.is_file():
+    if _is_entry(path):
         if path.name.endswith(".index.json"):
             weight_map, aliases = read_index(path)
             files = sorted({path.parent / name for name in weight_map.values()})
@@ -305,7 +317,7 @@ def resolve_checkpoint(checkpoint: str | os.PathLike[str]) -> tuple[list[Path], 
     if not path.is_dir():
         raise FileNotFoundError(f"Checkpoint {path} does not exist")
     for name in (SAFE_WEIGHTS_INDEX_NAME, WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_NAME):
-        if (path / name).is_file():
+        if _is_entry(path / name):
             return resolve_checkpoint(path / name)
     indexes = sorted(path.glob("*.index.json"))
     if len(indexes) == 1:

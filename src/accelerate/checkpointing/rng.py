@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from accelerate.checkpointing.durable_io import open_regular
 from accelerate.checkpointing.errors import CheckpointError
 
 RNG_STATE_NAME = "random_states"
@@ -101,6 +102,41 @@ def restore_rng_state(state: dict[str, Any], dataloaders: Sequence[Any] = ()) ->
                 generator.set_state(gen_state)
 
 
+def check_rng_state(state: dict[str, Any], dataloaders: Sequence[Any] = (), *, source: str) -> None:
+    """Raises unless :func:`restore_rng_state` will take ``state`` whole; changes no generator.
+
+    Each state is set on a throwaway generator of the same kind, which runs exactly the checks the
+    real one would, so a malformed entry is found before the first real generator is set.
+
+    Raises:
+        CheckpointError: naming ``source`` and the entry that cannot be restored.
+    """
+    entry = "random_state"
+    try:
+        random.Random().setstate(_as_tuple(state["random_state"]))
+        entry = "numpy_random_seed"
+        np_state = state["numpy_random_seed"]
+        np.random.RandomState().set_state(
+            (np_state[0], np.asarray(np_state[1], dtype=np.uint32), *np_state[2:])
+        )
+        entry = "torch_manual_seed"
+        torch.Generator().set_state(state["torch_manual_seed"])
+        entry = "torch_cuda_manual_seed"
+        cuda = state.get("torch_cuda_manual_seed")
+        if cuda is not None and not all(isinstance(s, torch.Tensor) for s in cuda):
+            raise TypeError("not a list of generator states")
+        entry = "accelerate_sampler_generators"
+        for i, gen_state in (state.get("accelerate_sampler_generators") or {}).items():
+            if int(i) < len(dataloaders):
+                generator = _sampler_generator(dataloaders[int(i)])
+                if generator is not None:
+                    torch.Generator(device=generator.device).set_state(gen_state)
+    except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as exc:
+        raise CheckpointError(
+            f"{source}: its {entry!r} cannot be restored ({exc!r}); nothing was loaded"
+        ) from exc
+
+
 def _as_tuple(value: Any) -> Any:
     # random.setstate needs tuples all the way down; a round trip through some formats yields lists.
     return tuple(_as_tuple(v) for v in value) if isinstance(value, list | tuple) else value
@@ -116,12 +152,14 @@ def numpy_safe_globals() -> list[Any]:
 def load_rng_file(path: Path) -> dict[str, Any]:
     """Reads a random-states file safely (see the module docstring)."""
     try:
-        try:
-            state = torch.load(path, map_location="cpu", weights_only=True)
-        except pickle.UnpicklingError:
-            # An upstream file: allow NumPy's array types only, still with the restricted unpickler.
-            with torch.serialization.safe_globals(numpy_safe_globals()):
-                state = torch.load(path, map_location="cpu", weights_only=True)
+        with open_regular(path) as handle:  # a FIFO there is refused, never read (it would block)
+            try:
+                state = torch.load(handle, map_location="cpu", weights_only=True)
+            except pickle.UnpicklingError:
+                # An upstream file: allow NumPy's array types only, still with the restricted unpickler.
+                handle.seek(0)
+                with torch.serialization.safe_globals(numpy_safe_globals()):
+                    state = torch.load(handle, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         raise CheckpointError(
             f"{path} holds objects other than generator states; refusing to unpickle them: {exc}"
