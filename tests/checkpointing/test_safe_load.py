@@ -29,8 +29,8 @@ from accelerate.checkpointing import (
     load_training_state,
     save_training_state,
 )
-from accelerate.checkpointing.model_loading import load_checkpoint_in_model
 from accelerate.state import PartialState
+from accelerate.utils import load_checkpoint_in_model
 from tests.checkpointing.harness import Bundle, Counter, build, scramble, train
 from tests.helpers.pool import WorkerPool
 

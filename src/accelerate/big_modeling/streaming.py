@@ -75,11 +75,20 @@ def _read(handle: Any, start: int, name: str, info: dict[str, Any], path: Any) -
     return tensor
 
 
+def _existing_weights_file(path: str | os.PathLike[str]) -> Path:
+    """``path`` once it is a regular file: a FIFO or device there would block the read or misread."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"Weights file {path} does not exist")
+    from accelerate.checkpointing.durable_io import check_regular
+
+    check_regular(path)  # raises CheckpointError naming what it is instead
+    return path
+
+
 def iter_weights(path: str | os.PathLike[str]) -> Iterator[tuple[str, torch.Tensor]]:
     """``(name, tensor)`` pairs of one weights file, read one at a time where the format allows."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"Weights file {path} does not exist")
+    path = _existing_weights_file(path)
     if path.name.endswith(".safetensors"):
         yield from iter_safetensors(path)
         return
@@ -146,9 +155,7 @@ def open_weights(path: str | os.PathLike[str]) -> Iterator[StoredWeight]:
     ``mapped`` and ``read`` tensors are both views of the mapping; files from the legacy
     (non-zip) ``torch.save`` cannot be mapped and are read whole.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"Weights file {path} does not exist")
+    path = _existing_weights_file(path)
     if path.name.endswith(".safetensors"):
         yield from _open_safetensors(path)
         return
