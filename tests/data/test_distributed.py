@@ -227,3 +227,63 @@ def test_default_order_is_pytorch_order_sharded(pool2):
     assert r1["own"][:2] == plain[1::2][:2]
     assert r1["own"][2] == plain[5] + plain[0][:1]  # even_batches completes the last batch from the start
     assert r0["rng_same_as_plain"] and r1["rng_same_as_plain"]
+
+
+class _UndeclaredSizeBatches(torch.utils.data.Sampler):
+    """A custom batch sampler of fixed-size batches that has no `batch_size` attribute."""
+
+    def __init__(self, length: int, size: int) -> None:
+        self.length, self.size = length, size
+
+    def __len__(self) -> int:
+        return -(-self.length // self.size)
+
+    def __iter__(self) -> Any:
+        for start in range(0, self.length, self.size):
+            yield list(range(start, min(start + self.size, self.length)))
+
+
+def custom_batches_on_rank(length: int, size: int, kind: str, dispatch: bool) -> dict[str, Any]:
+    from torch.utils.data import BatchSampler, SequentialSampler
+
+    from accelerate import Accelerator
+    from accelerate.utils import DataLoaderConfiguration
+
+    accelerator = Accelerator(dataloader_config=DataLoaderConfiguration(dispatch_batches=dispatch))
+    dataset = torch.arange(length)
+    if kind == "batch_sampler":
+        loader = DataLoader(dataset, batch_sampler=BatchSampler(SequentialSampler(dataset), size, False))
+    elif kind == "sampler":  # a BatchSampler as the sampler, the dataset indexed with whole lists
+        loader = DataLoader(
+            dataset, sampler=BatchSampler(SequentialSampler(dataset), size, False), batch_size=None
+        )
+    else:
+        loader = DataLoader(dataset, batch_sampler=_UndeclaredSizeBatches(length, size))
+    prepared = accelerator.prepare(loader)
+    own, gathered = [], []
+    for batch in prepared:
+        own.append(batch.tolist())
+        gathered.extend(accelerator.gather_for_metrics(batch).tolist())
+    return {"type": type(prepared).__name__, "own": own, "gathered": gathered, "len": len(prepared)}
+
+
+def test_gather_for_metrics_with_custom_batch_samplers(pool2):
+    # Each sample exactly once (the last round's padding dropped), also with an uneven last batch.
+    for kind in ("batch_sampler", "sampler", "undeclared"):
+        for length, size in ((10, 3), (10, 4), (8, 2), (11, 3), (1, 3)):
+            r0, r1 = pool2.run(custom_batches_on_rank, length, size, kind, False)
+            assert r0["gathered"] == r1["gathered"] == list(range(length)), (kind, length, size)
+            assert len(r0["own"]) == len(r1["own"]) == r0["len"]
+
+
+def test_dispatch_batches_with_a_custom_batch_sampler(pool2):
+    # Process 0 reads num_processes batches per step; each process gets its equal slice of them.
+    for kind in ("batch_sampler", "undeclared"):
+        r0, r1 = pool2.run(custom_batches_on_rank, 10, 3, kind, True)
+        assert r0["type"] == r1["type"] == "DataLoaderDispatcher"
+        assert (r0["own"], r1["own"]) == ([[0, 1, 2], [6, 7]], [[3, 4, 5], [8, 9]])
+        assert r0["gathered"] == r1["gathered"] == list(range(10))
+        assert r0["len"] == r1["len"] == 2
+        r0, r1 = pool2.run(custom_batches_on_rank, 11, 4, kind, True)
+        assert (r0["own"], r1["own"]) == ([[0, 1, 2, 3], [8, 9]], [[4, 5, 6, 7], [10, 0]])
+        assert r0["gathered"] == r1["gathered"] == list(range(11))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -105,3 +106,44 @@ def test_bad_arguments_fail_through_the_launch_checks() -> None:
         notebook_launcher(train, ("unused",), mixed_precision="fp8")
     with pytest.raises(ValueError, match=r"num_processes=0 \(from debug_launcher\(num_processes=...\)\)"):
         debug_launcher(train, num_processes=0)
+
+
+def collect_then_wait() -> None:
+    import gc
+
+    from accelerate import PartialState
+
+    gc.collect()  # whatever garbage the parent had when it forked is torn down here, in the child
+    PartialState().wait_for_everyone()
+
+
+@pytest.mark.timeout(120)
+def test_a_failed_launch_leaves_nothing_the_next_one_trips_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+
+    from accelerate.launch import in_process
+    from accelerate.utils.ports import port_is_free
+
+    ports: list[int] = []
+    find_free_port = in_process.find_free_port
+
+    def recording_free_port() -> int:
+        ports.append(find_free_port())
+        return ports[-1]
+
+    monkeypatch.setattr(in_process, "find_free_port", recording_free_port)
+    gc.disable()  # garbage left by the failed launch stays until the next launch forks, as it may
+    try:
+        with pytest.raises(LaunchedProcessError) as info:
+            debug_launcher(fail_on_rank_one, num_processes=2)
+        # The failure is still held (pytest.raises here; a notebook keeps it in sys.last_value),
+        # but the launch's rendezvous store is gone: its port is free again.
+        assert port_is_free(ports[0]), "the failed launch's rendezvous TCPStore outlived the launch"
+        # The failure, kept in a reference cycle, becomes garbage the parent has not collected yet
+        # when the next launch forks; the new processes collect it (collect_then_wait).
+        cycle: list[Any] = [info.value]
+        cycle.append(cycle)
+        del cycle, info
+        debug_launcher(collect_then_wait, num_processes=2)
+    finally:
+        gc.enable()

@@ -47,6 +47,40 @@ def test_split_tensor_and_dict() -> None:
     assert shares[0]["a"] == [1, 2] and shares[1]["b"].tolist() == [2]
 
 
+def _rows(dataset: object) -> list[int]:
+    return list(dataset["x"])  # type: ignore[index]
+
+
+def test_split_a_datasets_dataset_by_select() -> None:
+    # As upstream: each share is `dataset.select(...)` of its rows (a Dataset again), padded with
+    # the share's own last row; a process past the end of the data gets the last row.
+    datasets = pytest.importorskip("datasets")
+    dataset = datasets.Dataset.from_dict({"x": list(range(7))})
+    shares = [split_for_process(dataset, 3, i) for i in range(3)]
+    assert all(isinstance(share, datasets.Dataset) for share in shares)
+    assert [_rows(share) for share in shares] == [[0, 1, 2], [3, 4], [5, 6]]
+    padded = [_rows(split_for_process(dataset, 3, i, apply_padding=True)) for i in range(3)]
+    assert padded == [[0, 1, 2], [3, 4, 4], [5, 6, 6]]
+    tiny = datasets.Dataset.from_dict({"x": [0, 1]})
+    assert [_rows(split_for_process(tiny, 3, i)) for i in range(3)] == [[0], [1], [1]]
+    both = split_for_process({"d": dataset, "l": list(range(7))}, 2, 1, apply_padding=True)
+    assert _rows(both["d"]) == [4, 5, 6, 6] and both["l"] == [4, 5, 6, 6]
+
+
+def split_dataset_on_rank() -> list[int]:
+    import datasets
+
+    dataset = datasets.Dataset.from_dict({"x": list(range(5))})
+    with PartialState().split_between_processes(dataset, apply_padding=True) as share:
+        assert isinstance(share, datasets.Dataset)
+        return _rows(share)
+
+
+def test_split_between_processes_a_datasets_dataset(pool2: WorkerPool) -> None:
+    pytest.importorskip("datasets")
+    assert pool2.run(split_dataset_on_rank) == [[0, 1, 2], [3, 4, 4]]
+
+
 def test_split_unsized_input_raises() -> None:
     with pytest.raises(TypeError, match="generator"):
         split_for_process((x for x in range(3)), 2, 0)

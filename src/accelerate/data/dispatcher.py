@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Sampler
 
 from accelerate.data.base import PreparedLoaderMixin, check_no_device_mesh, preserve_global_rng
 from accelerate.data.batches import batch_length, pad_batch, slice_batch
@@ -33,6 +33,50 @@ class _Slot(NamedTuple):
     position: int
     shape: tuple[int, ...]
     dtype: torch.dtype
+
+
+class GlobalBatchSampler(Sampler[list[Any]]):
+    """Process 0's batches for dispatching a user's batch sampler: ``group`` of its batches at a time.
+
+    With ``split_batches=False`` every process gets one of the user's batches per step, so one
+    dispatched (global) batch joins ``num_processes`` consecutive batches; with ``split_batches``
+    each of the user's batches is the global batch (``group=1``). With the batch sampler's
+    ``drop_last`` an incomplete last group is dropped, as sharding drops an incomplete round.
+    """
+
+    def __init__(self, batch_sampler: Any, group: int) -> None:
+        self.batch_sampler = batch_sampler
+        self.group = group
+        self.drop_last = bool(getattr(batch_sampler, "drop_last", False))
+        size = getattr(batch_sampler, "batch_size", None)
+        self.batch_size = size * group if isinstance(size, int) else None
+
+    @property
+    def sampler(self) -> Any:
+        return getattr(self.batch_sampler, "sampler", None)
+
+    def set_epoch(self, epoch: int) -> None:
+        for target in (self.batch_sampler, self.sampler):
+            set_epoch = getattr(target, "set_epoch", None)
+            if callable(set_epoch):
+                set_epoch(epoch)
+                return
+
+    def __len__(self) -> int:
+        total = len(self.batch_sampler)
+        return total // self.group if self.drop_last else -(-total // self.group)
+
+    def __iter__(self) -> Iterator[list[Any]]:
+        joined: list[Any] = []
+        count = 0
+        for batch in self.batch_sampler:
+            joined.extend(batch)
+            count += 1
+            if count == self.group:
+                yield joined
+                joined, count = [], 0
+        if count and not self.drop_last:
+            yield joined
 
 
 class DataLoaderDispatcher(PreparedLoaderMixin, DataLoader):
@@ -103,6 +147,9 @@ class DataLoaderDispatcher(PreparedLoaderMixin, DataLoader):
                 f"{num_processes} (with split_batches=False, prepare() reads batch_size x num_processes for you)."
             )
         self._per_process = (total // num_processes) if total is not None else None
+        # Built over a batch sampler (a custom one, see `GlobalBatchSampler`): every batch process 0
+        # reads is one step of all processes, cut into equal slices whatever its length.
+        self._slices_each_batch = total is None and self.batch_sampler is not None
         if skip_batches:
             self._view_skip = int(skip_batches)
 
@@ -128,6 +175,8 @@ class DataLoaderDispatcher(PreparedLoaderMixin, DataLoader):
 
     @property
     def total_batch_size(self) -> int:
+        if self._slices_each_batch:
+            return int(getattr(self.batch_sampler, "batch_size", None) or 1)
         return int(self.batch_size or 1)
 
     @property
@@ -156,8 +205,19 @@ class DataLoaderDispatcher(PreparedLoaderMixin, DataLoader):
             upcoming = next(iterator, _END)
             is_last = upcoming is _END
             batch, duplicates = current, 0
-            if is_last and self.even_batches and not self._drop_last and self._per_process is not None:
+            size = None
+            if self._per_process is not None:
                 size = self._per_process * self.num_processes
+            elif self._slices_each_batch:
+                length = batch_length(batch)
+                size = -(-length // self.num_processes) * self.num_processes
+                if not is_last and size != length:
+                    raise ValueError(
+                        f"dispatch_batches=True cuts every batch into {self.num_processes} equal slices, but the batch "
+                        f"sampler gave a batch of {length} samples, not divisible by {self.num_processes} (only the "
+                        "last batch may be short). Use batches of a multiple of the number of processes."
+                    )
+            if is_last and self.even_batches and not self._drop_last and size is not None:
                 length = batch_length(batch)
                 if 0 < length < size:
                     batch, duplicates = pad_batch(batch, first, size), size - length
@@ -238,6 +298,8 @@ class DataLoaderDispatcher(PreparedLoaderMixin, DataLoader):
                 if sent is _END:
                     break
                 batch, (is_last, duplicates) = sent
+                if self._slices_each_batch:
+                    per = -(-batch_length(batch) // self.num_processes)
                 part = batch if per is None else self.slice_fn(batch, slice(per * rank, per * (rank + 1)))
                 if is_last:
                     self.end_of_dataloader = True

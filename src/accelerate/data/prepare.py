@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler
 
 from accelerate.data.base import check_no_device_mesh
-from accelerate.data.dispatcher import DataLoaderDispatcher
+from accelerate.data.dispatcher import DataLoaderDispatcher, GlobalBatchSampler
 from accelerate.data.iterable import IterableDatasetShard, is_sharded_by_rank
 from accelerate.data.samplers import BatchSamplerShard, SeedableRandomSampler, TorchOrderRandomSampler
 from accelerate.data.shard_loader import DataLoaderShard, _install_generator
@@ -181,6 +181,21 @@ def _map_shard(
 ) -> DataLoaderShard:
     kwargs = loader_kwargs(dataloader)
     batch_sampler = dataloader.batch_sampler
+    if batch_sampler is None and isinstance(dataloader.sampler, BatchSampler):
+        # DataLoader(ds, sampler=BatchSampler(...), batch_size=None): the dataset is indexed with
+        # whole index lists. Shard those lists (padding the last round by samples, as any batch
+        # sampler) and keep the loader's shape: the shard is its sampler, batch_size stays None.
+        sampler_batches = dataloader.sampler
+        generator = _install_generator(getattr(sampler_batches, "sampler", None))
+        shard = BatchSamplerShard(sampler_batches, num_processes, process_index, split_batches, even_batches)
+        return DataLoaderShard(
+            dataloader.dataset,
+            sampler=shard,
+            batch_size=None,
+            synchronized_generator=generator,
+            **common,
+            **kwargs,
+        )
     if batch_sampler is None:
         # batch_size=None: each index is a batch of its own; keep the loader's collate semantics.
         batch_sampler = BatchSampler(dataloader.sampler, batch_size=1, drop_last=False)
@@ -243,10 +258,23 @@ def _dispatcher(
 ) -> DataLoaderDispatcher:
     kwargs = loader_kwargs(dataloader)
     batch_size = dataloader.batch_size
-    if dataloader.batch_sampler is not None and type(dataloader.batch_sampler) is not BatchSampler:
-        raise ValueError(
-            "dispatch_batches=True needs a DataLoader built with batch_size (not a custom batch_sampler); "
-            "use dispatch_batches=False to shard the custom batch sampler instead"
+    if dataloader.batch_sampler is not None and batch_size is None:
+        # DataLoader(ds, batch_sampler=...), a custom one or not: process 0 reads its batches (num_processes of them per step, or
+        # one with split_batches) and every process gets its equal slice of each.
+        user_batches = dataloader.batch_sampler
+        generator = _install_generator(getattr(user_batches, "sampler", None))
+        return DataLoaderDispatcher(
+            dataloader.dataset,
+            split_batches=split_batches,
+            _drop_last=bool(getattr(user_batches, "drop_last", False)),
+            slice_fn=slice_fn,
+            even_batches=even_batches,
+            num_processes=num_processes,
+            process_index=process_index,
+            synchronized_generator=generator,
+            batch_sampler=GlobalBatchSampler(user_batches, 1 if split_batches else num_processes),
+            **common,
+            **kwargs,
         )
     if batch_size is None:
         raise ValueError("dispatch_batches=True needs a DataLoader batch_size (got None)")

@@ -313,7 +313,7 @@ class BatchSamplerShard(Sampler[list[Any]]):
             if mine is not None:
                 yield mine
             return
-        yield from self._padded_last_round(mine, in_round, last, indices[: n * size])
+        yield from self._padded_last_round(mine, in_round, last, indices[: n * size], size)
 
     def _iter_split(self, skip: int) -> Iterator[list[Any]]:
         size = self.batch_size
@@ -344,7 +344,17 @@ class BatchSamplerShard(Sampler[list[Any]]):
         mine: list[Any] | None = None
         in_round = 0
         last: list[Any] = []
-        for index, batch in enumerate(self.batch_sampler):
+        sizes_seen: set[int] | None = set()  # lengths of the batches before the last (size None)
+        first_length: int | None = None
+        for index, (batch, is_last) in enumerate(_with_last_flag(self.batch_sampler)):
+            if first_length is None:
+                first_length = len(batch)
+            if size is None and sizes_seen is not None and not is_last:
+                # Every batch before the last one of one length: the sampler batches by a size it
+                # does not declare (no `batch_size` attribute); pad by that size, as a BatchSampler.
+                sizes_seen.add(len(batch))
+                if len(sizes_seen) > 1:
+                    sizes_seen = None
             if pad and len(head) < head_cap:
                 if size is not None:
                     head.extend(batch[: head_cap - len(head)])
@@ -357,7 +367,13 @@ class BatchSamplerShard(Sampler[list[Any]]):
             last = batch
             in_round += 1
             # A short batch can only be the epoch's last one: hold its round back for padding.
-            if in_round == n and (size is None or len(batch) == size):
+            # Without a declared size, the last batch is short if shorter than the first, and all
+            # the batches before it had one length.
+            if size is None:
+                full = not (is_last and pad and sizes_seen is not None and len(batch) < (first_length or 0))
+            else:
+                full = len(batch) == size
+            if in_round == n and full:
                 assert mine is not None
                 yield mine
                 mine, in_round = None, 0
@@ -369,12 +385,19 @@ class BatchSamplerShard(Sampler[list[Any]]):
             if mine is not None:
                 yield mine
             return
-        yield from self._padded_last_round(mine, in_round, last, head)
+        nominal = size
+        if size is None and sizes_seen is not None:
+            nominal = next(iter(sizes_seen)) if sizes_seen else len(last)
+            if len(last) <= nominal:
+                head = [i for first_batch in head for i in first_batch]
+            else:
+                nominal = None
+        yield from self._padded_last_round(mine, in_round, last, head, nominal)
 
     def _padded_last_round(
-        self, mine: list[Any] | None, in_round: int, last: list[Any], head: list[Any]
+        self, mine: list[Any] | None, in_round: int, last: list[Any], head: list[Any], size: int | None
     ) -> Iterator[list[Any]]:
-        n, rank, size = self.num_processes, self.process_index, self.batch_size
+        n, rank = self.num_processes, self.process_index
         if size is None:
             # Variable batch sizes: the missing processes get the epoch's first whole batches.
             fill_batches = _cycled(head, 0, n - in_round)
@@ -393,6 +416,17 @@ class BatchSamplerShard(Sampler[list[Any]]):
             yield list(last) + _cycled(head, 0, short_by)
         else:
             yield _cycled(head, short_by + (rank - in_round) * size, size)
+
+
+def _with_last_flag(batches: Iterable[list[Any]]) -> Iterator[tuple[list[Any], bool]]:
+    """``(batch, is_last)`` for each batch (one batch is read ahead)."""
+    iterator = iter(batches)
+    sentinel: Any = object()
+    current = next(iterator, sentinel)
+    while current is not sentinel:
+        upcoming = next(iterator, sentinel)
+        yield current, upcoming is sentinel
+        current = upcoming
 
 
 def base_batch_sampler(batch_sampler: Any) -> Any:
@@ -428,6 +462,8 @@ def _sampler_reader(dataloader: Any) -> Any:
     reader = _innermost_batch_sampler(dataloader)
     if reader is None:
         current = getattr(dataloader, "sampler", None)
+        if isinstance(current, BatchSamplerShard):  # a prepared loader built with sampler=BatchSampler(...)
+            current = base_batch_sampler(current)
         return current if isinstance(current, BatchSampler) else None
     # A BatchSampler given as `sampler`: the loader batches its batches; the inner one orders the samples.
     inner = getattr(reader, "sampler", None)

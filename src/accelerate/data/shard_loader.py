@@ -77,9 +77,17 @@ class DataLoaderShard(PreparedLoaderMixin, DataLoader):
 
     # --- what the mixin needs ------------------------------------------------------------------
     @property
+    def _batch_shard(self) -> BatchSamplerShard | None:
+        """The `BatchSamplerShard`: the batch sampler, or the sampler of a ``batch_size=None`` loader."""
+        for candidate in (self.batch_sampler, self.sampler):
+            if isinstance(candidate, BatchSamplerShard):
+                return candidate
+        return None
+
+    @property
     def _shard(self) -> BatchSamplerShard | IterableDatasetShard | None:
-        if isinstance(self.batch_sampler, BatchSamplerShard):
-            return self.batch_sampler
+        if self._batch_shard is not None:
+            return self._batch_shard
         if isinstance(self.dataset, IterableDatasetShard):
             return self.dataset
         return None
@@ -96,17 +104,17 @@ class DataLoaderShard(PreparedLoaderMixin, DataLoader):
 
     @property
     def _base_batches_per_step(self) -> int | None:
-        if isinstance(self.batch_sampler, BatchSamplerShard):
-            return self.batch_sampler.base_batches_per_step
-        return None
+        shard = self._batch_shard
+        return shard.base_batches_per_step if shard is not None else None
 
     def _shuffle_sampler(self) -> Any:
-        return getattr(base_batch_sampler(self.batch_sampler), "sampler", None)
+        return getattr(base_batch_sampler(self._batch_shard or self.batch_sampler), "sampler", None)
 
     # --- facts -----------------------------------------------------------------------------------
     def __len__(self) -> int:
-        if self._view_skip and isinstance(self.batch_sampler, BatchSamplerShard):
-            return self.batch_sampler.length_after(self._view_skip * self.batch_sampler.base_batches_per_step)
+        shard = self._batch_shard
+        if self._view_skip and shard is not None:
+            return shard.length_after(self._view_skip * shard.base_batches_per_step)
         return max(super().__len__() - (self._view_skip or 0), 0)
 
     @property
@@ -139,10 +147,11 @@ class DataLoaderShard(PreparedLoaderMixin, DataLoader):
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         start, restoring = self._begin_iteration()
         loader_skip = start.batches
-        if isinstance(self.batch_sampler, BatchSamplerShard):
+        shard = self._batch_shard
+        if shard is not None:
             base = start.base_batches or 0
             self._check_skip(base)
-            self.batch_sampler.skip_base_batches = base
+            shard.skip_base_batches = base
             loader_skip = 0  # skipped as index lists, before any sample is loaded
         self.begin()
         try:
@@ -152,8 +161,8 @@ class DataLoaderShard(PreparedLoaderMixin, DataLoader):
             finally:
                 # Every iter() torch makes on the batch sampler is made while building the
                 # iterator (persistent workers' _reset included): later epochs start at 0.
-                if isinstance(self.batch_sampler, BatchSamplerShard):
-                    self.batch_sampler.skip_base_batches = 0
+                if shard is not None:
+                    shard.skip_base_batches = 0
             for _ in range(loader_skip):
                 if next(iterator, _END) is _END:
                     raise ValueError(
@@ -176,8 +185,8 @@ class DataLoaderShard(PreparedLoaderMixin, DataLoader):
             self.end()
 
     def _check_skip(self, base: int) -> None:
-        sampler = self.batch_sampler
-        if base and isinstance(sampler, BatchSamplerShard) and hasattr(sampler.batch_sampler, "__len__"):
+        sampler = self._batch_shard
+        if base and sampler is not None and hasattr(sampler.batch_sampler, "__len__"):
             available = len(sampler.batch_sampler)  # type: ignore[arg-type]
             if base > available:
                 raise ValueError(

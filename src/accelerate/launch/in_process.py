@@ -8,11 +8,15 @@ which is why CUDA must not be initialised in the parent and no Accelerator may e
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import io
+import logging
 import multiprocessing
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+import traceback
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from accelerate.config.env import write_launch_env
@@ -106,17 +110,87 @@ def _launch(
         start_method="fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn",
         log_line_prefix_template=log_line_prefix_template,
     )
-    with patched_environ(env), preserved_signals(), reporting_restarts(sys.stderr):
+    error: LaunchedProcessError | None = None
+    # Garbage this process still holds (an earlier launch's, say) is collected here, not in the
+    # forked processes, which would tear down copies of objects they do not own.
+    gc.collect()
+    with (
+        patched_environ(env),
+        preserved_signals(),
+        reporting_restarts(sys.stderr),
+        _no_live_tracebacks_in_torch_logs(),
+    ):
         try:
             results: dict[int, Any] = elastic_launch(config, _worker)(function, tuple(args), single_thread)
         except ChildFailedError as failure:
             report = io.StringIO()
             report_failures(failure.failures, report)
             print(report.getvalue(), file=sys.stderr)
-            raise LaunchedProcessError(
+            error = LaunchedProcessError(
                 f"{launcher}: {len(failure.failures)} process(es) failed.{report.getvalue()}"
-            ) from None
+            )
+            # torch's traceback holds the elastic agent's frames, and through them the rendezvous
+            # TCPStore. Raised from here, the error would keep the store (and its port) alive for as
+            # long as the caller keeps the error (pytest, a notebook's sys.last_value).
+            traceback.clear_frames(failure.__traceback__)
+            failure.__traceback__ = None
+        finally:
+            # Whatever the launch left in reference cycles goes now, in this process, not in the
+            # next launch's forked processes.
+            gc.collect()
+    if error is not None:
+        raise error  # outside the except block: no __context__ back to torch's failure
     return results
+
+
+class _RenderedTracebacks(logging.Filter):
+    """Renders a record's exception into its text and drops the live traceback.
+
+    torch's elastic agent logs a failed worker with ``logger.exception``; the record's traceback
+    holds the agent's frames, and through them the rendezvous TCPStore (a server thread on the
+    launch's port). A handler that keeps records (pytest's log capture, a notebook's log viewer)
+    would keep that store alive after the launch, and once the record is dropped the frames
+    form reference cycles that a later launch's forked processes may be the first to collect,
+    hanging in the store's teardown there. The logged text is unchanged.
+    """
+
+    _formatter = logging.Formatter()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.exc_info[0] is not None:
+            if not record.exc_text:
+                record.exc_text = self._formatter.formatException(record.exc_info)
+            record.exc_info = None
+        return True
+
+
+@contextlib.contextmanager
+def _no_live_tracebacks_in_torch_logs() -> Iterator[None]:
+    """Puts `_RenderedTracebacks` on torch.distributed's loggers for the block."""
+    loggers = [logging.getLogger(name) for name in _TORCH_LAUNCH_LOGGERS]
+    loggers += [
+        logger
+        for name, logger in list(logging.Logger.manager.loggerDict.items())
+        if name.startswith("torch.distributed") and isinstance(logger, logging.Logger)
+    ]
+    rendered = _RenderedTracebacks()
+    for logger in loggers:
+        logger.addFilter(rendered)
+    try:
+        yield
+    finally:
+        for logger in loggers:
+            logger.removeFilter(rendered)
+
+
+# Created (if torch has not yet) so the filter is on them before the launch first logs.
+_TORCH_LAUNCH_LOGGERS = (
+    "torch.distributed.elastic.multiprocessing.api",
+    "torch.distributed.elastic.agent.server.api",
+    "torch.distributed.elastic.agent.server.local_elastic_agent",
+    "torch.distributed.launcher.api",
+    "torch.multiprocessing.spawn",
+)
 
 
 def _check_port(launcher: str, port: int, node_rank: int) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -300,7 +301,7 @@ class PartialState:
     # --- work splitting -----------------------------------------------------------------------
     @contextlib.contextmanager
     def split_between_processes(self, inputs: Any, apply_padding: bool = False) -> Iterator[Any]:
-        """Yields this process's share of ``inputs`` (list, tuple, tensor, or a dict of them).
+        """Yields this process's share of ``inputs`` (list, tuple, tensor, `datasets.Dataset`, or a dict of them).
 
         Shares differ by at most one element (earlier processes get the extra). With
         ``apply_padding=True`` the shorter shares are padded with the last element so every process
@@ -341,6 +342,8 @@ def split_for_process(inputs: Any, num_processes: int, index: int, apply_padding
     per, extra = divmod(length, num_processes)
     start = index * per + min(index, extra)
     end = start + per + (1 if index < extra else 0)
+    if _is_hf_dataset(inputs):
+        return _select_share(inputs, length, start, end, per + (1 if extra else 0), apply_padding)
     share = inputs[start:end]
     if apply_padding and extra and index >= extra and length > 0:
         last = inputs[-1:]  # a slice keeps the container type (list, tuple or tensor)
@@ -348,14 +351,38 @@ def split_for_process(inputs: Any, num_processes: int, index: int, apply_padding
     return share
 
 
+def _is_hf_dataset(value: Any) -> bool:
+    """A `datasets.Dataset` (looked up only if the caller's code imported `datasets`)."""
+    datasets = sys.modules.get("datasets")
+    dataset_type = getattr(datasets, "Dataset", None)
+    return isinstance(dataset_type, type) and isinstance(value, dataset_type)
+
+
+def _select_share(
+    dataset: Any, length: int, start: int, end: int, padded_length: int, apply_padding: bool
+) -> Any:
+    """A `datasets.Dataset` share, as upstream makes it: ``dataset.select`` of the share's rows.
+
+    A process past the end of the data gets the last row (as for lists); with ``apply_padding``
+    a shorter share is completed with its own last row.
+    """
+    if length == 0:
+        return dataset.select([])
+    start, end = min(start, length - 1), min(end, length)
+    rows = list(range(start, end))
+    if apply_padding:
+        rows += [end - 1] * (padded_length - len(rows))
+    return dataset.select(rows)
+
+
 def _length(value: Any, where: str) -> int:
     if isinstance(value, torch.Tensor):
         return int(value.shape[0]) if value.dim() > 0 else 1
-    if isinstance(value, Sequence) and not isinstance(value, str | bytes):
+    if isinstance(value, Sequence) and not isinstance(value, str | bytes) or _is_hf_dataset(value):
         return len(value)
     raise TypeError(
         f"split_between_processes cannot split {where} of type {type(value).__name__}: give a list, tuple, "
-        "tensor, or a dict of those (materialise generators with list(...) first)"
+        "tensor, datasets.Dataset, or a dict of those (materialise generators with list(...) first)"
     )
 
 
@@ -373,5 +400,3 @@ def reset_process_state(destroy_process_group: bool = False) -> None:
     _STATE = None
     bind_communicator(None)
     stop_watchdog()
-
-
