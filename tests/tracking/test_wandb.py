@@ -39,6 +39,18 @@ def _records(path: Path) -> Iterator[bytes]:
             yield pending + data
 
 
+def _finished_run_file(wandb_dir: Path) -> Path:
+    """The offline run file, complete. wandb's service (wandb-core) buffers the file's records and
+    flushes them only when it closes the run's stream, which ``run.finish()`` asks for without waiting
+    (finish can return while the file still holds only its 7-byte header); ``wandb.teardown()`` stops
+    the service and waits for its process to exit, so every stream is closed and flushed after it."""
+    import wandb
+
+    wandb.teardown()
+    (run_file,) = wandb_dir.glob("wandb/offline-run-*/run-*.wandb")
+    return run_file
+
+
 def _read_run(run_file: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     from wandb.proto import wandb_internal_pb2
 
@@ -49,17 +61,27 @@ def _read_run(run_file: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         record.ParseFromString(data)
         kind = record.WhichOneof("record_type")
         # The config arrives in the run record or in later config records, as wandb batches it.
-        updates = record.run.config.update if kind == "run" else record.config.update if kind == "config" else []
-        config.update({item.key: json.loads(item.value_json) for item in updates if not item.key.startswith("_")})
+        updates = (
+            record.run.config.update if kind == "run" else record.config.update if kind == "config" else []
+        )
+        config.update(
+            {item.key: json.loads(item.value_json) for item in updates if not item.key.startswith("_")}
+        )
         if kind == "history":
-            row = {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
-            history.append({key: value for key, value in row.items() if not key.startswith("_") or key == "_step"})
+            row = {
+                item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                for item in record.history.item
+            }
+            history.append(
+                {key: value for key, value in row.items() if not key.startswith("_") or key == "_step"}
+            )
     return config, history
 
 
 @pytest.fixture
 def wandb_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """wandb offline, all its files under tmp_path; its background service is shut down afterwards."""
+    """wandb offline, all its files under tmp_path; its background service is shut down afterwards
+    (a second ``wandb.teardown()`` after ``_finished_run_file``'s is a no-op)."""
     for name, value in {
         "WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_DIR": str(tmp_path),
         "WANDB_CONFIG_DIR": str(tmp_path / "config"), "WANDB_CACHE_DIR": str(tmp_path / "cache"),
@@ -74,15 +96,18 @@ def wandb_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[N
 
 def test_wandb_offline_run_holds_config_and_history(tmp_path: Path, wandb_offline: None) -> None:
     accelerator = Accelerator(log_with="wandb")
-    accelerator.init_trackers("proj", config={"lr": 0.1, "name": "x"}, init_kwargs={"wandb": {"dir": str(tmp_path)}})
-    accelerator.log({"loss": torch.tensor(2.0), "acc": 0.5, "d": {"a": torch.tensor([3.0])}, "s": "text"}, step=1)
+    accelerator.init_trackers(
+        "proj", config={"lr": 0.1, "name": "x"}, init_kwargs={"wandb": {"dir": str(tmp_path)}}
+    )
+    accelerator.log(
+        {"loss": torch.tensor(2.0), "acc": 0.5, "d": {"a": torch.tensor([3.0])}, "s": "text"}, step=1
+    )
     accelerator.log({"loss": 1.5}, step=2)
     with pytest.raises(TypeError, match=r"cannot log 'vec': a Tensor of shape \(3,\).*Histogram"):
         accelerator.log({"vec": torch.ones(3)}, step=3)
     accelerator.end_training()
 
-    (run_file,) = tmp_path.glob("wandb/offline-run-*/run-*.wandb")
-    config, history = _read_run(run_file)
+    config, history = _read_run(_finished_run_file(tmp_path))
     assert config == {"lr": 0.1, "name": "x"}
     assert history == [
         {"_step": 1, "loss": 2.0, "acc": 0.5, "d/a": 3.0, "s": "text"},
