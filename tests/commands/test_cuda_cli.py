@@ -19,7 +19,8 @@ def test_env_reports_the_gpu(tmp_path: Path) -> None:
     result = run_cli("env", home=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "CUDA available: True" in result.stdout, result.stdout
-    assert torch.cuda.get_device_name(0) in result.stdout
+    assert "- PyTorch accelerator: CUDA" in result.stdout
+    assert f"- GPU type: {torch.cuda.get_device_name(0)}" in result.stdout
     assert "NCCL" in result.stdout
 
 
