@@ -133,8 +133,6 @@ class ParallelismConfig:
         """The dimensions FSDP shards (or replicates, for HSDP) parameters over."""
         return self._enabled("dp_replicate", "dp_shard", "cp")
 
-    def check_available(self) -> None:
-        """Raises NotAvailableYetError unless this is plain data parallelism (what this release runs)."""
     def _get_mesh(self) -> tuple[tuple[str, ...], tuple[int, ...]]:
         """The enabled dimensions' names and sizes, outermost first, as ``init_device_mesh`` takes them.
 
@@ -144,6 +142,8 @@ class ParallelismConfig:
         dims = self.active_mesh_dims
         return tuple(dims), tuple(self._size(dim) for dim in dims)
 
+    def check_available(self) -> None:
+        """Raises NotAvailableYetError unless this is plain data parallelism (what this release runs)."""
         unavailable = self._enabled("dp_shard", "cp", "sp", "tp")
         if unavailable:
             sizes = ", ".join(f"{dim}_size={self._size(dim)}" for dim in unavailable)
