@@ -149,9 +149,19 @@ def test_backend_plugins_of_the_wrong_type_raise_clearly() -> None:
         Accelerator(megatron_lm_plugin=object())
 
 
-def test_project_dir_and_config_together_raise() -> None:
-    with pytest.raises(ValueError, match="project_dir and project_config"):
-        Accelerator(project_dir="a", project_config=ProjectConfiguration(project_dir="b"))
+def test_project_dir_fills_in_a_project_config_without_one() -> None:
+    config = ProjectConfiguration(automatic_checkpoint_naming=True, total_limit=2)
+    accelerator = Accelerator(cpu=True, project_dir="runs/a", project_config=config)
+    assert accelerator.project_configuration is config
+    assert (accelerator.project_dir, accelerator.logging_dir) == ("runs/a", "runs/a")
+    assert config.automatic_checkpoint_naming and config.total_limit == 2
+    kept = ProjectConfiguration(project_dir="runs/b", logging_dir="logs")
+    accelerator = Accelerator(
+        cpu=True, project_dir="runs/a", project_config=kept
+    )  # upstream: the config wins
+    assert (accelerator.project_dir, accelerator.logging_dir) == ("runs/b", "logs")
+    with_logs = ProjectConfiguration(logging_dir="logs")
+    assert Accelerator(cpu=True, project_dir="runs/c", project_config=with_logs).logging_dir == "logs"
 
 
 def test_unwrap_model_through_compile() -> None:
@@ -455,3 +465,31 @@ def _gather_with_graph() -> dict[str, object]:
 def test_gather_of_outputs_that_carry_a_graph(pool2: WorkerPool) -> None:
     for result in pool2.run(_gather_with_graph, timeout=60):
         assert result == {"same": True, "metrics_same": True, "labels": [0, 0, 1, 1], "requires_grad": False}
+
+
+def test_prepare_marks_what_it_prepared_and_does_not_prepare_it_twice() -> None:
+    accelerator = Accelerator(cpu=True)
+    model = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1)
+    loader = torch.utils.data.DataLoader(list(range(4)), batch_size=2)
+    prepared = accelerator.prepare(model, optimizer, scheduler, loader, "other")
+    assert all(obj._is_accelerate_prepared is True for obj in prepared[:4])
+    assert not hasattr(prepared[4], "_is_accelerate_prepared")
+    assert accelerator.prepare_data_loader(prepared[3]) is prepared[3]
+    assert accelerator.prepare_scheduler(prepared[2]) is prepared[2]
+    assert accelerator.prepare(prepared[3]) is prepared[3]
+    assert len(accelerator._dataloaders) == 1 and len(accelerator._schedulers) == 1
+    # A loader prepared by another accelerator (transformers' Trainer re-prepares) is registered, not rewrapped.
+    other = Accelerator(cpu=True)
+    assert other.prepare_data_loader(prepared[3]) is prepared[3] and other._dataloaders == [prepared[3]]
+
+
+def test_bitsandbytes_multi_backend_check_at_upstreams_path() -> None:
+    from accelerate import accelerator as accelerator_module
+    from accelerate.utils.imports import is_bitsandbytes_multi_backend_available
+
+    assert (
+        accelerator_module.is_bitsandbytes_multi_backend_available is is_bitsandbytes_multi_backend_available
+    )
+    assert isinstance(accelerator_module.is_bitsandbytes_multi_backend_available(), bool)

@@ -52,3 +52,14 @@ def test_patch_optimizer_step_passes_arguments_and_result() -> None:
     patched = patch_optimizer_step(holder, step)
     assert patched(1, closure=None) == "result"
     assert calls == [((1,), {"closure": None})] and holder._accelerate_step_called is True
+
+
+def test_accelerator_state_is_the_process_state() -> None:
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+
+    accelerator = Accelerator(cpu=True)
+    optimizer = accelerator.prepare(torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1))
+    assert (
+        optimizer.accelerator_state is AcceleratorState() and optimizer.accelerator_state.num_processes == 1
+    )

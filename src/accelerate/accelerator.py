@@ -32,6 +32,7 @@ from accelerate.utils.dataclasses import (
     ProjectConfiguration,
     TorchDynamoPlugin,
 )
+from accelerate.utils.imports import is_bitsandbytes_multi_backend_available  # noqa: F401 (upstream module path)
 from accelerate.utils.memory import release_memory
 from accelerate.utils.modeling import extract_model_from_parallel
 from accelerate.utils.regional_compilation import compile_regions
@@ -204,7 +205,11 @@ class Accelerator(AcceleratorCheckpoints, AcceleratorFacts):
         return wrapped
 
     def prepare_scheduler(self, scheduler: Any) -> AcceleratedScheduler:
-        if isinstance(scheduler, AcceleratedScheduler):
+        if isinstance(scheduler, AcceleratedScheduler) or getattr(
+            scheduler, "_is_accelerate_prepared", False
+        ):
+            if not any(scheduler is known for known in self._schedulers):
+                self._schedulers.append(scheduler)
             return scheduler
         preparation.check_not_a_class(scheduler, "prepare_scheduler() argument 'scheduler'")
         inner = getattr(scheduler, "optimizer", None)
@@ -237,6 +242,10 @@ class Accelerator(AcceleratorCheckpoints, AcceleratorFacts):
         from accelerate.data.prepare import prepare_data_loader
 
         preparation.check_not_a_class(data_loader, "prepare_data_loader() argument 'data_loader'")
+        if getattr(data_loader, "_is_accelerate_prepared", False):  # prepared already: never wrapped twice
+            if not any(data_loader is known for known in self._dataloaders):
+                self._dataloaders.append(data_loader)
+            return data_loader
         config = self.dataloader_config
         place = self.device_placement if device_placement is None else device_placement
         prepared = prepare_data_loader(

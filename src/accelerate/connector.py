@@ -212,12 +212,16 @@ def _trackers(log_with: Any) -> list[Any]:
 
 
 def _project(project_dir: str | None, project_config: ProjectConfiguration | None) -> ProjectConfiguration:
-    if project_config is not None and project_dir is not None:
-        raise ValueError(
-            "Accelerator got both project_dir and project_config; set the directory inside "
-            "ProjectConfiguration(project_dir=...) and pass only project_config."
-        )
-    return project_config or ProjectConfiguration(project_dir=project_dir)
+    """The project configuration; ``project_dir`` fills in a config without one (as upstream).
+
+    A config that names its own ``project_dir`` keeps it; otherwise ``project_dir`` becomes its
+    ``project_dir`` and, where unset, its ``logging_dir`` (the config object itself is updated).
+    """
+    if project_config is None:
+        return ProjectConfiguration(project_dir=project_dir)
+    if project_dir is not None and project_config.project_dir is None:
+        project_config.set_directories(project_dir)
+    return project_config
 
 
 def _dynamo_plugin(plugin: TorchDynamoPlugin | None, backend: str | None, launch: LaunchEnv) -> TorchDynamoPlugin:

@@ -80,6 +80,13 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
             # State loaded before prepare (a resumed run) must live where the parameters now are.
             optimizer.load_state_dict(move_to_device(optimizer.state_dict(), device))
 
+    @property
+    def accelerator_state(self) -> Any:
+        """The process's :class:`~accelerate.state.AcceleratorState` (upstream keeps it on the optimizer)."""
+        from accelerate.state import AcceleratorState
+
+        return AcceleratorState()
+
     # --- pass-through attributes ----------------------------------------------------------
     @property
     def state(self) -> Any:

@@ -87,7 +87,10 @@ def prepare_all(accelerator: Accelerator, objects: list[Any], placements: list[b
         check_not_a_class(obj, f"prepare() argument {position}")
     if accelerator.strategy.prepares_jointly:  # DeepSpeed: one engine from model, optimizer, scheduler
         joint = accelerator.strategy.prepare_jointly(accelerator, objects, placements)
-        accelerator._register_prepared(models=joint.models, optimizers=joint.optimizers, schedulers=joint.schedulers)
+        accelerator._register_prepared(
+            models=joint.models, optimizers=joint.optimizers, schedulers=joint.schedulers
+        )
+        mark_prepared(accelerator, joint.results)
         return joint.results
     kinds = [_kind(obj) for obj in objects]
     mapping: dict[int, torch.nn.Parameter] = {}
@@ -110,4 +113,26 @@ def prepare_all(accelerator: Accelerator, objects: list[Any], placements: list[b
     for i, obj in enumerate(objects):
         if kinds[i] == "scheduler":
             results[i] = accelerator.prepare_scheduler(obj)
+    mark_prepared(accelerator, results)
     return results
+
+
+def mark_prepared(accelerator: Accelerator, results: list[Any]) -> None:
+    """Sets upstream's ``_is_accelerate_prepared = True`` on each result the accelerator now tracks.
+
+    Libraries (transformers' Trainer) read the marker to avoid preparing a dataloader or scheduler
+    twice; ``prepare_data_loader`` and ``prepare_scheduler`` hand a marked object back unchanged.
+    """
+    tracked = {
+        id(obj)
+        for container in (
+            accelerator._models,
+            accelerator._optimizers,
+            accelerator._schedulers,
+            accelerator._dataloaders,
+        )
+        for obj in container
+    }
+    for item in results:
+        if id(item) in tracked:
+            item._is_accelerate_prepared = True

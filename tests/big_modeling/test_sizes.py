@@ -77,3 +77,14 @@ def test_leaves_and_size_with_ties() -> None:
     todo: list[tuple[str, nn.Module]] = list(model.named_children())
     total, names, _ = get_module_size_with_ties(["head.weight"], sizes["embed"], sizes, todo)
     assert names == ["head"] and total == sizes["embed"]  # the head holds only the shared weight
+
+
+@pytest.mark.parametrize("size", ["0MB", "0", "0.0GB", "0Gb", 0, " 0 KiB"])
+def test_convert_file_size_zero_is_zero_as_upstream(size: int | str) -> None:
+    assert convert_file_size_to_int(size) == 0
+
+
+@pytest.mark.parametrize("size", [-1, "0XB", "-1MB"])
+def test_convert_file_size_rejects_negative_sizes_and_unknown_units(size: int | str) -> None:
+    with pytest.raises(ValueError):
+        convert_file_size_to_int(size)

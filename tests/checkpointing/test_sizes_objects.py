@@ -51,6 +51,17 @@ def test_check_checkpointable_names_the_type_and_the_missing_method() -> None:
         check_checkpointable(3)
 
 
+def test_registering_a_non_stateful_object_is_a_value_error_as_upstream() -> None:
+    from accelerate import Accelerator
+    from accelerate.checkpointing.objects import NotStatefulError
+
+    accelerator = Accelerator(cpu=True)
+    with pytest.raises(ValueError, match="NoLoad") as caught:
+        accelerator.register_for_checkpointing(NoLoad())
+    assert isinstance(caught.value, NotStatefulError) and isinstance(caught.value, TypeError)
+    assert accelerator._custom_objects == []
+
+
 def test_check_checkpointable_accepts_stateful_objects() -> None:
     import torch
 

@@ -129,6 +129,7 @@ def test_env_report(
     out = capsys.readouterr().out
     import torch
 
-    for needle in ("- accelerate:", "- Python:", torch.__version__, "- torch:", "- numpy:", "- Platform:",
-                   "CUDA available", f"Config file: {config}", "    num_processes: 2"):  # fmt: skip
+    for needle in ("- `Accelerate` version:", "- Python version:", torch.__version__, "- PyTorch version:",
+                   "- Numpy version:", "- Platform:", "CUDA available", f"Config file: {config}",
+                   "\t- num_processes: 2"):  # fmt: skip
         assert needle in out, needle

@@ -18,8 +18,9 @@ pytestmark = pytest.mark.cuda
 def test_env_reports_the_gpu(tmp_path: Path) -> None:
     result = run_cli("env", home=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
-    # The GPU's name is printed only when CUDA is available (the labels' spacing is cosmetic).
-    assert torch.cuda.get_device_name(0) in result.stdout, result.stdout
+    # Upstream's labels; the GPU's type is printed only when CUDA is available.
+    assert "- PyTorch accelerator: CUDA" in result.stdout, result.stdout
+    assert f"- GPU type: {torch.cuda.get_device_name(0)}" in result.stdout
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])

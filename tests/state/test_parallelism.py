@@ -45,6 +45,13 @@ def test_sizes_flags_and_dimension_names() -> None:
     assert config.fsdp_dim_names == ["dp_replicate", "dp_shard", "cp"]
 
 
+def test_get_mesh_gives_enabled_names_and_sizes_outermost_first() -> None:
+    config = ParallelismConfig(tp_size=4, dp_replicate_size=2, cp_size=3)
+    assert config._get_mesh() == (("dp_replicate", "cp", "tp"), (2, 3, 4))
+    assert ParallelismConfig(dp_shard_size=8)._get_mesh() == (("dp_shard",), (8,))
+    assert ParallelismConfig()._get_mesh() == ((), ())
+
+
 def test_to_json_round_trips_sizes_and_handlers() -> None:
     config = ParallelismConfig(
         dp_replicate_size=2, tp_handler=TorchTensorParallelConfig(enable_async_tp=True),

@@ -113,3 +113,13 @@ def _destroy_a_subgroup() -> tuple[bool, bool]:
 
 def test_destroy_process_group_with_a_group_destroys_only_that_group(pool2: WorkerPool) -> None:
     assert pool2.run(_destroy_a_subgroup) == [(True, True), (True, True)]
+
+
+def test_shared_dict_is_upstreams_mapping_type() -> None:
+    from accelerate.state import SharedDict
+    from accelerate.utils.imports import is_torch_xla_available
+
+    assert SharedDict is (ThreadLocalSharedDict if is_torch_xla_available() else dict)
+    shared = SharedDict()
+    shared["device"] = "cpu"
+    assert dict(shared) == {"device": "cpu"}

@@ -243,3 +243,15 @@ def test_pad_across_processes_warns_on_nested_tensors(pool2: WorkerPool) -> None
     for names, shape in pool2.run(_pad_nested, timeout=60):
         assert names == ["CannotPadNestedTensorWarning"]
         assert shape == [2]  # the regular tensor next to it is still padded
+
+
+def test_concatenate_joins_tensors_and_refuses_other_leaves_as_upstream() -> None:
+    # Upstream concatenates tensor leaves of nested lists/tuples/dicts and raises TypeError for any other leaf.
+    joined = ops.concatenate(
+        [{"a": torch.ones(1), "b": (torch.zeros(2),)}, {"a": torch.ones(2), "b": (torch.ones(1),)}]
+    )
+    assert joined["a"].tolist() == [1.0, 1.0, 1.0] and joined["b"][0].tolist() == [0.0, 0.0, 1.0]
+    with pytest.raises(TypeError, match="int"):
+        ops.concatenate([{"a": torch.ones(1), "n": 1}, {"a": torch.ones(1), "n": 2}])
+    with pytest.raises(TypeError, match="str"):
+        ops.concatenate([[torch.ones(1), "x"], [torch.ones(1), "y"]])

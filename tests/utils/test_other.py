@@ -14,7 +14,6 @@ from torch import nn
 
 from accelerate.state import PartialState
 from accelerate.utils import other
-from accelerate.utils.errors import NotAvailableYetError
 from accelerate.utils.kernel_check import _kernel_version
 from tests.helpers.pool import WorkerPool
 
@@ -77,9 +76,10 @@ def test_compile_regions_compiles_a_model_without_blocks_whole() -> None:
 
 
 @pytest.mark.parametrize("variant", ["compile_regions_deepspeed", "compile_regions_fsdp2"])
-def test_backend_specific_regional_compilation_is_not_available_yet(variant: str) -> None:
-    with pytest.raises(NotAvailableYetError, match="not available in this release"):
-        getattr(other, variant)(Tower(), backend="eager")
+def test_engine_regional_compilation_compiles_blocks_in_place(variant: str) -> None:
+    tower = Tower()
+    assert getattr(other, variant)(tower, backend="eager") is None
+    assert all(block._compiled_call_impl is not None for block in tower.blocks)
 
 
 # --- model structure ------------------------------------------------------------------------------------

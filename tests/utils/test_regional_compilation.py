@@ -186,3 +186,47 @@ def test_regions_under_ddp_on_two_processes(pool2: WorkerPool) -> None:
     assert r0["wrapped"] == "DistributedDataParallel"
     # DDP averaged the gradients of the compiled blocks: the ranks' weights agree.
     assert r0["sum"] == r1["sum"] and r0["graphs"] == r1["graphs"] == 2
+
+
+class _EngineLike(nn.Module):
+    """What DeepSpeed's engine (or DDP) looks like from outside: the model is its one child ``module``."""
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self.module = module
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.module(x)
+
+
+@pytest.mark.parametrize("variant", ["compile_regions_deepspeed", "compile_regions_fsdp2"])
+def test_engine_variants_compile_each_block_in_place(variant: str) -> None:
+    from accelerate import utils
+
+    _register_counting_backend()
+    _graphs.clear()
+    torch.manual_seed(0)
+    model = TwoStacks()
+    reference = copy.deepcopy(model)
+    hooked: list[int] = []
+    model.attention[0].register_forward_pre_hook(lambda module, args: hooked.append(1))
+    engine = _EngineLike(model)
+    assert getattr(utils, variant)(engine, backend=COUNTING_BACKEND) is None
+    # In place: the same objects, no OptimizedModule wrapper, every block compiled on its own.
+    assert engine.module is model and not has_compiled_regions(engine)
+    assert all(block._compiled_call_impl is not None for block in [*model.attention, *model.mlp])
+    assert model._compiled_call_impl is None and engine._compiled_call_impl is None
+    x = torch.randn(2, 5, 8, requires_grad=True)
+    torch.testing.assert_close(engine(x), reference(x))
+    assert len(_graphs) == 2 and hooked == [1]  # one graph per block class; hooks on the blocks still run
+
+
+@pytest.mark.parametrize("variant", ["compile_regions_deepspeed", "compile_regions_fsdp2"])
+def test_engine_variants_compile_a_model_without_blocks_whole(variant: str) -> None:
+    from accelerate import utils
+
+    model = nn.Linear(3, 3)
+    engine = _EngineLike(model)
+    getattr(utils, variant)(engine, backend="eager")
+    assert model._compiled_call_impl is not None and engine._compiled_call_impl is None
+    torch.testing.assert_close(engine(torch.ones(1, 3)), model.forward(torch.ones(1, 3)))

@@ -39,21 +39,32 @@ def dtype_byte_size(dtype: torch.dtype | CustomDtype) -> float:
 def convert_file_size_to_int(size: int | str) -> int:
     """Bytes in ``size``: an int, or a string like ``"5GB"`` (10**9), ``"5GiB"`` (2**30), ``"500MB"``.
 
-    A unit written with a lowercase ``b`` (``"5Gb"``) means bits and is divided by 8.
+    A unit written with a lowercase ``b`` (``"5Gb"``) means bits and is divided by 8. Zero (``0``,
+    ``"0MB"``) is 0, as upstream; a negative size is an error.
     """
     from accelerate.checkpointing.sizes import parse_size
 
     if isinstance(size, int) and not isinstance(size, bool):
+        if size < 0:
+            raise ValueError(
+                f"convert_file_size_to_int: {size!r} is negative; a size is a number of bytes >= 0"
+            )
         return size
     if isinstance(size, str):
         bits = size.strip().endswith("b") and not size.strip().upper().endswith("IB")
+        text = size.strip()[:-1] + "B" if bits else size
+        zero = re.fullmatch(r"\s*0*(?:\.0*)?\s*([A-Za-z]*)\s*", text)
+        if zero is not None and any(c == "0" for c in text):
+            text = "1" + zero.group(1)  # parse_size wants a positive size: check the unit with 1 of it
         try:
-            value = parse_size(size.strip()[:-1] + "B" if bits else size)
+            value = parse_size(text)
         except ValueError as error:
             raise ValueError(
                 f"convert_file_size_to_int: {size!r} is not a size; use an int (bytes) or a string with a unit such "
                 "as '5GB', '500MB' or '2GiB'"
             ) from error
+        if zero is not None and any(c == "0" for c in size):
+            return 0
         return value // 8 if bits else value
     raise TypeError(f"convert_file_size_to_int: expected an int or a string like '5GB', got {size!r}")
 

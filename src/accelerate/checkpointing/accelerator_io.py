@@ -278,8 +278,9 @@ def _save_state(
     weights = [
         objects.unwrap(m, keep_fp32_wrapper=True, keep_torch_compile=False).state_dict() for m in models
     ] if engine is None else []  # fmt: skip
+    bare = [objects.unwrap(m, keep_torch_compile=False) for m in models]  # as upstream: not the DDP wrappers
     for hook in objects.save_hooks:
-        hook(models, weights, str(target))
+        hook(bare, weights, str(target))
     from accelerate.checkpointing.fsdp_state import plan_sharded
 
     unwrapped = [objects.unwrap(m, keep_torch_compile=False) for m in models]

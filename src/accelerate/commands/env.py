@@ -30,45 +30,72 @@ def _version(package: str) -> str:
         return "not installed"
 
 
+def _accelerator_name(torch: Any) -> str:
+    """Upstream's ``PyTorch accelerator`` value: the device type torch would run on, else ``N/A``."""
+    if torch.cuda.is_available():
+        return "CUDA"
+    for name in ("xpu", "npu", "mlu", "musa", "sdaa", "hpu"):
+        module = getattr(torch, name, None)
+        if module is not None and getattr(module, "is_available", lambda: False)():
+            return name.upper()
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        return "MPS"
+    return "N/A"
+
+
 def collect(config_file: str | None, environ: Any) -> list[tuple[str, str]]:
-    """The report's rows, in order (a function so tests can check the content without parsing)."""
+    """The report's rows, in order (a function so tests can check the content without parsing).
+
+    Upstream's rows first, with its labels (bug-report templates and scripts read them), then ours.
+    """
+    import shutil
+
     import accelerate
 
     rows: list[tuple[str, str]] = [
-        ("accelerate", f"{accelerate.__version__} ({os.path.dirname(accelerate.__file__)})"),
-        ("Python", f"{platform.python_version()} ({sys.executable})"),
+        ("`Accelerate` version", accelerate.__version__),
         ("Platform", platform.platform()),
-        ("numpy", _version("numpy")),
+        ("`accelerate` bash location", shutil.which("accelerate") or "not found on PATH"),
+        ("Python version", platform.python_version()),
+        ("Numpy version", _version("numpy")),
+    ]
+    extra: list[tuple[str, str]] = [
+        ("accelerate location", os.path.dirname(accelerate.__file__)),
+        ("Python executable", sys.executable),
     ]
     # The optional backends, read from package metadata (importing torch_xla would claim the TPU).
-    rows += [(name, _version(name)) for name in OPTIONAL_PACKAGES]
+    extra += [(name, _version(name)) for name in OPTIONAL_PACKAGES]
+    gpu_type = None
     try:
         import torch
 
-        rows.append(("torch", f"{torch.__version__} (CUDA build: {torch.version.cuda or 'none'})"))
+        rows.append(("PyTorch version", torch.__version__))
+        rows.append(("PyTorch accelerator", _accelerator_name(torch)))
+        extra.append(("torch CUDA build", torch.version.cuda or "none"))
         cuda = torch.cuda.is_available()
-        rows.append(("CUDA available", str(cuda)))
+        extra.append(("CUDA available", str(cuda)))
         if cuda:
             names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-            rows.append(("GPUs", f"{len(names)}: " + ", ".join(names)))
+            extra.append(("GPUs", f"{len(names)}: " + ", ".join(names)))
+            gpu_type = torch.cuda.get_device_name()
             nccl = torch.cuda.nccl.version() if hasattr(torch.cuda, "nccl") else None
-            rows.append(("NCCL", ".".join(str(p) for p in nccl) if isinstance(nccl, tuple) else str(nccl)))
-        mps = getattr(torch.backends, "mps", None)
-        if mps is not None and mps.is_available():
-            rows.append(("MPS available", "True"))
+            extra.append(("NCCL", ".".join(str(p) for p in nccl) if isinstance(nccl, tuple) else str(nccl)))
         xpu = getattr(torch, "xpu", None)
         if xpu is not None and xpu.is_available():
-            rows.append(("XPU devices", str(xpu.device_count())))
-        rows.append(("torch threads", str(torch.get_num_threads())))
+            extra.append(("XPU devices", str(xpu.device_count())))
+        extra.append(("torch threads", str(torch.get_num_threads())))
     except Exception as exc:  # a broken torch install is exactly what a bug report should show
-        rows.append(("torch", f"import failed: {type(exc).__name__}: {exc}"))
-    rows.append(("CPU", f"{platform.processor() or platform.machine()}, {os.cpu_count()} logical cores"))
+        rows.append(("PyTorch version", f"import failed: {type(exc).__name__}: {exc}"))
     try:
         import psutil
 
-        rows.append(("RAM", f"{psutil.virtual_memory().total / 2**30:.1f} GiB"))
+        rows.append(("System RAM", f"{psutil.virtual_memory().total / 1024**3:.2f} GB"))
     except Exception:
         pass
+    if gpu_type is not None:
+        rows.append(("GPU type", gpu_type))
+    extra.append(("CPU", f"{platform.processor() or platform.machine()}, {os.cpu_count()} logical cores"))
     for name in (
         "CUDA_VISIBLE_DEVICES",
         "OMP_NUM_THREADS",
@@ -77,37 +104,41 @@ def collect(config_file: str | None, environ: Any) -> list[tuple[str, str]]:
         "ACCELERATE_CONFIG_FILE",
     ):
         if environ.get(name) is not None:
-            rows.append((name, environ[name]))
+            extra.append((name, environ[name]))
     accelerate_vars = sorted(
         k for k in environ if k.startswith("ACCELERATE_") and k != "ACCELERATE_CONFIG_FILE"
     )
     for name in accelerate_vars:
-        rows.append((name, environ[name]))
-    return rows
+        extra.append((name, environ[name]))
+    return rows + extra
 
 
 def config_block(config_file: str | None, environ: Any) -> str:
+    """``Config file: <where>`` and upstream's ``- `Accelerate` default config:`` block: one tab-indented
+    ``- key: value`` line per key of the file (defaults filled in, as upstream), or ``Not found``."""
     from accelerate.config.config_file import ConfigFileError, locate_config_file
 
+    title = "- `Accelerate` default config:"
     try:
         location = locate_config_file(config_file, environ)
     except ConfigFileError as exc:
-        return f"Config file: {exc}"
+        return f"- Config file: {exc}\n{title}\n\tNot found"
     if location.path is None:
-        return f"Config file: {location.description}"
+        return f"- Config file: {location.description}\n{title}\n\tNot found"
+    from accelerate.commands.config.config_args import load_config_from_file
+
     try:
-        text = location.path.read_text(encoding="utf-8").rstrip()
-    except OSError as exc:
-        return f"Config file: {location.description}: cannot read: {exc}"
-    indented = "\n".join("    " + line for line in text.splitlines()) or "    (empty)"
-    return f"Config file: {location.description}\n{indented}"
+        data = load_config_from_file(str(location.path)).to_dict()
+    except (OSError, ValueError) as exc:
+        return f"- Config file: {location.description}\n{title}\n\tcannot be read: {exc}"
+    lines = "\n".join(f"\t- {key}: {value}" for key, value in data.items())
+    return f"- Config file: {location.description}\n{title}\n{lines}"
 
 
 def run(args: argparse.Namespace) -> int:
     rows = collect(args.config_file, os.environ)
-    width = max(len(name) for name, _ in rows) + 2
-    print("Copy and paste the text below into your issue.\n")
+    print("\nCopy-and-paste the text below in your GitHub issue\n")
     for name, value in rows:
-        print(f"- {name + ':':<{width}}{value}")
-    print("- " + config_block(args.config_file, os.environ))
+        print(f"- {name}: {value}")
+    print(config_block(args.config_file, os.environ))
     return 0

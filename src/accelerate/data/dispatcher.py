@@ -152,6 +152,18 @@ class DataLoaderDispatcher(PreparedLoaderMixin, DataLoader):
         self._slices_each_batch = total is None and self.batch_sampler is not None
         if skip_batches:
             self._view_skip = int(skip_batches)
+        # Upstream's sub-meshes of a tensor/context-parallel mesh; a mesh is refused above, so all None.
+        self.torch_device_mesh = torch_device_mesh
+        self.submesh_tp = _submesh(torch_device_mesh, "tp")
+        self.submesh_dp = _submesh(torch_device_mesh, "dp")
+        self.submesh_fsdp = _submesh(torch_device_mesh, "fsdp")
+
+    @property
+    def state(self) -> Any:
+        """The process's :class:`~accelerate.state.PartialState` (the process group batches go over)."""
+        from accelerate.state import PartialState
+
+        return PartialState()
 
     # --- what the mixin needs ---------------------------------------------------------------------
     @property
@@ -312,3 +324,10 @@ class DataLoaderDispatcher(PreparedLoaderMixin, DataLoader):
             self._finish_iteration()
         finally:
             self.end()
+
+
+def _submesh(mesh: Any, name: str) -> Any:
+    """``mesh[name]`` when ``mesh`` has a dimension ``name``, else None."""
+    if mesh is None or name not in (getattr(mesh, "mesh_dim_names", None) or ()):
+        return None
+    return mesh[name]

@@ -11,7 +11,7 @@ from accelerate.state.distributed_type import ComputeEnvironment, DistributedTyp
 from accelerate.state.environment import ClusterEnvironment, detect_environment
 from accelerate.state.gradient import GradientState, reset_gradient_state
 from accelerate.state.process import PartialState, reset_process_state, split_for_process
-from accelerate.state.shared import ThreadLocalSharedDict, do_nothing, is_initialized
+from accelerate.state.shared import SharedDict, ThreadLocalSharedDict, do_nothing, is_initialized
 
 
 def state_is_initialized() -> bool:
@@ -40,6 +40,7 @@ __all__ = [
     "GradientState",
     "PartialState",
     "PrecisionType",
+    "SharedDict",
     "ThreadLocalSharedDict",
     "do_nothing",
     "is_initialized",

@@ -133,6 +133,15 @@ class ParallelismConfig:
         """The dimensions FSDP shards (or replicates, for HSDP) parameters over."""
         return self._enabled("dp_replicate", "dp_shard", "cp")
 
+    def _get_mesh(self) -> tuple[tuple[str, ...], tuple[int, ...]]:
+        """The enabled dimensions' names and sizes, outermost first, as ``init_device_mesh`` takes them.
+
+        ``(("dp_replicate", "tp"), (2, 4))`` for ``dp_replicate_size=2, tp_size=4``; ``((), ())`` when
+        every degree is 1.
+        """
+        dims = self.active_mesh_dims
+        return tuple(dims), tuple(self._size(dim) for dim in dims)
+
     def check_available(self) -> None:
         """Raises NotAvailableYetError unless this is plain data parallelism (what this release runs)."""
         unavailable = self._enabled("dp_shard", "cp", "sp", "tp")

@@ -110,3 +110,15 @@ class ThreadLocalSharedDict(MutableMapping[str, Any]):
 
     def __repr__(self) -> str:
         return f"ThreadLocalSharedDict({self._storage!r}, thread_local={self._thread_local})"
+
+
+def _shared_dict_type() -> type:
+    # With torch_xla several threads may drive devices, so the mapping must be able to be per-thread.
+    from accelerate.utils.imports import is_torch_xla_available
+
+    return ThreadLocalSharedDict if is_torch_xla_available() else dict
+
+
+SharedDict: type = _shared_dict_type()
+"""The mapping type upstream's states keep shared attributes in: ``dict``, or
+:class:`ThreadLocalSharedDict` where torch_xla is installed."""

@@ -13,8 +13,6 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from accelerate.utils.errors import NotAvailableYetError
-
 
 def _optimized_module_type() -> type | None:
     # torch.compile loads torch._dynamo; if it is not loaded, nothing can be compiled yet, and
@@ -83,17 +81,49 @@ def compile_regions(module: nn.Module, **compile_kwargs: Any) -> nn.Module:
     return compiled
 
 
+def _compile_regions_in_place(module: nn.Module, compile_kwargs: dict[str, Any]) -> None:
+    # As _compiled_copy, but each module compiles itself (nn.Module.compile): no copy, no wrapper, so
+    # the hooks an engine installed on the blocks (DeepSpeed's parameter fetching, FSDP2's all-gather
+    # and reshard) stay on the modules that are called.
+    if is_repeated_blocks(module):
+        for block in cast(nn.ModuleList, module):
+            block.compile(**compile_kwargs)
+    elif has_repeated_blocks(module):
+        for child in module.children():
+            _compile_regions_in_place(child, compile_kwargs)
+    else:
+        module.compile(**compile_kwargs)
+
+
+def _inner_model(module: nn.Module) -> nn.Module:
+    # An engine or DDP-style wrapper keeps the model as ``.module``; without repeated blocks the model
+    # (not the wrapper and its bookkeeping) is what gets compiled whole.
+    inner = module._modules.get("module")
+    return inner if isinstance(inner, nn.Module) and len(module._modules) == 1 else module
+
+
 def compile_regions_deepspeed(module: nn.Module, **compile_kwargs: Any) -> None:
-    """Regional compilation of a DeepSpeed engine's blocks (in place). Needs DeepSpeed support."""
-    raise NotAvailableYetError(
-        "compile_regions_deepspeed compiles the blocks of a DeepSpeed-wrapped model, and DeepSpeed is not "
-        "available in this release. Use compile_regions(model) on a model prepared without DeepSpeed."
-    )
+    """Regional compilation, in place, for a model DeepSpeed runs (its engine, or the engine's ``.module``).
+
+    Each block of a list of repeated blocks is compiled with ``block.compile(**compile_kwargs)``; the
+    other children on the way down are compiled whole, and a model without repeated blocks is compiled
+    whole. Unlike :func:`compile_regions` nothing is copied or wrapped: ZeRO-3's hooks on the blocks
+    keep firing. Returns None.
+
+    Example:
+        >>> compile_regions_deepspeed(engine.module, backend="inductor")
+    """
+    _compile_regions_in_place(_inner_model(module), compile_kwargs)
 
 
 def compile_regions_fsdp2(module: nn.Module, **compile_kwargs: Any) -> None:
-    """Regional compilation of an FSDP2-sharded model's blocks (in place). Needs FSDP2 support."""
-    raise NotAvailableYetError(
-        "compile_regions_fsdp2 compiles the blocks of an FSDP2-sharded model, and FSDP is not available in "
-        "this release. Use compile_regions(model) on a model prepared without FSDP."
-    )
+    """Regional compilation, in place, for an FSDP2 model (``fully_shard`` applied to it and its blocks).
+
+    As :func:`compile_regions_deepspeed`: each repeated block compiles itself (``block.compile``), so
+    the per-block all-gather/reshard hooks ``fully_shard`` installed still run around each compiled
+    block (a ``torch.compile`` wrapper would bypass them). Returns None.
+
+    Example:
+        >>> compile_regions_fsdp2(model, backend="inductor")  # after fully_shard
+    """
+    _compile_regions_in_place(_inner_model(module), compile_kwargs)

@@ -331,29 +331,52 @@ def run_update(args: argparse.Namespace) -> int:
 
 
 # --- upstream's module-level names (transformers and other clients import them from here) ----------
+# The package mirrors upstream's layout: config_args (config classes, default locations), cluster,
+# sagemaker, default, update, config (the command) and config_utils; their names re-export what is here.
 def __getattr__(name: str) -> Any:
     # default_config_file is computed on access, so a changed HF_HOME is seen (upstream fixes it at import).
     if name == "default_config_file":
-        from accelerate.config.config_file import default_config_path
+        from accelerate.commands.config import config_args
 
-        return str(default_config_path(os.environ))
+        return config_args.__getattr__(name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def load_config_from_file(config_file: str | None) -> Any:
     """The launch config at ``config_file`` (default: the default location), as upstream's helper.
 
-    Returns a :class:`~accelerate.config.config_file.LaunchConfig` (its attributes are upstream's keys).
+    Returns a :class:`~accelerate.commands.config.config_args.ClusterConfig` (or ``SageMakerConfig``
+    for an ``AMAZON_SAGEMAKER`` file); its attributes are upstream's keys.
 
     Raises:
         FileNotFoundError: ``config_file`` was given but does not exist, or no default file exists.
     """
-    from accelerate.config.config_file import default_config_path, load_config_file
+    from accelerate.commands.config.config_args import load_config_from_file as load
 
-    path = Path(config_file).expanduser() if config_file is not None else default_config_path(os.environ)
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"The passed configuration file `{path}` does not exist. Please pass an existing file to "
-            "`accelerate launch`, or write one with `accelerate config`."
-        )
-    return load_config_file(path)
+    return load(config_file)
+
+
+def get_config_parser(subparsers: Any = None) -> argparse.ArgumentParser:
+    """Upstream's builder of the ``config`` parser (with ``default`` and ``update``), standalone or as a
+    subcommand of ``subparsers``."""
+    if subparsers is None:
+        subparsers = argparse.ArgumentParser(prog="accelerate", allow_abbrev=False).add_subparsers()
+    return add_parser(subparsers)
+
+
+def _subcommand_parser(subparsers: Any, name: str) -> argparse.ArgumentParser:
+    """The parser of ``config <name>`` (``default``, ``update``), in a new ``config`` parser or one added
+    to ``subparsers``."""
+    config_parser = get_config_parser(subparsers)
+    for action in config_parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            found: argparse.ArgumentParser = action.choices[name]
+            return found
+    raise LookupError(f"the config parser has no {name!r} subcommand")
+
+
+def main() -> int:
+    """``accelerate-config`` (upstream's entry point here): runs the config command on ``sys.argv``."""
+    from accelerate.commands.accelerate_cli import config_script
+
+    return config_script()
