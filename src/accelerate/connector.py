@@ -192,7 +192,7 @@ def _record_choices(
 
 def _fsdp_plugin(plugin: Any, deepspeed_plugin: Any) -> Any:
     """The FSDP plugin: the argument, else one read from the launcher's FSDP_* variables (--use_fsdp)."""
-    from accelerate.utils.fsdp_plugin import FullyShardedDataParallelPlugin, use_fsdp_from_env
+    from accelerate.backends.fsdp.plugin import FullyShardedDataParallelPlugin, use_fsdp_from_env
 
     if plugin is None and deepspeed_plugin is None and use_fsdp_from_env():
         return FullyShardedDataParallelPlugin()

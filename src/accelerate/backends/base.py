@@ -52,9 +52,10 @@ class Strategy:
     def model_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
         """The model's full state dict; a sharded (DTensor) model is gathered onto the main process
         (the others get ``{}``) whichever strategy prepared it. A collective in that case."""
-        from accelerate.checkpointing.fsdp import full_state_dict  # the one gathering implementation
+        from accelerate.backends.fsdp.state_dict import full_state_dict  # the one gathering implementation
 
         return full_state_dict(model)
+
     def backward(self, loss: torch.Tensor, *, sync_gradients: bool, **kwargs: Any) -> None:
         """Only called when ``owns_backward``: backward (and the step at a sync) through the backend."""
         raise NotImplementedError(f"the {self.name} strategy does not run backward itself")

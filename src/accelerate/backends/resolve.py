@@ -75,7 +75,7 @@ def resolve_strategy(
     """The strategy for this process: FSDP2 with a plugin, DeepSpeed when it has plugins, XLA on an
     XLA device, DDP when there are several processes, else one device."""
     if fsdp_plugin is not None and state.use_distributed:
-        from accelerate.backends.fsdp import FSDPStrategy
+        from accelerate.backends.fsdp.strategy import FSDPStrategy
 
         return FSDPStrategy(
             state.device,

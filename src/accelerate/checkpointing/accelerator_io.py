@@ -230,7 +230,7 @@ def save_state(
     ] if engine is None else []  # fmt: skip
     for hook in objects.save_hooks:
         hook(models, weights, str(target))
-    from accelerate.checkpointing.fsdp_state import plan_sharded
+    from accelerate.backends.fsdp.checkpoint_io import plan_sharded
 
     unwrapped = [objects.unwrap(m, keep_torch_compile=False) for m in models]
     sharded = plan_sharded(unwrapped, objects.optimizers, objects.fsdp_state_dict_type)

@@ -57,7 +57,7 @@ from accelerate.checkpointing.rng import (
 from accelerate.utils.agreement import agree_on_failure, agree_on_outcome
 
 if TYPE_CHECKING:
-    from accelerate.checkpointing.fsdp_state import ShardedParts
+    from accelerate.backends.fsdp.checkpoint_io import ShardedParts
 
 logger = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ def _write_shared(
     sharded: ShardedParts | None = None,
 ) -> dict[str, FileRecord]:
     records: dict[str, FileRecord] = {}
-    # Sharded models and their optimizers are written by every process (see fsdp_state.py).
+    # Sharded models and their optimizers are written by every process (see backends/fsdp/checkpoint_io.py).
     skip_models = set(sharded.models) if sharded is not None else set()
     skip_optimizers = set(sharded.optimizers) if sharded is not None else set()
 
@@ -288,7 +288,12 @@ def _write(
     try:
         rng_state = capture_rng_state(step, shared["dataloaders"], pending_gradients)
         records = write_rank_files(
-            ckpt, writer=writer, process_index=state.process_index, shared=shared, rng_state=rng_state, node=node
+            ckpt,
+            writer=writer,
+            process_index=state.process_index,
+            shared=shared,
+            rng_state=rng_state,
+            node=node,
         )
         if engine_files is not None:  # a backend that writes its own files (DeepSpeed engines)
             records.update(engine_files(ckpt.staging, writer))
@@ -370,7 +375,7 @@ def save_training_state(
         pending_gradients: this process's accumulated gradients of an unfinished accumulation
             window, one ``{parameter name: gradient}`` per model (None when there is none); restored
             by ``load_training_state`` so a run saved mid-window resumes exactly.
-        sharded: the FSDP-sharded models and their optimizers (``fsdp_state.plan_sharded``),
+        sharded: the FSDP-sharded models and their optimizers (``backends.fsdp.checkpoint_io.plan_sharded``),
             written by every process instead of from ``models_state_dicts`` / ``optimizers``.
         engine_files: ``(staging folder, is_writer) -> records``, called on every rank after its own
             files: a backend (DeepSpeed) writes its checkpoint there; the writer returns every record.

@@ -19,7 +19,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from accelerate.checkpointing import fsdp_state
+from accelerate.backends.fsdp import checkpoint_io as fsdp_state
+from accelerate.backends.fsdp.state_dict import is_sharded_model, load_full_state_dict
 from accelerate.checkpointing.atomic import (
     MANIFEST_NAME,
     FileRecord,
@@ -30,7 +31,6 @@ from accelerate.checkpointing.atomic import (
     read_manifest,
 )
 from accelerate.checkpointing.errors import CheckpointError
-from accelerate.checkpointing.fsdp import is_sharded_model, load_full_state_dict
 from accelerate.checkpointing.model_files import (
     _torch_load,
     load_state_dict_file,
@@ -231,7 +231,8 @@ def _fill_optimizer_state(live_state: dict[int, Any], path: Path, loaded: Any) -
                     continue
                 target = live.get(key) if isinstance(live, dict) else None
                 if (
-                    type(target) is torch.Tensor  # not a DTensor (sharded state): load_state_dict places those
+                    type(target)
+                    is torch.Tensor  # not a DTensor (sharded state): load_state_dict places those
                     and target.shape == value.shape
                     and target.dtype == value.dtype
                     and target.layout == value.layout == torch.strided

@@ -22,9 +22,16 @@ from typing import Any
 
 from torch import nn
 
-from accelerate.checkpointing.atomic import FileRecord, SyncGroup, save_torch
-from accelerate.checkpointing.errors import CheckpointError
-from accelerate.checkpointing.fsdp import (
+from accelerate.backends.fsdp.dcp import (
+    METADATA_NAME,
+    MODEL_KEY,
+    OPTIMIZER_KEY,
+    load_model_dcp,
+    load_optimizer_dcp,
+    save_dcp,
+    verify_folder,
+)
+from accelerate.backends.fsdp.state_dict import (
     SHARDED_STATE_DICT,
     full_optimizer_state_dict,
     full_state_dict,
@@ -39,15 +46,8 @@ from accelerate.checkpointing.fsdp import (
     optimizer_owner,
     raw_optimizer,
 )
-from accelerate.checkpointing.fsdp_dcp import (
-    METADATA_NAME,
-    MODEL_KEY,
-    OPTIMIZER_KEY,
-    load_model_dcp,
-    load_optimizer_dcp,
-    save_dcp,
-    verify_folder,
-)
+from accelerate.checkpointing.atomic import FileRecord, SyncGroup, save_torch
+from accelerate.checkpointing.errors import CheckpointError
 from accelerate.utils.agreement import agree_on_failure
 
 
