@@ -19,8 +19,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from accelerate.backends.fsdp import checkpoint_io as fsdp_state
-from accelerate.backends.fsdp.state_dict import is_sharded_model, load_full_state_dict
 from accelerate.checkpointing.atomic import (
     MANIFEST_NAME,
     FileRecord,
@@ -30,6 +28,7 @@ from accelerate.checkpointing.atomic import (
     load_verified,
     read_manifest,
 )
+from accelerate.checkpointing.checkpoint_io import CheckpointIO
 from accelerate.checkpointing.errors import CheckpointError
 from accelerate.checkpointing.model_files import (
     _torch_load,
@@ -245,10 +244,12 @@ def _fill_optimizer_state(live_state: dict[int, Any], path: Path, loaded: Any) -
     return loaded
 
 
-def _load_models(reader: _Reader, models: Sequence[nn.Module], strict: bool, state: ProcessInfo) -> None:
+def _load_models(
+    reader: _Reader, models: Sequence[nn.Module], strict: bool, state: ProcessInfo, io: CheckpointIO
+) -> None:
     for i, model in enumerate(models):
-        # The FSDP layouts (sharded folders or gathered files) load into sharded and plain models alike.
-        if fsdp_state.load_model(
+        # A layout of the strategy's own (a sharded model's folder, say) first, then the plain files.
+        if io.load_model(
             reader, i, model, strict=strict, rank=state.process_index, world_size=state.num_processes
         ):
             continue
@@ -260,8 +261,7 @@ def _load_models(reader: _Reader, models: Sequence[nn.Module], strict: bool, sta
             )
         state_dict = load_state_dict_file(reader.path(names[0]), reader.record(names[0]))
         fill_tied_keys(model, state_dict)
-        if is_sharded_model(model):  # saved unsharded, loaded sharded
-            load_full_state_dict(model, state_dict, strict=strict)
+        if io.load_full_model(model, state_dict, strict=strict):  # saved plain, held otherwise (sharded)
             continue
         try:
             model.load_state_dict(state_dict, strict=strict)
@@ -330,6 +330,7 @@ def load_training_state(
     scaler: Any = None,
     custom_objects: Sequence[Any] = (),
     strict: bool = True,
+    io: CheckpointIO | None = None,
 ) -> dict[str, Any]:
     """Restores everything :func:`save_training_state` wrote; call it on every process.
 
@@ -338,6 +339,7 @@ def load_training_state(
     Args:
         strict: passed to each model's ``load_state_dict``; also, a dataloader or scaler given here
             whose state is absent from the checkpoint raises instead of logging a warning.
+        io: the strategy's checkpoint I/O (``Strategy.checkpoint_io()``); None: plain files.
 
     Returns:
         ``{"step": int, "verified": bool, "world_size": int | None}``; ``verified`` says whether
@@ -348,13 +350,14 @@ def load_training_state(
     """
     directory = _open_folder(input_dir)
     reader = _Reader(directory)
+    io = io if io is not None else CheckpointIO()
     # Optimizer files (usually the largest) are read, verified and copied on a thread while the
     # models load: both release the GIL, so on a machine with a spare core the two overlap. The
     # thread only moves bytes; the optimizers themselves are touched here, on the caller's thread.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="accelerate-load") as pool:
         pending = [
             None
-            if fsdp_state.has_optimizer_folder(reader, i)
+            if io.has_optimizer(reader, i)
             else pool.submit(
                 reader.torch_file,
                 indexed_name(OPTIMIZER_NAME, i, "bin"),
@@ -363,13 +366,13 @@ def load_training_state(
             )
             for i, optimizer in enumerate(optimizers)
         ]
-        _load_models(reader, models, strict, state)
+        _load_models(reader, models, strict, state, io)
         for i, (optimizer, state_future) in enumerate(zip(optimizers, pending, strict=True)):
             if state_future is None:
-                fsdp_state.load_optimizer(
+                io.load_optimizer(
                     reader, i, optimizer, models, rank=state.process_index, world_size=state.num_processes
                 )
-            elif not fsdp_state.load_full_optimizer(optimizer, models, state_future.result()):
+            elif not io.load_full_optimizer(optimizer, models, state_future.result()):
                 optimizer.load_state_dict(state_future.result())
     for i, scheduler in enumerate(schedulers):
         name = indexed_name(SCHEDULER_NAME, i, "bin")

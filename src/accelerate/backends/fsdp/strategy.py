@@ -21,6 +21,7 @@ from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.distributed.tensor import DTensor, distribute_tensor
 
 from accelerate.backends.base import Strategy
+from accelerate.backends.fsdp.checkpoint_io import ShardedCheckpointIO
 from accelerate.backends.fsdp.plugin import FullyShardedDataParallelPlugin, ignored_module_list
 from accelerate.backends.fsdp.wrap import modules_to_shard
 from accelerate.state.distributed_type import DistributedType
@@ -173,6 +174,10 @@ class FSDPStrategy(Strategy):
 
     def unwrap(self, model: nn.Module) -> nn.Module:
         return model  # fully_shard works in place: the module is the user's own
+
+    def checkpoint_io(self, run: Any = None) -> ShardedCheckpointIO:
+        """DCP folders (SHARDED_STATE_DICT) or process 0's full files, as the plugin's state_dict_type says."""
+        return ShardedCheckpointIO(self.plugin.state_dict_type)
 
     # ------------------------------------------------------------------ gradients
     @contextlib.contextmanager
