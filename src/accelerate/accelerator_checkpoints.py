@@ -89,8 +89,7 @@ class AcceleratorCheckpoints:
             unwrap=self.unwrap_model,
             in_accumulation_window=self.gradient_state.num_steps > 1
             and not self.gradient_state.sync_gradients,
-            fsdp_state_dict_type=getattr(getattr(self.state, "fsdp_plugin", None), "state_dict_type", None),
-            engine_io=self.strategy.checkpoint_io(),
+            io=self.strategy.checkpoint_io(self.state),
         )
 
     def save_state(

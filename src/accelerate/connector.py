@@ -14,11 +14,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from accelerate.backends.base import Strategy
-from accelerate.backends.resolve import check_unavailable, resolve_mixed_precision, resolve_strategy
+from accelerate.backends.resolve import (
+    check_unavailable,
+    plugin_choices,
+    resolve_fsdp_plugin,
+    resolve_mixed_precision,
+    resolve_strategy,
+)
 from accelerate.config.env import LaunchEnv, read_launch_env
 from accelerate.precision.amp import Precision
 from accelerate.state import AcceleratorState, GradientState, PartialState
-from accelerate.state.distributed_type import DistributedType
 from accelerate.state.parallelism import device_mesh_for
 from accelerate.utils.dataclasses import (
     AutocastKwargs,
@@ -98,7 +103,9 @@ def connect(
     pg: InitProcessGroupKwargs | None = handlers.get(InitProcessGroupKwargs)
     partial = _partial_state(cpu, pg)
     mode = _mixed_precision(mixed_precision, launch, partial)
-    ds_plugins = resolve_deepspeed_plugins(deepspeed_plugin, deepspeed_plugins, launched=bool(launch.use_deepspeed))
+    ds_plugins = resolve_deepspeed_plugins(
+        deepspeed_plugin, deepspeed_plugins, launched=bool(launch.use_deepspeed)
+    )
     if ds_plugins:
         gradient_accumulation_steps = deepspeed_accumulation(
             ds_plugins, gradient_accumulation_steps, launch.gradient_accumulation_steps, mode
@@ -113,9 +120,13 @@ def connect(
         scaler_kwargs=handlers.get(GradScalerKwargs),
     )
     ddp_handler = handlers.get(DistributedDataParallelKwargs)
-    fsdp_plugin = _fsdp_plugin(fsdp_plugin, ds_plugins or deepspeed_plugin)
+    fsdp_plugin = resolve_fsdp_plugin(fsdp_plugin, ds_plugins or deepspeed_plugin)
     strategy = resolve_strategy(
-        partial, ddp_kwargs=ddp_handler, fsdp_plugin=fsdp_plugin, mixed_precision=mode, deepspeed_plugins=ds_plugins
+        partial,
+        ddp_kwargs=ddp_handler,
+        fsdp_plugin=fsdp_plugin,
+        mixed_precision=mode,
+        deepspeed_plugins=ds_plugins,
     )
     gradient_state = GradientState(
         accumulation_plugin(
@@ -123,7 +134,9 @@ def connect(
         )
     )
     dynamo = _dynamo_plugin(dynamo_plugin, dynamo_backend, launch)
-    _record_choices(state, strategy, fsdp_plugin=fsdp_plugin, dynamo=dynamo, parallelism_config=parallelism_config)
+    _record_choices(
+        state, strategy, fsdp_plugin=fsdp_plugin, dynamo=dynamo, parallelism_config=parallelism_config
+    )
     return Connection(
         partial_state=partial,
         state=state,
@@ -178,29 +191,13 @@ def _record_choices(
     parallelism_config: Any,
 ) -> None:
     """Writes what was decided onto ``AcceleratorState``, which users (and upstream code) read back."""
-    if fsdp_plugin is not None:
-        # One process runs unsharded (single-device strategy): the plugin stays readable, is_fsdp2 says False.
-        state.fsdp_plugin = fsdp_plugin
-        state.distributed_type = strategy.distributed_type
-        state.is_fsdp2 = strategy.distributed_type == DistributedType.FSDP
+    for name, value in plugin_choices(strategy, fsdp_plugin=fsdp_plugin).items():
+        setattr(state, name, value)
     state.dynamo_plugin = dynamo
     state.dynamo_backend = str(dynamo.backend)
     # Plain data parallelism only (check_unavailable refused the rest): a 1-D mesh over the group.
     state.parallelism_config = parallelism_config
     state.device_mesh = device_mesh_for(parallelism_config, state.num_processes, state.device.type)
-
-
-def _fsdp_plugin(plugin: Any, deepspeed_plugin: Any) -> Any:
-    """The FSDP plugin: the argument, else one read from the launcher's FSDP_* variables (--use_fsdp)."""
-    from accelerate.utils.fsdp_plugin import FullyShardedDataParallelPlugin, use_fsdp_from_env
-
-    if plugin is None and deepspeed_plugin is None and use_fsdp_from_env():
-        return FullyShardedDataParallelPlugin()
-    if plugin is not None and not isinstance(plugin, FullyShardedDataParallelPlugin):
-        raise TypeError(
-            f"Accelerator(fsdp_plugin=...) needs a FullyShardedDataParallelPlugin, got {type(plugin).__name__}."
-        )
-    return plugin
 
 
 def _trackers(log_with: Any) -> list[Any]:
@@ -224,9 +221,15 @@ def _project(project_dir: str | None, project_config: ProjectConfiguration | Non
     return project_config
 
 
-def _dynamo_plugin(plugin: TorchDynamoPlugin | None, backend: str | None, launch: LaunchEnv) -> TorchDynamoPlugin:
+def _dynamo_plugin(
+    plugin: TorchDynamoPlugin | None, backend: str | None, launch: LaunchEnv
+) -> TorchDynamoPlugin:
     """The ``torch.compile`` settings: what the caller set, the launcher's settings for the rest."""
-    if plugin is not None and backend is not None and str(plugin.backend or backend).lower() != backend.lower():
+    if (
+        plugin is not None
+        and backend is not None
+        and str(plugin.backend or backend).lower() != backend.lower()
+    ):
         raise ValueError(
             f"Accelerator got dynamo_backend={backend!r} and dynamo_plugin with backend={plugin.backend!r}; "
             "set the backend in one place (the plugin is preferred)."

@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from accelerate.backends.fsdp import FSDPStrategy
+from accelerate.backends.fsdp.strategy import FSDPStrategy
 from accelerate.utils import FullyShardedDataParallelPlugin
 from tests.training_helpers import global_batches, make_model
 

@@ -263,7 +263,7 @@ def test_fsdp_and_deepspeed_together_are_refused() -> None:
 
 
 def test_cpu_offload_without_a_gpu_is_refused() -> None:
-    from accelerate.backends.fsdp import FSDPStrategy
+    from accelerate.backends.fsdp.strategy import FSDPStrategy
 
     if torch.cuda.is_available():
         pytest.skip("CPU offload runs on a GPU machine")

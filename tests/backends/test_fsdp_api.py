@@ -9,8 +9,8 @@ import torch
 from torch import nn
 
 from accelerate import Accelerator
+from accelerate.backends.fsdp.plugin import FullyShardedDataParallelPlugin
 from accelerate.utils import fsdp_utils
-from accelerate.utils.fsdp_plugin import FullyShardedDataParallelPlugin
 from tests.backends.fsdp_models import make_model
 
 

@@ -69,7 +69,7 @@ def test_cpu_offload_is_accepted_on_a_gpu() -> None:
     import torch
     from torch.distributed.fsdp import CPUOffloadPolicy
 
-    from accelerate.backends.fsdp import FSDPStrategy
+    from accelerate.backends.fsdp.strategy import FSDPStrategy
     from accelerate.utils import FullyShardedDataParallelPlugin
 
     plugin = FullyShardedDataParallelPlugin(fsdp_version=2, cpu_offload=True)

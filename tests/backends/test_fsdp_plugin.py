@@ -6,11 +6,11 @@ import pytest
 import torch
 from torch import nn
 
-from accelerate.backends.fsdp_wrap import modules_to_shard
+from accelerate.backends.fsdp.launch import FSDPLaunchError, resolve_fsdp
+from accelerate.backends.fsdp.plugin import fsdp2_layout
+from accelerate.backends.fsdp.wrap import modules_to_shard
 from accelerate.config.config_file import LaunchConfig
-from accelerate.launch.fsdp import FSDPLaunchError, resolve_fsdp
 from accelerate.utils import FullyShardedDataParallelPlugin
-from accelerate.utils.fsdp_plugin import fsdp2_layout
 from tests.backends.fsdp_models import BertLayer, Block, make_model
 
 

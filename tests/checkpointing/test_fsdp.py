@@ -146,7 +146,7 @@ def test_a_damaged_shard_file_is_named(saved: dict[str, Any], tmp_path: Path) ->
 
 
 def test_a_checkpoint_of_other_shapes_names_the_tensor(saved: dict[str, Any]) -> None:
-    from accelerate.checkpointing.fsdp_dcp import load_model_dcp
+    from accelerate.backends.fsdp.dcp import load_model_dcp
 
     wider = w.TinyTransformer(width=8)
     with pytest.raises(

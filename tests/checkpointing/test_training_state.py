@@ -10,6 +10,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from accelerate.backends.fsdp.checkpoint_io import ShardedParts
 from accelerate.checkpointing import (
     MANIFEST_NAME,
     CheckpointError,
@@ -257,10 +258,10 @@ class OneNodePerProcess:
         self._state.wait_for_everyone()
 
 
-class EnteredCollectives:
-    """Any use of it means the save went on to write the sharded parts (DCP's collectives)."""
+class EnteredCollectives(ShardedParts):
+    """FSDP's parts (whose node_error refuses the save); writing them means the save entered DCP's collectives."""
 
-    def __getattr__(self, name: str) -> Any:
+    def write(self, *args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("entered DCP's collectives")
 
 
@@ -271,7 +272,7 @@ def save_on_each_of_two_nodes(directory: str, sharded: bool) -> str:
     target = Path(directory) / f"node{state.process_index}" / "ckpt"
     kwargs = bundle.save_kwargs()
     if sharded:  # a stand-in for FSDP's parts: writing them would enter DCP's collectives
-        kwargs["sharded"] = EnteredCollectives()
+        kwargs["parts"] = EnteredCollectives({0: bundle.model})
     try:
         save_training_state(target, state=OneNodePerProcess(state), step=3, save_on_each_node=True, **kwargs)
     except CheckpointError as exc:

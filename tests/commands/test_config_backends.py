@@ -89,8 +89,8 @@ def test_fsdp1_on_gpus_asks_the_fsdp1_settings(home: Path, capsys: pytest.Captur
         "fsdp_sync_module_states": True, "fsdp_activation_checkpointing": False,
     }  # fmt: skip
     # The file loads and is turned into the launcher's FSDP settings (checked without GPUs here).
+    from accelerate.backends.fsdp.launch import resolve_fsdp
     from accelerate.config.config_file import config_from_dict, save_config_file
-    from accelerate.launch.fsdp import resolve_fsdp
 
     path = save_config_file(config_from_dict(data), home / "fsdp1.yaml")
     assert main(["launch", "--dry_run", "--cpu", "--config_file", str(path), "train.py"]) == 0

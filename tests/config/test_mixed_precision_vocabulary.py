@@ -69,9 +69,9 @@ def test_cli_choices_come_from_the_vocabulary() -> None:
 def test_one_mode_to_dtype_table_for_autocast_and_the_fsdp_policy() -> None:
     import torch
 
+    from accelerate.backends.fsdp.plugin import FullyShardedDataParallelPlugin
     from accelerate.precision.amp import Precision
     from accelerate.utils.dataclasses import mixed_precision_dtype
-    from accelerate.utils.fsdp_plugin import FullyShardedDataParallelPlugin
 
     expected = {"no": None, "fp16": torch.float16, "bf16": torch.bfloat16}
     assert {mode: mixed_precision_dtype(mode) for mode in AVAILABLE_MIXED_PRECISION_MODES} == expected

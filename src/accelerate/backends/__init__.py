@@ -1,6 +1,16 @@
-"""Strategies: one module per backend; `resolve.py` is the one place that picks them."""
+"""Strategies: one module (or package: ``fsdp/``) per backend; `resolve.py` is the one place that picks them.
 
-from accelerate.backends.base import Strategy
-from accelerate.backends.resolve import resolve_strategy
+Lazy, so that the torch-free parts of a backend package (the FSDP plugin and its launch translation)
+can be imported by the CLI without importing torch.
+"""
 
-__all__ = ["Strategy", "resolve_strategy"]
+from accelerate._lazy import lazy_exports
+
+_EXPORTS = {
+    "Strategy": "accelerate.backends.base",
+    "resolve_strategy": "accelerate.backends.resolve",
+}
+
+__all__ = sorted(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from accelerate.checkpointing.checkpoint_io import CheckpointIO
 from accelerate.state.distributed_type import DistributedType
 
 
@@ -52,9 +53,8 @@ class Strategy:
     def model_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
         """The model's full state dict; a sharded (DTensor) model is gathered onto the main process
         (the others get ``{}``) whichever strategy prepared it. A collective in that case."""
-        from accelerate.checkpointing.fsdp import full_state_dict  # the one gathering implementation
+        return self.checkpoint_io().full_state_dict(model)
 
-        return full_state_dict(model)
     def backward(self, loss: torch.Tensor, *, sync_gradients: bool, **kwargs: Any) -> None:
         """Only called when ``owns_backward``: backward (and the step at a sync) through the backend."""
         raise NotImplementedError(f"the {self.name} strategy does not run backward itself")
@@ -68,9 +68,18 @@ class Strategy:
     def release(self) -> None:
         """Forgets what the strategy keeps of prepared objects (``Accelerator.free_memory``)."""
 
-    def checkpoint_io(self) -> Any:
-        """An object that saves/loads the prepared models and optimizers itself (DeepSpeed), else None."""
-        return None
+    def checkpoint_io(self, run: Any = None) -> CheckpointIO:
+        """How ``save_state`` / ``load_state`` write and read this strategy's models and optimizers.
+
+        ``run`` is the run's description (``AcceleratorState``), read for its settings. Every strategy
+        may hold models with DTensor parameters (sharded by hand with ``fully_shard``) and may load a
+        checkpoint a sharded run wrote, so the default is the sharded-model I/O, which leaves every
+        plain model and plain file to the plain-file base (:class:`CheckpointIO`). Backends that
+        checkpoint their objects themselves return their own (DeepSpeed).
+        """
+        from accelerate.backends.fsdp.checkpoint_io import ShardedCheckpointIO
+
+        return ShardedCheckpointIO.for_run(run)
 
     def full_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor] | None:
         """The whole model's weights when the backend must gather them; None: use ``state_dict()``."""

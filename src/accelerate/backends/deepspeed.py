@@ -194,10 +194,13 @@ class DeepSpeedStrategy(Strategy):
         self.engines.clear()
         self.engine_wrapper = None
 
-    def checkpoint_io(self) -> Any:
+    def checkpoint_io(self, run: Any = None) -> Any:
+        """The engines' own checkpoints once there are engines; before that, the default I/O."""
+        if not self.engines:
+            return super().checkpoint_io(run)
         from accelerate.backends.deepspeed_checkpoint import EngineCheckpointIO
 
-        return EngineCheckpointIO(self.engines) if self.engines else None
+        return EngineCheckpointIO(self.engines)
 
     # --- weights -------------------------------------------------------------------------------------
     def full_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor] | None:

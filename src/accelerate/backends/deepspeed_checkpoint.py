@@ -24,6 +24,7 @@ from accelerate.checkpointing.atomic import (
     fsync_dir,
     verify_file,
 )
+from accelerate.checkpointing.checkpoint_io import CheckpointIO
 from accelerate.checkpointing.entry_names import entry_path
 from accelerate.checkpointing.errors import CheckpointError
 
@@ -50,8 +51,15 @@ def record_file(path: Path) -> FileRecord:
     return FileRecord(size=size, checksum=hasher.hexdigest(), algorithm=CHECKSUM_ALGORITHM)
 
 
-class EngineCheckpointIO:
-    """Saves and loads the DeepSpeed engines of one Accelerator (see the module docstring)."""
+class EngineCheckpointIO(CheckpointIO):
+    """Saves and loads the DeepSpeed engines of one Accelerator (see the module docstring).
+
+    What ``DeepSpeedStrategy.checkpoint_io()`` returns once it has engines: they own the models,
+    optimizers and the schedulers they step, so save_state writes only the rest beside them.
+    """
+
+    what = "DeepSpeed engines"
+    owns_training_objects = True
 
     def __init__(self, engines: list[Any]) -> None:
         self.engines = list(engines)
@@ -68,7 +76,7 @@ class EngineCheckpointIO:
             }
         }
 
-    def save(self, staging: Path, writer: bool, **kwargs: Any) -> dict[str, FileRecord]:
+    def save_owned(self, staging: Path, writer: bool, **kwargs: Any) -> dict[str, FileRecord]:
         """Every rank writes its part; the writer returns the records of every file written."""
         for index, engine in enumerate(self.engines):
             # An engine built without an optimizer has no checkpoint engine, and DeepSpeed's
@@ -123,7 +131,7 @@ class EngineCheckpointIO:
                     "was it saved without DeepSpeed, or with fewer models?"
                 )
 
-    def load(self, directory: Path, manifest: Manifest | None, **kwargs: Any) -> None:
+    def load_owned(self, directory: Path, manifest: Manifest | None, **kwargs: Any) -> None:
         self.check_compatible(directory, manifest)
         if manifest is not None:
             for name, record in manifest.files.items():

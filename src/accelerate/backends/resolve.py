@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from accelerate.backends.base import Strategy
+from accelerate.state.distributed_type import DistributedType
 from accelerate.state.process import PartialState
 from accelerate.utils.dataclasses import DistributedDataParallelKwargs, check_mixed_precision
 from accelerate.utils.errors import NotAvailableYetError
@@ -75,7 +76,7 @@ def resolve_strategy(
     """The strategy for this process: FSDP2 with a plugin, DeepSpeed when it has plugins, XLA on an
     XLA device, DDP when there are several processes, else one device."""
     if fsdp_plugin is not None and state.use_distributed:
-        from accelerate.backends.fsdp import FSDPStrategy
+        from accelerate.backends.fsdp.strategy import FSDPStrategy
 
         return FSDPStrategy(
             state.device,
@@ -100,3 +101,28 @@ def resolve_strategy(
 
     # DDP kwargs are not an error in one process: the same script runs on one process and several.
     return SingleDeviceStrategy(state.device, state.distributed_type)
+
+
+def resolve_fsdp_plugin(plugin: Any, deepspeed_plugin: Any) -> Any:
+    """The FSDP plugin: the argument, else one read from the launcher's FSDP_* variables (--use_fsdp)."""
+    from accelerate.backends.fsdp.plugin import FullyShardedDataParallelPlugin, use_fsdp_from_env
+
+    if plugin is None and deepspeed_plugin is None and use_fsdp_from_env():
+        return FullyShardedDataParallelPlugin()
+    if plugin is not None and not isinstance(plugin, FullyShardedDataParallelPlugin):
+        raise TypeError(
+            f"Accelerator(fsdp_plugin=...) needs a FullyShardedDataParallelPlugin, got {type(plugin).__name__}."
+        )
+    return plugin
+
+
+def plugin_choices(strategy: Strategy, *, fsdp_plugin: Any) -> dict[str, Any]:
+    """What ``AcceleratorState`` records of the backend plugins chosen (users and upstream code read it)."""
+    if fsdp_plugin is None:
+        return {}
+    # One process runs unsharded (single-device strategy): the plugin stays readable, is_fsdp2 says False.
+    return {
+        "fsdp_plugin": fsdp_plugin,
+        "distributed_type": strategy.distributed_type,
+        "is_fsdp2": strategy.distributed_type == DistributedType.FSDP,
+    }

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from accelerate.checkpointing.checkpoint_io import CheckpointIO
 from accelerate.utils.agreement import agree_on_failure
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ def get_state_dict(
         return gathered
     if unwrap:
         model = accelerator.unwrap_model(model, keep_fp32_wrapper=True, keep_torch_compile=False)
-    # FSDP2: gathered onto the main process (the others get an empty dict); DeepSpeed ZeRO-3 likewise.
+    # Sharded models: gathered onto the main process (the others get an empty dict).
     return accelerator.strategy.model_state_dict(model)
 
 
@@ -156,17 +157,19 @@ class TrainingObjects:
     unwrap: Callable[..., torch.nn.Module]
     # True between the micro-steps of an accumulation window: gradients are held, not yet applied.
     in_accumulation_window: bool = False
-    # The FSDP plugin's state_dict_type (enum or name; None: sharded), for sharded models only.
-    fsdp_state_dict_type: Any = None
-    # A backend that checkpoints models, optimizers and schedulers itself (DeepSpeed engines).
-    engine_io: Any = None
+    # The strategy's checkpoint I/O (``Strategy.checkpoint_io()``); None: plain files.
+    io: CheckpointIO | None = None
+
+    @property
+    def checkpoint_io(self) -> CheckpointIO:
+        return self.io if self.io is not None else CheckpointIO()
 
     def stateful(self) -> dict[str, Any]:
         """The keyword arguments save_training_state and load_training_state share."""
-        engine = self.engine_io is not None  # then the engine's own checkpoint holds these
+        owned = self.checkpoint_io.owns_training_objects  # then the backend's own checkpoint holds these
         return {
             "state": self.state,
-            "optimizers": [] if engine else self.optimizers,
+            "optimizers": [] if owned else self.optimizers,
             "schedulers": [s for s in self.schedulers if not getattr(s, "owned_by_engine", False)],
             "dataloaders": self.dataloaders,
             "scaler": self.scaler,
@@ -274,19 +277,18 @@ def _save_state(
         if config.total_limit is not None and writer_and_node(objects.state, config.save_on_each_node)[0]:
             _rotate(config, project)
     models = list(objects.models)
-    engine = objects.engine_io
+    io = objects.checkpoint_io
+    owned = io.owns_training_objects
     weights = [
         objects.unwrap(m, keep_fp32_wrapper=True, keep_torch_compile=False).state_dict() for m in models
-    ] if engine is None else []  # fmt: skip
+    ] if not owned else []  # fmt: skip
     bare = [objects.unwrap(m, keep_torch_compile=False) for m in models]  # as upstream: not the DDP wrappers
     for hook in objects.save_hooks:
         hook(bare, weights, str(target))
-    from accelerate.checkpointing.fsdp_state import plan_sharded
-
     unwrapped = [objects.unwrap(m, keep_torch_compile=False) for m in models]
-    sharded = plan_sharded(unwrapped, objects.optimizers, objects.fsdp_state_dict_type)
+    parts = io.plan_save(unwrapped, objects.optimizers)
     pending = None
-    if objects.in_accumulation_window and engine is None:
+    if objects.in_accumulation_window and not owned:
         pending = [
             {
                 name: p.grad.detach().cpu()
@@ -303,23 +305,22 @@ def _save_state(
         "pending_gradients": pending,
         "safe_serialization": safe_serialization,
         "save_on_each_node": config.save_on_each_node,
-        "sharded": sharded,
-        "engine_files": engine.save if engine is not None else None,
-        "extra_manifest": engine.manifest_extra() if engine is not None else None,
+        "parts": parts,
+        "owned_files": io.save_owned if owned else None,
+        "extra_manifest": io.manifest_extra() if owned else None,
         **objects.stateful(),
     }
     if async_save:
-        if sharded is not None or engine is not None:
-            # torch.distributed.checkpoint's and DeepSpeed's saves run collectives; on the writer
-            # thread they could pair with the training loop's collectives and hang.
-            backend = "FSDP-sharded models" if sharded is not None else "DeepSpeed engines"
+        if parts is not None or owned:
+            # A backend's own saves (parts or owned objects) run collectives; on the writer thread
+            # they could pair with the training loop's collectives and hang.
             raise ValueError(
-                f"save_state(async_save=True) does not support {backend} yet: their save runs "
+                f"save_state(async_save=True) does not support {io.what} yet: their save runs "
                 "collectives that cannot leave the training thread. Use async_save=False."
             )
         from accelerate.checkpointing.async_save import start_async_save
 
-        for key in ("sharded", "engine_files", "extra_manifest"):  # None here: full state dicts only
+        for key in ("parts", "owned_files", "extra_manifest"):  # None here: full state dicts only
             del save_kwargs[key]
 
         # Rotation runs on the writer thread, after every writer committed.
@@ -375,13 +376,13 @@ def load_state(
     models = [objects.unwrap(m, keep_torch_compile=False) for m in objects.models]
     for hook in objects.load_hooks:
         hook(models, str(source))
-    engine = objects.engine_io
-    if engine is not None:  # the engines load their modules, optimizers and schedulers themselves
+    io = objects.checkpoint_io
+    if io.owns_training_objects:  # the backend loads its modules, optimizers and schedulers itself
         from accelerate.checkpointing.atomic import checkpoint_folder, read_manifest
 
-        engine.load(checkpoint_folder(source), read_manifest(source))
+        io.load_owned(checkpoint_folder(source), read_manifest(source))
         models = []
-    result = load_training_state(source, models=models, strict=strict, **objects.stateful())
+    result = load_training_state(source, models=models, strict=strict, io=io, **objects.stateful())
     next_iteration = None
     if project is not None:
         next_iteration = iteration_after(project, source, objects.project.iteration)

@@ -24,8 +24,9 @@ from torch import nn
 from accelerate.checkpointing.atomic import AtomicCheckpoint, FileRecord, read_manifest, save_torch
 from accelerate.checkpointing.durable_io import fsync_dir
 from accelerate.checkpointing.entry_names import entry_path
+from accelerate.checkpointing.load_reader import _open_folder, _Reader
 from accelerate.checkpointing.training_state import custom_name, save_training_state
-from accelerate.checkpointing.training_state_load import _open_folder, _Reader, load_training_state
+from accelerate.checkpointing.training_state_load import load_training_state
 
 logger = logging.getLogger(__name__)
 

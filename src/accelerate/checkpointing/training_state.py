@@ -57,7 +57,7 @@ from accelerate.checkpointing.rng import (
 from accelerate.utils.agreement import agree_on_failure, agree_on_outcome
 
 if TYPE_CHECKING:
-    from accelerate.checkpointing.fsdp_state import ShardedParts
+    from accelerate.checkpointing.checkpoint_io import SaveParts
 
 logger = logging.getLogger(__name__)
 
@@ -114,12 +114,12 @@ def _write_shared(
     custom_objects: Sequence[Any],
     safe_serialization: bool,
     sync: SyncGroup,
-    sharded: ShardedParts | None = None,
+    parts: SaveParts | None = None,
 ) -> dict[str, FileRecord]:
     records: dict[str, FileRecord] = {}
-    # Sharded models and their optimizers are written by every process (see fsdp_state.py).
-    skip_models = set(sharded.models) if sharded is not None else set()
-    skip_optimizers = set(sharded.optimizers) if sharded is not None else set()
+    # The strategy's own parts (sharded models, their optimizers) are written by every process.
+    skip_models = set(parts.models) if parts is not None else set()
+    skip_optimizers = set(parts.optimizers) if parts is not None else set()
 
     def put(name: str, obj: Any) -> None:
         records[name] = save_torch(obj, ckpt.path(name), sync=sync)
@@ -240,9 +240,9 @@ def write_rank_files(
     """This rank's files (the writer's: the shared ones too), durable when it returns; their records."""
     records: dict[str, FileRecord] = {}
     sync = SyncGroup()  # each file is flushed while the next is serialised
-    sharded: ShardedParts | None = shared.get("sharded")
+    parts: SaveParts | None = shared.get("parts")
     try:
-        # This rank's own files first: their fsyncs then run while the sharded parts are written.
+        # This rank's own files first: their fsyncs then run while the strategy's parts are written.
         local_error: Exception | None = None
         try:
             rng_name = rng_file_name(process_index)
@@ -251,9 +251,9 @@ def write_rank_files(
                 records.update(_write_shared(ckpt, sync=sync, **shared))
         except Exception as exc:  # raised after the collectives below, which every rank must join
             local_error = exc
-        if sharded is not None:
+        if parts is not None:
             try:
-                records.update(sharded.write(ckpt.staging, is_main_process=process_index == 0, sync=sync))
+                records.update(parts.write(ckpt.staging, is_main_process=process_index == 0, sync=sync))
             except Exception:
                 if local_error is None:
                     raise
@@ -280,7 +280,7 @@ def _write(
     step: int,
     shared: dict[str, Any],
     pending_gradients: Sequence[dict[str, torch.Tensor]] | None,
-    engine_files: Callable[[Path, bool], dict[str, FileRecord]] | None = None,
+    owned_files: Callable[[Path, bool], dict[str, FileRecord]] | None = None,
 ) -> list[tuple[int, dict[str, FileRecord]]]:
     """Step 2: every rank writes its files (the writer the shared ones too) and reports its records."""
     records: dict[str, FileRecord] = {}
@@ -288,10 +288,15 @@ def _write(
     try:
         rng_state = capture_rng_state(step, shared["dataloaders"], pending_gradients)
         records = write_rank_files(
-            ckpt, writer=writer, process_index=state.process_index, shared=shared, rng_state=rng_state, node=node
+            ckpt,
+            writer=writer,
+            process_index=state.process_index,
+            shared=shared,
+            rng_state=rng_state,
+            node=node,
         )
-        if engine_files is not None:  # a backend that writes its own files (DeepSpeed engines)
-            records.update(engine_files(ckpt.staging, writer))
+        if owned_files is not None:  # a backend that checkpoints its objects itself (CheckpointIO.save_owned)
+            records.update(owned_files(ckpt.staging, writer))
     except Exception as exc:  # told to every rank below, then raised everywhere
         error = explain_failure(exc, ckpt, shared)
     try:
@@ -347,8 +352,8 @@ def save_training_state(
     safe_serialization: bool = True,
     save_on_each_node: bool = False,
     pending_gradients: Sequence[dict[str, torch.Tensor]] | None = None,
-    sharded: ShardedParts | None = None,
-    engine_files: Callable[[Path, bool], dict[str, FileRecord]] | None = None,
+    parts: SaveParts | None = None,
+    owned_files: Callable[[Path, bool], dict[str, FileRecord]] | None = None,
     extra_manifest: dict[str, Any] | None = None,
 ) -> Path:
     """Writes a complete, crash-safe checkpoint to ``output_dir``; call it on every process.
@@ -370,10 +375,12 @@ def save_training_state(
         pending_gradients: this process's accumulated gradients of an unfinished accumulation
             window, one ``{parameter name: gradient}`` per model (None when there is none); restored
             by ``load_training_state`` so a run saved mid-window resumes exactly.
-        sharded: the FSDP-sharded models and their optimizers (``fsdp_state.plan_sharded``),
-            written by every process instead of from ``models_state_dicts`` / ``optimizers``.
-        engine_files: ``(staging folder, is_writer) -> records``, called on every rank after its own
-            files: a backend (DeepSpeed) writes its checkpoint there; the writer returns every record.
+        parts: the models and optimizers the strategy writes itself on every process
+            (``CheckpointIO.plan_save``; sharded models), instead of from ``models_state_dicts`` /
+            ``optimizers``.
+        owned_files: ``(staging folder, is_writer) -> records``, called on every rank after its own
+            files: a backend that checkpoints its objects itself (``CheckpointIO.save_owned``) writes
+            there; the writer returns every record.
         extra_manifest: more entries for the manifest's ``extra`` (read back by that backend).
 
     Returns:
@@ -387,15 +394,8 @@ def save_training_state(
     """
     ckpt = AtomicCheckpoint(output_dir)
     writer, node = writer_and_node(state, save_on_each_node)
-    refused = None
-    if sharded is not None and node != 0:
-        # Found on the ranks of other nodes only: agreed on in the first exchange, so node 0's ranks
-        # raise too instead of waiting in DCP's collectives for ranks that never come.
-        refused = CheckpointError(
-            "save_state of a sharded (FSDP) model with save_on_each_node=True on several nodes: "
-            "torch.distributed.checkpoint writes one checkpoint across all nodes, so it needs a "
-            "shared filesystem; set ProjectConfiguration(save_on_each_node=False)."
-        )
+    # A node the parts cannot be saved on: agreed on in the first exchange, so every rank raises.
+    refused = parts.node_error(node) if parts is not None else None
     _stage(ckpt, writer=writer, node=node, error=refused)
     shared = {
         "models_state_dicts": models_state_dicts,
@@ -405,7 +405,7 @@ def save_training_state(
         "scaler": scaler,
         "custom_objects": custom_objects,
         "safe_serialization": safe_serialization,
-        "sharded": sharded,
+        "parts": parts,
     }
     gathered = _write(
         ckpt,
@@ -415,7 +415,7 @@ def save_training_state(
         step=step,
         shared=shared,
         pending_gradients=pending_gradients,
-        engine_files=engine_files,
+        owned_files=owned_files,
     )
     extra = {**(extra_manifest or {}), **manifest_extra(shared)}
     _commit(ckpt, gathered, writer=writer, node=node, step=step, world_size=state.num_processes, extra=extra)
@@ -440,6 +440,6 @@ def manifest_extra(shared: dict[str, Any]) -> dict[str, Any]:
         "has_scaler": shared["scaler"] is not None,
         "safe_serialization": shared["safe_serialization"],
     }
-    if shared.get("sharded") is not None:
-        extra["fsdp"] = shared["sharded"].describe()
+    if shared.get("parts") is not None:
+        extra.update(shared["parts"].manifest_extra())
     return extra

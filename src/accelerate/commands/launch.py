@@ -193,7 +193,7 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
          "on the hosts this file lists.")  # fmt: skip
 
     group = parser.add_argument_group("FSDP (fully sharded data parallelism, run by FSDP2)")
-    from accelerate.launch.fsdp import FLAG_HELP
+    from accelerate.backends.fsdp.launch import FLAG_HELP
 
     for name, kwargs in FSDP_FLAG_KWARGS.items():
         flag(name, help=FLAG_HELP.get(name, "Shard parameters, gradients and optimizer state (FSDP)."), **kwargs)

@@ -35,7 +35,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from accelerate.checkpointing.fsdp_merge import merge_fsdp_weights
+    from accelerate.backends.fsdp.merge import merge_fsdp_weights
 
     try:
         written = merge_fsdp_weights(
@@ -52,9 +52,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def __getattr__(name: str) -> Any:
-    # The merge itself lives in checkpointing/ (it imports torch, which CLI start-up must not).
+    # The merge itself lives in backends/fsdp/merge.py (it imports torch, which CLI start-up must not).
     if name == "merge_fsdp_weights":
-        from accelerate.checkpointing.fsdp_merge import merge_fsdp_weights
+        from accelerate.backends.fsdp.merge import merge_fsdp_weights
 
         return merge_fsdp_weights
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -2,7 +2,8 @@
 
 A pure file conversion (upstream's rules): ``fsdp_sharding_strategy`` becomes
 ``fsdp_reshard_after_forward`` (FULL_SHARD -> true, SHARD_GRAD_OP -> false), the keys FSDP2 has no use
-for are dropped (each one is named), and ``fsdp_version: 2`` is set. Unconverted files run too: the
+for are dropped (each one is named), and ``fsdp_version: 2`` is set (the rules live in
+:mod:`accelerate.backends.fsdp.convert`). Unconverted files run too: the
 launcher translates FSDP1 settings onto FSDP2 itself (``accelerate launch --dry_run`` notes how).
 """
 
@@ -14,9 +15,6 @@ from pathlib import Path
 from typing import Any
 
 HELP = "Convert a config file's fsdp_config from FSDP1 to FSDP2 keys."
-# Keys FSDP2 does without: prefetching and parameter flattening are automatic, states start in sync.
-_DROPPED = ("fsdp_backward_prefetch", "fsdp_forward_prefetch", "fsdp_use_orig_params", "fsdp_sync_module_states")
-_RESHARD = {"FULL_SHARD": True, "1": True, "SHARD_GRAD_OP": False, "2": False}
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -32,34 +30,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
-def convert_fsdp_config(fsdp: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """The FSDP2 form of an ``fsdp_config`` mapping, and one line per change."""
-    out, changes = dict(fsdp), []
-    if str(out.get("fsdp_version", 1)) == "2":
-        return out, ["already fsdp_version: 2; nothing to change"]
-    if "fsdp_sharding_strategy" in out:
-        strategy = str(out.pop("fsdp_sharding_strategy")).upper()
-        if strategy not in _RESHARD:
-            raise ValueError(
-                f"fsdp_sharding_strategy: {strategy} has no FSDP2 equivalent (FSDP2 always shards; "
-                "FULL_SHARD or SHARD_GRAD_OP convert). Choose one of those first."
-            )
-        out["fsdp_reshard_after_forward"] = _RESHARD[strategy]
-        changes.append(f"fsdp_sharding_strategy: {strategy} -> fsdp_reshard_after_forward: {_RESHARD[strategy]}")
-    for key in _DROPPED:
-        if key in out:
-            changes.append(f"removed {key}: {out.pop(key)!r} (FSDP2 does not use it)")
-    out["fsdp_version"] = 2
-    changes.append("fsdp_version: 2")
-    return out, changes
-
-
 def run(args: argparse.Namespace) -> int:
+    from accelerate.backends.fsdp.convert import convert_fsdp_config
     from accelerate.config.config_file import ConfigFileError, read_raw
 
     output = Path(args.output_file)
     if output.exists() and not args.overwrite:
-        print(f"accelerate to-fsdp2: error: {output} exists; pass --overwrite to replace it.", file=sys.stderr)
+        print(
+            f"accelerate to-fsdp2: error: {output} exists; pass --overwrite to replace it.", file=sys.stderr
+        )
         return 2
     try:
         raw = read_raw(args.config_file)

@@ -324,7 +324,7 @@ def build_plan(
 
 
 def _fsdp(flags: Mapping[str, Any], config: LaunchConfig | None, path: str, procs: Any) -> Any:
-    from accelerate.launch.fsdp import FSDPLaunchError, resolve_fsdp
+    from accelerate.backends.fsdp.launch import FSDPLaunchError, resolve_fsdp
 
     try:
         return resolve_fsdp(flags, config, path, procs)

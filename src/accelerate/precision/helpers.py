@@ -24,10 +24,8 @@ def get_grad_scaler(distributed_type: Any = None, **kwargs: Any) -> torch.amp.Gr
     Example:
         >>> scaler = get_grad_scaler(init_scale=1024.0)
     """
-    if str(getattr(distributed_type, "value", distributed_type)) == "FSDP":
-        from accelerate.utils.fsdp_utils import get_fsdp2_grad_scaler
-
-        return get_fsdp2_grad_scaler(**kwargs)
+    # ``distributed_type`` is upstream's argument: torch's GradScaler serves every backend here, FSDP2's
+    # DTensor gradients included (its found_inf is reduced over the mesh), so it changes nothing.
     GradScalerKwargs(**kwargs)  # the same argument names and checks as the Accelerator's handler
     return torch.amp.GradScaler(_device().type, **kwargs)
 

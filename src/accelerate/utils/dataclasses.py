@@ -460,7 +460,7 @@ _ELSEWHERE = {
     "parse_gpt2_config": "accelerate.utils.hardware_dataclasses",
     "parse_llama_config": "accelerate.utils.hardware_dataclasses",
     "parse_t5_config": "accelerate.utils.hardware_dataclasses",
-    "FullyShardedDataParallelPlugin": "accelerate.utils.fsdp_plugin",
+    "FullyShardedDataParallelPlugin": "accelerate.backends.fsdp.plugin",
     "TorchTensorParallelConfig": "accelerate.utils.parallel_configs",
     "TorchContextParallelConfig": "accelerate.utils.parallel_configs",
     "DeepSpeedSequenceParallelConfig": "accelerate.utils.parallel_configs",

@@ -15,7 +15,9 @@ from typing import Any
 
 from torch import nn
 
-from accelerate.checkpointing.fsdp import (
+from accelerate.backends.fsdp.checkpoint_io import save_model_part, save_optimizer_part
+from accelerate.backends.fsdp.dcp import load_model_dcp, load_optimizer_dcp
+from accelerate.backends.fsdp.state_dict import (
     FSDP_MODEL_NAME,
     OPTIMIZER_NAME,
     SHARDED_STATE_DICT,
@@ -27,8 +29,6 @@ from accelerate.checkpointing.fsdp import (
     optimizer_file_name,
     optimizer_folder_name,
 )
-from accelerate.checkpointing.fsdp_dcp import load_model_dcp, load_optimizer_dcp
-from accelerate.checkpointing.fsdp_state import save_model_part, save_optimizer_part
 
 __all__ = [
     "fsdp2_load_full_state_dict",

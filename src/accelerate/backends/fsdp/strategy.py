@@ -4,7 +4,7 @@
 the user's module object stays the same, its parameters become ``DTensor`` shards (each rank holds
 about ``1/N`` of every sharded tensor). An optimizer built over the original parameters is pointed at
 the shards by ``setup_optimizer`` (hyper-parameters and state kept). FSDP1 settings arrive already
-translated by the plugin (:func:`accelerate.utils.fsdp_plugin.fsdp2_layout`).
+translated by the plugin (:func:`accelerate.backends.fsdp.plugin.fsdp2_layout`).
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.distributed.tensor import DTensor, distribute_tensor
 
 from accelerate.backends.base import Strategy
-from accelerate.backends.fsdp_wrap import modules_to_shard
+from accelerate.backends.fsdp.checkpoint_io import ShardedCheckpointIO
+from accelerate.backends.fsdp.plugin import FullyShardedDataParallelPlugin, ignored_module_list
+from accelerate.backends.fsdp.wrap import modules_to_shard
 from accelerate.state.distributed_type import DistributedType
-from accelerate.utils.fsdp_plugin import FullyShardedDataParallelPlugin, ignored_module_list
 
 
 class FSDPStrategy(Strategy):
@@ -173,6 +174,10 @@ class FSDPStrategy(Strategy):
 
     def unwrap(self, model: nn.Module) -> nn.Module:
         return model  # fully_shard works in place: the module is the user's own
+
+    def checkpoint_io(self, run: Any = None) -> ShardedCheckpointIO:
+        """DCP folders (SHARDED_STATE_DICT) or process 0's full files, as the plugin's state_dict_type says."""
+        return ShardedCheckpointIO(self.plugin.state_dict_type)
 
     # ------------------------------------------------------------------ gradients
     @contextlib.contextmanager

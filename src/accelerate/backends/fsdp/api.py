@@ -10,8 +10,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from accelerate.backends.fsdp_wrap import modules_to_shard, wrap_predicate
-from accelerate.utils.fsdp_plugin import FSDP_ENV, USE_FSDP_ENV
+from accelerate.backends.fsdp.plugin import FSDP_ENV, USE_FSDP_ENV
+from accelerate.backends.fsdp.wrap import modules_to_shard, wrap_predicate
 
 
 def enable_fsdp_ram_efficient_loading() -> None:
@@ -25,7 +25,7 @@ def disable_fsdp_ram_efficient_loading() -> None:
 
 
 def _fsdp_strategy(accelerator: Any, call: str) -> Any:
-    from accelerate.backends.fsdp import FSDPStrategy
+    from accelerate.backends.fsdp.strategy import FSDPStrategy
 
     strategy = getattr(accelerator, "strategy", None)
     if not isinstance(strategy, FSDPStrategy):
@@ -109,7 +109,7 @@ def get_parameters_from_modules(
 
 def ensure_weights_retied(param_init_fn: Callable[..., Any] | None, model: nn.Module, device: Any) -> Any:
     """Wraps ``param_init_fn`` so that parameters the model shares (tied embeddings) stay shared after it runs."""
-    from accelerate.backends.fsdp import retie, tied_parameters
+    from accelerate.backends.fsdp.strategy import retie, tied_parameters
 
     if param_init_fn is None:
         return None

@@ -21,11 +21,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from accelerate.backends.fsdp.state_dict import check_shapes, global_shapes, raw_optimizer
 from accelerate.checkpointing.atomic import ChecksumSink, FileRecord, verify_file
 from accelerate.checkpointing.durable_io import DiskFullError, disk_full_error, file_record, file_record_soon
 from accelerate.checkpointing.entry_names import entry_path
 from accelerate.checkpointing.errors import CheckpointError
-from accelerate.checkpointing.fsdp import check_shapes, global_shapes, raw_optimizer
 
 METADATA_NAME = ".metadata"
 MODEL_KEY = "model"

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from accelerate.utils.fsdp_plugin import (
+from accelerate.backends.fsdp.plugin import (
     BACKWARD_PREFETCH,
     FSDP_ENV,
     SHARDING_STRATEGIES,

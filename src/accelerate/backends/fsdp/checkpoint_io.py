@@ -1,4 +1,9 @@
-"""The sharded models and their optimizers in ``save_state`` / ``load_state``.
+"""The sharded models and their optimizers in ``save_state`` / ``load_state``: FSDP's checkpoint I/O.
+
+:class:`ShardedCheckpointIO` is what ``Strategy.checkpoint_io()`` returns (see
+:mod:`accelerate.checkpointing.checkpoint_io`): sharded models are told apart by their DTensor
+parameters, so it serves a model sharded by hand with ``fully_shard`` as well as one FSDPStrategy
+prepared, and it leaves every plain model to the plain files.
 
 Saving (every process takes part; the folder stays atomic because everything lands in the staging
 folder and the manifest, listing every process's files, is still written last):
@@ -22,9 +27,16 @@ from typing import Any
 
 from torch import nn
 
-from accelerate.checkpointing.atomic import FileRecord, SyncGroup, save_torch
-from accelerate.checkpointing.errors import CheckpointError
-from accelerate.checkpointing.fsdp import (
+from accelerate.backends.fsdp.dcp import (
+    METADATA_NAME,
+    MODEL_KEY,
+    OPTIMIZER_KEY,
+    load_model_dcp,
+    load_optimizer_dcp,
+    save_dcp,
+    verify_folder,
+)
+from accelerate.backends.fsdp.state_dict import (
     SHARDED_STATE_DICT,
     full_optimizer_state_dict,
     full_state_dict,
@@ -39,15 +51,9 @@ from accelerate.checkpointing.fsdp import (
     optimizer_owner,
     raw_optimizer,
 )
-from accelerate.checkpointing.fsdp_dcp import (
-    METADATA_NAME,
-    MODEL_KEY,
-    OPTIMIZER_KEY,
-    load_model_dcp,
-    load_optimizer_dcp,
-    save_dcp,
-    verify_folder,
-)
+from accelerate.checkpointing.atomic import FileRecord, SyncGroup, save_torch
+from accelerate.checkpointing.checkpoint_io import CheckpointIO
+from accelerate.checkpointing.errors import CheckpointError
 from accelerate.utils.agreement import agree_on_failure
 
 
@@ -90,6 +96,20 @@ class ShardedParts:
             "models": sorted(self.models),
             "optimizers": sorted(self.optimizers),
         }
+
+    def manifest_extra(self) -> dict[str, Any]:
+        return {"fsdp": self.describe()}
+
+    def node_error(self, node: int) -> CheckpointError | None:
+        if node == 0:
+            return None
+        # Found on the ranks of other nodes only: agreed on in the first exchange, so node 0's ranks
+        # raise too instead of waiting in DCP's collectives for ranks that never come.
+        return CheckpointError(
+            "save_state of a sharded (FSDP) model with save_on_each_node=True on several nodes: "
+            "torch.distributed.checkpoint writes one checkpoint across all nodes, so it needs a "
+            "shared filesystem; set ProjectConfiguration(save_on_each_node=False)."
+        )
 
 
 def save_model_part(
@@ -217,3 +237,73 @@ def load_full_optimizer(optimizer: Any, models: Sequence[nn.Module], state: Mapp
         return False
     load_full_optimizer_state_dict(models[owner], optimizer, state)
     return True
+
+
+class ShardedCheckpointIO(CheckpointIO):
+    """Checkpoint I/O for sharded (DTensor) models in FSDP's layouts; plain models stay plain files.
+
+    Args:
+        state_dict_type: the FSDP plugin's ``state_dict_type`` (enum, name or None: sharded), how
+            sharded models are saved; any layout loads whatever it is.
+    """
+
+    what = "FSDP-sharded models"
+
+    def __init__(self, state_dict_type: Any = None) -> None:
+        self.state_dict_type = state_dict_type
+
+    @classmethod
+    def for_run(cls, run: Any) -> ShardedCheckpointIO:
+        """The I/O for a run description (``AcceleratorState``): its FSDP plugin's state_dict_type, if any."""
+        return cls(getattr(getattr(run, "fsdp_plugin", None), "state_dict_type", None))
+
+    def plan_save(self, models: Sequence[nn.Module], optimizers: Sequence[Any]) -> ShardedParts | None:
+        return plan_sharded(models, optimizers, self.state_dict_type)
+
+    def load_model(
+        self, reader: Any, index: int, model: nn.Module, *, strict: bool, rank: int, world_size: int
+    ) -> bool:
+        # The FSDP layouts (sharded folders or gathered files) load into sharded and plain models alike.
+        return load_model(reader, index, model, strict=strict, rank=rank, world_size=world_size)
+
+    def has_model(self, reader: Any, index: int) -> bool:
+        # A DCP folder or a gathered file: read inside their own collectives.
+        return bool(
+            reader.has(f"{model_folder_name(index)}/{METADATA_NAME}") or reader.has(model_file_name(index))
+        )
+
+    def holds_full_model(self, model: nn.Module) -> bool:
+        return is_sharded_model(model)
+
+    def holds_full_optimizer(self, optimizer: Any, models: Sequence[nn.Module]) -> bool:
+        owner = optimizer_owner(optimizer, models)
+        return owner is not None and is_sharded_model(models[owner])
+
+    def load_full_model(self, model: nn.Module, state_dict: Mapping[str, Any], *, strict: bool) -> bool:
+        if not is_sharded_model(model):
+            return False
+        load_full_state_dict(model, state_dict, strict=strict)  # saved unsharded, loaded sharded
+        return True
+
+    def has_optimizer(self, reader: Any, index: int) -> bool:
+        return has_optimizer_folder(reader, index)
+
+    def load_optimizer(
+        self,
+        reader: Any,
+        index: int,
+        optimizer: Any,
+        models: Sequence[nn.Module],
+        *,
+        rank: int,
+        world_size: int,
+    ) -> None:
+        load_optimizer(reader, index, optimizer, models, rank=rank, world_size=world_size)
+
+    def load_full_optimizer(
+        self, optimizer: Any, models: Sequence[nn.Module], state: Mapping[str, Any]
+    ) -> bool:
+        return load_full_optimizer(optimizer, models, state)
+
+    def full_state_dict(self, model: nn.Module) -> dict[str, Any]:
+        return full_state_dict(model)

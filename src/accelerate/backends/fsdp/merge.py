@@ -22,8 +22,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from accelerate.checkpointing.fsdp import model_folder_name
-from accelerate.checkpointing.fsdp_dcp import METADATA_NAME, MODEL_KEY, read_full_dcp
+from accelerate.backends.fsdp.dcp import METADATA_NAME, MODEL_KEY, read_full_dcp
+from accelerate.backends.fsdp.state_dict import model_folder_name
 
 __all__ = ["merge_fsdp_weights"]
 
@@ -40,8 +40,8 @@ def _dcp_source(folder: Path) -> Path | None:
 
 
 def _verify_against_manifest(checkpoint: Path, folder_name: str) -> None:
+    from accelerate.backends.fsdp.dcp import verify_folder
     from accelerate.checkpointing.atomic import read_manifest
-    from accelerate.checkpointing.fsdp_dcp import verify_folder
 
     manifest = read_manifest(checkpoint)
     if manifest is not None:  # upstream's folders have none: read unverified

@@ -1,6 +1,6 @@
 """`FullyShardedDataParallelPlugin`: upstream's FSDP settings, and the ``FSDP_*`` variables that carry them.
 
-The engine (``accelerate.backends.fsdp``) always runs FSDP2 (``fully_shard``). FSDP1 settings are
+The engine (``accelerate.backends.fsdp.strategy``) always runs FSDP2 (``fully_shard``). FSDP1 settings are
 kept as given and translated there: a sharding strategy becomes ``reshard_after_forward`` and a mesh
 shape (see :func:`fsdp2_layout`). ``accelerate launch --use_fsdp --fsdp_*`` (and a config file's
 ``fsdp_config``) write the variables of :data:`FSDP_ENV`; a field left ``None`` here is read from
@@ -233,7 +233,7 @@ class FullyShardedDataParallelPlugin:
         Raises:
             ValueError: a class name in ``transformer_cls_names_to_wrap`` that ``model`` does not contain.
         """
-        from accelerate.backends.fsdp_wrap import wrap_predicate
+        from accelerate.backends.fsdp.wrap import wrap_predicate
 
         predicate = wrap_predicate(self, model)
         return predicate
