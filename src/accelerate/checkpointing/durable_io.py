@@ -6,11 +6,9 @@ thread, so checksums cost almost no wall time; fsyncs can be deferred to overlap
 
 from __future__ import annotations
 
-import errno
 import io
 import mmap
 import os
-import stat
 import sys
 import threading
 import zlib
@@ -20,7 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, cast
 
-from accelerate.checkpointing.errors import CheckpointError, DiskFullError
+# Re-exported: their home is in errors.py / regular_files.py, their users import them from here too.
+from accelerate.checkpointing.errors import (
+    CheckpointError,
+    disk_full_error,  # noqa: F401
+)
+from accelerate.checkpointing.regular_files import check_regular, open_regular  # noqa: F401
 from accelerate.state.teardown import on_shutdown
 
 _xxhash: Any
@@ -224,33 +227,6 @@ class ChecksumSink(io.RawIOBase):
         return FileRecord(self.size, self._hasher.hexdigest(), self._hasher.algorithm)
 
 
-_DISK_FULL = {errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC)}
-
-
-def disk_full_error(
-    exc: BaseException, path: str | os.PathLike[str], written: int | None = None
-) -> DiskFullError | None:
-    """A clear error for a write that failed because the disk is full, or None for other failures."""
-    if not isinstance(exc, OSError) or exc.errno not in _DISK_FULL:
-        return None
-    code = errno.errorcode.get(exc.errno or 0, str(exc.errno))
-    cause = (
-        "the file is larger than this process may write (RLIMIT_FSIZE / ulimit -f)"
-        if exc.errno == errno.EFBIG
-        else "the disk is full"
-        if exc.errno == errno.ENOSPC
-        else "the disk quota is exhausted"
-    )
-    progress = f" after {written} bytes" if written is not None else ""
-    return DiskFullError(
-        f"Writing {path} failed{progress}: {cause} ({code}). Free space on that disk (saving over an "
-        "existing checkpoint needs room for two full copies until the new one is committed) or save "
-        "somewhere else.",
-        path=str(path),
-        code=exc.errno or 0,
-    )
-
-
 def _fsync_close(fd: int, path: str | os.PathLike[str] = "<file>") -> None:
     try:
         os.fsync(fd)
@@ -339,68 +315,6 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-# --- opening files to read -----------------------------------------------------------------------
-# What a path that is not a regular file is, for the error message (the first test that holds).
-_KINDS = (
-    (stat.S_ISFIFO, "a FIFO (named pipe)"),
-    (stat.S_ISSOCK, "a socket"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISDIR, "a directory"),
-)
-
-
-def _not_regular(path: str | os.PathLike[str], mode: int) -> CheckpointError:
-    kind = next((name for test, name in _KINDS if test(mode)), f"not a regular file (mode {mode:o})")
-    return CheckpointError(
-        f"Checkpoint file {path} is {kind}, not a regular file; it is refused rather than read (reading "
-        "one can block forever or never end). Put the file that was saved there back, or load another "
-        "checkpoint."
-    )
-
-
-def open_regular(path: str | os.PathLike[str]) -> io.FileIO:
-    """Opens a checkpoint file to read it, refusing anything but a regular file, without blocking.
-
-    Every read of a checkpoint goes through here. Opening with ``O_NONBLOCK`` returns at once even
-    for a FIFO without a writer (a plain ``open`` would wait for one forever, on a thread that no
-    signal interrupts); ``fstat`` on the open descriptor then says what was really opened, so a FIFO,
-    socket, device or folder swapped in under the name is caught before a byte is read.
-
-    Raises:
-        FileNotFoundError: nothing has that name (callers word their own "missing" error).
-        CheckpointError: it is not a regular file, naming the file and what it is.
-    """
-    flags = os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
-    try:
-        handle = open(path, "rb", buffering=0, opener=lambda name, mode: os.open(name, mode | flags))  # noqa: SIM115 - returned to the caller
-    except (FileNotFoundError, NotADirectoryError):
-        raise
-    except OSError as exc:  # a socket cannot be opened at all (ENXIO); a folder may not be either
-        try:
-            mode = os.stat(path).st_mode
-        except OSError:
-            raise exc from None
-        if stat.S_ISREG(mode):
-            raise
-        raise _not_regular(path, mode) from exc
-    try:
-        mode = os.fstat(handle.fileno()).st_mode
-        if not stat.S_ISREG(mode):
-            raise _not_regular(path, mode)
-        os.set_blocking(handle.fileno(), True)  # no effect on a regular file; readers get a plain descriptor
-    except BaseException:
-        handle.close()
-        raise
-    return cast(io.FileIO, handle)
-
-
-def check_regular(path: str | os.PathLike[str]) -> int:
-    """:func:`open_regular` for readers that open the file by name themselves; returns its size."""
-    with open_regular(path) as handle:
-        return os.fstat(handle.fileno()).st_size
 
 
 def _open_checked(path: Path, record: FileRecord | None) -> tuple[io.FileIO, int]:

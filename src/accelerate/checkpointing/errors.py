@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import errno
+import os
+
 
 class CheckpointError(RuntimeError):
     """A checkpoint cannot be written or read: a missing, truncated or corrupted file, or a failed save.
@@ -35,3 +38,30 @@ class UntrustedCheckpointError(CheckpointError):
     """A checkpoint folder asks for something accelerate never does on its own: a manifest entry that
     leads outside the folder (``..``, an absolute path, a symbolic link), or a pending commit that no
     version of accelerate wrote. Nothing was read, moved or deleted when it is raised."""
+
+
+_DISK_FULL = {errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC)}
+
+
+def disk_full_error(
+    exc: BaseException, path: str | os.PathLike[str], written: int | None = None
+) -> DiskFullError | None:
+    """A clear error for a write that failed because the disk is full, or None for other failures."""
+    if not isinstance(exc, OSError) or exc.errno not in _DISK_FULL:
+        return None
+    code = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+    cause = (
+        "the file is larger than this process may write (RLIMIT_FSIZE / ulimit -f)"
+        if exc.errno == errno.EFBIG
+        else "the disk is full"
+        if exc.errno == errno.ENOSPC
+        else "the disk quota is exhausted"
+    )
+    progress = f" after {written} bytes" if written is not None else ""
+    return DiskFullError(
+        f"Writing {path} failed{progress}: {cause} ({code}). Free space on that disk (saving over an "
+        "existing checkpoint needs room for two full copies until the new one is committed) or save "
+        "somewhere else.",
+        path=str(path),
+        code=exc.errno or 0,
+    )

@@ -23,9 +23,9 @@ from torch import nn
 
 from accelerate.backends.fsdp.state_dict import check_shapes, global_shapes, raw_optimizer
 from accelerate.checkpointing.atomic import ChecksumSink, FileRecord, verify_file
-from accelerate.checkpointing.durable_io import DiskFullError, disk_full_error, file_record, file_record_soon
+from accelerate.checkpointing.durable_io import file_record, file_record_soon
 from accelerate.checkpointing.entry_names import entry_path
-from accelerate.checkpointing.errors import CheckpointError
+from accelerate.checkpointing.errors import CheckpointError, DiskFullError, disk_full_error
 
 METADATA_NAME = ".metadata"
 MODEL_KEY = "model"
