@@ -98,11 +98,15 @@ def connect(
     pg: InitProcessGroupKwargs | None = handlers.get(InitProcessGroupKwargs)
     partial = _partial_state(cpu, pg)
     mode = _mixed_precision(mixed_precision, launch, partial)
-    ds_plugins = resolve_deepspeed_plugins(deepspeed_plugin, deepspeed_plugins, launched=bool(launch.use_deepspeed))
+    ds_plugins = resolve_deepspeed_plugins(
+        deepspeed_plugin, deepspeed_plugins, launched=bool(launch.use_deepspeed)
+    )
+    accumulation = accumulation_plugin(
+        gradient_accumulation_plugin, gradient_accumulation_steps, launch.gradient_accumulation_steps
+    )
     if ds_plugins:
-        gradient_accumulation_steps = deepspeed_accumulation(
-            ds_plugins, gradient_accumulation_steps, launch.gradient_accumulation_steps, mode
-        )
+        # The DeepSpeed config's value wins (with a warning); its "auto" takes the Accelerator's.
+        accumulation = deepspeed_accumulation(ds_plugins, accumulation, mode)
     # Raises, naming both values, if an earlier Accelerator in this process chose differently.
     extra: dict[str, Any] = {"deepspeed_plugins": ds_plugins} if ds_plugins else {}
     state = AcceleratorState(mixed_precision=mode, cpu=cpu, **extra)
@@ -115,15 +119,17 @@ def connect(
     ddp_handler = handlers.get(DistributedDataParallelKwargs)
     fsdp_plugin = _fsdp_plugin(fsdp_plugin, ds_plugins or deepspeed_plugin)
     strategy = resolve_strategy(
-        partial, ddp_kwargs=ddp_handler, fsdp_plugin=fsdp_plugin, mixed_precision=mode, deepspeed_plugins=ds_plugins
+        partial,
+        ddp_kwargs=ddp_handler,
+        fsdp_plugin=fsdp_plugin,
+        mixed_precision=mode,
+        deepspeed_plugins=ds_plugins,
     )
-    gradient_state = GradientState(
-        accumulation_plugin(
-            gradient_accumulation_plugin, gradient_accumulation_steps, launch.gradient_accumulation_steps
-        )
-    )
+    gradient_state = GradientState(accumulation)
     dynamo = _dynamo_plugin(dynamo_plugin, dynamo_backend, launch)
-    _record_choices(state, strategy, fsdp_plugin=fsdp_plugin, dynamo=dynamo, parallelism_config=parallelism_config)
+    _record_choices(
+        state, strategy, fsdp_plugin=fsdp_plugin, dynamo=dynamo, parallelism_config=parallelism_config
+    )
     return Connection(
         partial_state=partial,
         state=state,
@@ -220,9 +226,15 @@ def _project(project_dir: str | None, project_config: ProjectConfiguration | Non
     return project_config or ProjectConfiguration(project_dir=project_dir)
 
 
-def _dynamo_plugin(plugin: TorchDynamoPlugin | None, backend: str | None, launch: LaunchEnv) -> TorchDynamoPlugin:
+def _dynamo_plugin(
+    plugin: TorchDynamoPlugin | None, backend: str | None, launch: LaunchEnv
+) -> TorchDynamoPlugin:
     """The ``torch.compile`` settings: what the caller set, the launcher's settings for the rest."""
-    if plugin is not None and backend is not None and str(plugin.backend or backend).lower() != backend.lower():
+    if (
+        plugin is not None
+        and backend is not None
+        and str(plugin.backend or backend).lower() != backend.lower()
+    ):
         raise ValueError(
             f"Accelerator got dynamo_backend={backend!r} and dynamo_plugin with backend={plugin.backend!r}; "
             "set the backend in one place (the plugin is preferred)."
