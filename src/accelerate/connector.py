@@ -97,6 +97,10 @@ def connect(
     handlers = collect_kwargs_handlers(kwargs_handlers)
     pg: InitProcessGroupKwargs | None = handlers.get(InitProcessGroupKwargs)
     partial = _partial_state(cpu, pg)
+    if not mixed_precision and (earlier := _initialized_state()) is not None:
+        # As upstream: a later Accelerator() that names no precision re-uses the process's (an
+        # explicit different one still raises in AcceleratorState); the launcher's is not re-read.
+        mixed_precision = earlier.mixed_precision
     mode = _mixed_precision(mixed_precision, launch, partial)
     ds_plugins = resolve_deepspeed_plugins(
         deepspeed_plugin, deepspeed_plugins, launched=bool(launch.use_deepspeed)
@@ -163,6 +167,14 @@ def _partial_state(cpu: bool, pg: InitProcessGroupKwargs | None) -> PartialState
         timeout=pg.timeout if pg else None,
         init_method=pg.init_method if pg else None,
     )
+
+
+def _initialized_state() -> AcceleratorState | None:
+    """The AcceleratorState an earlier Accelerator in this process made, if any (creates none)."""
+    from accelerate.state import accelerator_state
+
+    state = accelerator_state._ACCEL_STATE
+    return state if state is not None and state.initialized else None
 
 
 def _mixed_precision(requested: str | None, launch: LaunchEnv, partial: PartialState) -> str:
