@@ -55,6 +55,7 @@ class Strategy:
         from accelerate.checkpointing.fsdp import full_state_dict  # the one gathering implementation
 
         return full_state_dict(model)
+
     def backward(self, loss: torch.Tensor, *, sync_gradients: bool, **kwargs: Any) -> None:
         """Only called when ``owns_backward``: backward (and the step at a sync) through the backend."""
         raise NotImplementedError(f"the {self.name} strategy does not run backward itself")
@@ -83,6 +84,9 @@ class Strategy:
     def sync_in_backward(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[Any]:
         """Context whose forward+backward all-reduces even inside an outer no_sync block."""
         return contextlib.nullcontext()
+
+    def before_backward(self, loss: torch.Tensor) -> None:
+        """Called by ``Accelerator.backward`` just before ``loss`` is backpropagated (DDP's sync_in_backward)."""
 
     def clip_grad_norm_(
         self, parameters: Iterable[torch.Tensor], max_norm: float, norm_type: float = 2.0
