@@ -131,6 +131,20 @@ def test_second_accelerator_with_contradicting_precision_raises() -> None:
     Accelerator(mixed_precision="bf16")  # agreeing is fine
 
 
+def test_second_default_accelerator_reuses_an_fp16_state(monkeypatch: pytest.MonkeyPatch) -> None:
+    # As upstream: a later Accelerator() that names no precision re-uses the process's state (the
+    # launcher's setting is not read again); naming a different one raises.
+    first = Accelerator(mixed_precision="fp16")
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "no")
+    second = Accelerator()
+    assert second.state is first.state
+    assert second.mixed_precision == "fp16" and second.scaler is not None
+    assert Accelerator(mixed_precision="fp16").mixed_precision == "fp16"
+    for other in ("no", "bf16"):
+        with pytest.raises(ValueError, match=f"'fp16'.*mixed_precision='{other}'"):
+            Accelerator(mixed_precision=other)
+
+
 def test_plugin_and_steps_together_raise() -> None:
     with pytest.raises(ValueError, match="gradient_accumulation_steps=2"):
         Accelerator(

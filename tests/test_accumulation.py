@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
@@ -78,3 +79,75 @@ def test_accumulate_several_models() -> None:
         accelerator.backward(b(x).sum())
         opt.step()
     assert not all(torch.equal(p, q) for p, q in zip(before, b.parameters(), strict=True))
+
+
+def _local_batches(rank: int, world: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    from tests.training_helpers import global_batches, local_rows
+
+    return [(local_rows(x, rank, world), local_rows(y, rank, world)) for x, y in global_batches(2, 8)]
+
+
+def _torch_ddp_grads(handler_kwargs: dict[str, object], scale: float = 1.0) -> list[torch.Tensor]:
+    """The reference: torch's own DDP, two forwards, the summed loss, one backward."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    ddp = DistributedDataParallel(make_model(), **handler_kwargs)  # type: ignore[arg-type]
+    (xa, ya), (xb, yb) = _local_batches(dist.get_rank(), dist.get_world_size())
+    loss = F.mse_loss(ddp(xa), ya) + F.mse_loss(ddp(xb), yb)
+    (loss * scale).backward()
+    return [p.grad.detach().clone() for p in ddp.parameters()]  # type: ignore[union-attr]
+
+
+def _accelerate_grads(case: str, handler_kwargs: dict[str, object]) -> list[list[torch.Tensor]]:
+    from accelerate.utils import DistributedDataParallelKwargs
+
+    k = 2 if case == "accumulate" else 1
+    accelerator = Accelerator(
+        kwargs_handlers=[DistributedDataParallelKwargs(**handler_kwargs)],  # type: ignore[arg-type]
+        gradient_accumulation_steps=k,
+    )
+    model = accelerator.prepare(make_model())
+    (xa, ya), (xb, yb) = _local_batches(accelerator.process_index, accelerator.num_processes)
+    if case == "two_forwards":
+        loss = F.mse_loss(model(xa), ya) + F.mse_loss(model(xb), yb)
+        accelerator.backward(loss)
+    elif case == "no_sync_then_trigger":
+        # Upstream's documented pattern: forwards under no_sync, the last backward forced to sync.
+        with accelerator.no_sync(model):
+            loss_a = F.mse_loss(model(xa), ya)
+            loss_b = F.mse_loss(model(xb), yb)
+        accelerator.backward(loss_a)
+        with accelerator.trigger_sync_in_backward(model):
+            accelerator.backward(loss_b)
+    elif case == "accumulate":
+        # A non-sync accumulation step whose last backward is forced to sync.
+        with accelerator.accumulate(model):
+            assert not accelerator.sync_gradients
+            loss_a = F.mse_loss(model(xa), ya)
+            loss_b = F.mse_loss(model(xb), yb)
+            accelerator.backward(loss_a)
+            with accelerator.trigger_sync_in_backward(model):
+                accelerator.backward(loss_b)
+    got = [p.grad.detach().clone() for p in model.parameters()]
+    accelerator.free_memory()
+    want = _torch_ddp_grads(handler_kwargs, scale=1.0 / k)
+    return [got, want]
+
+
+@pytest.mark.parametrize("case", ["two_forwards", "no_sync_then_trigger", "accumulate"])
+@pytest.mark.parametrize(
+    "handler_kwargs",
+    [
+        {},
+        {"find_unused_parameters": True},
+        {"bucket_cap_mb": 1, "gradient_as_bucket_view": True},
+        {"static_graph": True},
+    ],
+)
+def test_gradients_equal_torch_ddp(pool2: WorkerPool, case: str, handler_kwargs: dict[str, object]) -> None:
+    if handler_kwargs.get("static_graph") and case != "two_forwards":
+        pytest.skip("torch's static_graph DDP asserts on a backward of a forward run under no_sync")
+    for rank, (got, want) in enumerate(pool2.run(_accelerate_grads, case, handler_kwargs)):
+        for g, w in zip(got, want, strict=True):
+            torch.testing.assert_close(g, w, msg=lambda m, r=rank: f"rank {r} ({case}): {m}")

@@ -112,3 +112,55 @@ def test_warmup_decay_schedule_lines_up_with_the_data_on_two_processes(pool2: Wo
     # split_batches=True keeps the global batch: the schedule advances once per step, as written.
     for lrs in pool2.run(_lr_after_each_step, 6, True):
         assert lrs == one[:6]
+
+
+def _one_cycle_lrs(step_with_optimizer: bool, split_batches: bool = False) -> list[float]:
+    # As upstream's scheduler check: the user's code sets the optimizer's overflow flag itself.
+    accelerator = Accelerator(
+        step_scheduler_with_optimizer=step_with_optimizer,
+        dataloader_config=DataLoaderConfiguration(split_batches=split_batches),
+    )
+    model = make_model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda=lambda n: 1 - n / 10)
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    lrs = []
+    optimizer._is_overflow = False  # the optimizer stepped
+    scheduler.step()
+    lrs.append(round(scheduler.get_last_lr()[0], 6))
+    optimizer._is_overflow = True  # the optimizer step was skipped
+    assert optimizer.step_was_skipped
+    scheduler.step()
+    lrs.append(round(scheduler.get_last_lr()[0], 6))
+    return lrs
+
+
+@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\\(\\)` before")
+def test_scheduler_skips_when_the_user_sets_the_overflow_flag() -> None:
+    # Tied to the optimizer: the skipped step does not move the schedule.
+    assert _one_cycle_lrs(True) == [0.9, 0.9]
+    # Not tied: it steps on every call regardless.
+    assert _one_cycle_lrs(False) == [0.9, 0.8]
+
+
+@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\\(\\)` before")
+def test_scheduler_skipped_step_and_untied_stepping_on_two_processes(pool2: WorkerPool) -> None:
+    # Tied, split_batches=False: num_processes schedule steps per call, none on a skipped step.
+    assert pool2.run(_one_cycle_lrs, True) == [[0.8, 0.8]] * 2
+    # Tied, split_batches=True: one schedule step per call.
+    assert pool2.run(_one_cycle_lrs, True, True) == [[0.9, 0.9]] * 2
+    # Not tied to the optimizer: exactly one schedule step per call, on every process.
+    assert pool2.run(_one_cycle_lrs, False) == [[0.9, 0.8]] * 2
+
+
+@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\\(\\)` before")
+def test_scheduler_does_not_step_after_an_fp16_overflow_skip() -> None:
+    accelerator = Accelerator()
+    model = make_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda=lambda n: 1 - n / 10)
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    optimizer._is_overflow = True
+    assert accelerator.optimizer_step_was_skipped
+    scheduler.step()
+    assert scheduler.last_epoch == 0

@@ -290,6 +290,7 @@ class Accelerator(AcceleratorCheckpoints, AcceleratorFacts):
             return
         if self.gradient_state.num_steps > 1:
             loss = loss / self.gradient_state.num_steps
+        self.strategy.before_backward(loss)
         self.precision.backward(loss, **kwargs)
 
     @property

@@ -102,14 +102,20 @@ def connect(
     handlers = collect_kwargs_handlers(kwargs_handlers)
     pg: InitProcessGroupKwargs | None = handlers.get(InitProcessGroupKwargs)
     partial = _partial_state(cpu, pg)
+    if not mixed_precision and (earlier := _initialized_state()) is not None:
+        # As upstream: a later Accelerator() that names no precision re-uses the process's (an
+        # explicit different one still raises in AcceleratorState); the launcher's is not re-read.
+        mixed_precision = earlier.mixed_precision
     mode = _mixed_precision(mixed_precision, launch, partial)
     ds_plugins = resolve_deepspeed_plugins(
         deepspeed_plugin, deepspeed_plugins, launched=bool(launch.use_deepspeed)
     )
+    accumulation = accumulation_plugin(
+        gradient_accumulation_plugin, gradient_accumulation_steps, launch.gradient_accumulation_steps
+    )
     if ds_plugins:
-        gradient_accumulation_steps = deepspeed_accumulation(
-            ds_plugins, gradient_accumulation_steps, launch.gradient_accumulation_steps, mode
-        )
+        # The DeepSpeed config's value wins (with a warning); its "auto" takes the Accelerator's.
+        accumulation = deepspeed_accumulation(ds_plugins, accumulation, mode)
     # Raises, naming both values, if an earlier Accelerator in this process chose differently.
     extra: dict[str, Any] = {"deepspeed_plugins": ds_plugins} if ds_plugins else {}
     state = AcceleratorState(mixed_precision=mode, cpu=cpu, **extra)
@@ -128,11 +134,7 @@ def connect(
         mixed_precision=mode,
         deepspeed_plugins=ds_plugins,
     )
-    gradient_state = GradientState(
-        accumulation_plugin(
-            gradient_accumulation_plugin, gradient_accumulation_steps, launch.gradient_accumulation_steps
-        )
-    )
+    gradient_state = GradientState(accumulation)
     dynamo = _dynamo_plugin(dynamo_plugin, dynamo_backend, launch)
     _record_choices(
         state, strategy, fsdp_plugin=fsdp_plugin, dynamo=dynamo, parallelism_config=parallelism_config
@@ -170,6 +172,14 @@ def _partial_state(cpu: bool, pg: InitProcessGroupKwargs | None) -> PartialState
         timeout=pg.timeout if pg else None,
         init_method=pg.init_method if pg else None,
     )
+
+
+def _initialized_state() -> AcceleratorState | None:
+    """The AcceleratorState an earlier Accelerator in this process made, if any (creates none)."""
+    from accelerate.state import accelerator_state
+
+    state = accelerator_state._ACCEL_STATE
+    return state if state is not None and state.initialized else None
 
 
 def _mixed_precision(requested: str | None, launch: LaunchEnv, partial: PartialState) -> str:

@@ -75,7 +75,8 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self.device_placement = device_placement
         # The backend's Strategy, when it acts at the step (XLA all-reduces the gradients there).
         self.strategy = strategy
-        self._step_was_skipped = False
+        # Upstream's name for the flag; user code (and upstream's own tests) set it directly.
+        self._is_overflow = False
         if device_placement and device is not None and optimizer.state:
             # State loaded before prepare (a resumed run) must live where the parameters now are.
             optimizer.load_state_dict(move_to_device(optimizer.state_dict(), device))
@@ -149,10 +150,10 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
 
     def _step(self, closure: Callable[[], Any] | None) -> Any:
         if self.precision is None:
-            self._step_was_skipped = False
+            self._is_overflow = False
             return self.optimizer.step(closure) if closure is not None else self.optimizer.step()
         result = self.precision.step(self.optimizer, closure)
-        self._step_was_skipped = self.precision.step_was_skipped
+        self._is_overflow = self.precision.step_was_skipped
         return result
 
     def train(self) -> None:
@@ -169,8 +170,8 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
     @property
     def step_was_skipped(self) -> bool:
         """True when the last sync step was skipped because fp16 gradients overflowed."""
-        return self._step_was_skipped
+        return self._is_overflow
 
     @property
     def is_overflow(self) -> bool:
-        return self._step_was_skipped
+        return self._is_overflow

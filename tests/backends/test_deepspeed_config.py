@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from pathlib import Path
 
@@ -12,7 +13,13 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from accelerate import Accelerator, DistributedType
 from accelerate.backends.deepspeed_setup import PrepareFacts, complete_config
-from accelerate.utils import DeepSpeedPlugin, DummyOptim, DummyScheduler, HfDeepSpeedConfig
+from accelerate.utils import (
+    DeepSpeedPlugin,
+    DummyOptim,
+    DummyScheduler,
+    GradientAccumulationPlugin,
+    HfDeepSpeedConfig,
+)
 
 
 def _loader(batch_size: int = 4) -> DataLoader:
@@ -114,14 +121,39 @@ def test_json_contradicting_the_dataloader_names_both() -> None:
         accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1), _loader(4))
 
 
-def test_json_accumulation_contradicting_the_accelerator_names_both() -> None:
+def test_json_accumulation_wins_over_the_accelerator_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    # As upstream: the config's concrete value wins, the Accelerator follows it (a warning, no error).
     plugin = DeepSpeedPlugin(
         hf_ds_config={"gradient_accumulation_steps": 4, "zero_optimization": {"stage": 1}}
     )
-    with pytest.raises(
-        ValueError, match=r"gradient_accumulation_steps=4, but Accelerator\(gradient_accumulation_steps=2\)"
-    ):
-        Accelerator(deepspeed_plugin=plugin, gradient_accumulation_steps=2)
+    with caplog.at_level(logging.WARNING):
+        accelerator = Accelerator(deepspeed_plugin=plugin, gradient_accumulation_steps=2)
+    assert "GradientAccumulationPlugin has 2, DeepSpeed config has 4. Using DeepSpeed's value." in caplog.text
+    assert accelerator.gradient_accumulation_steps == 4
+    assert plugin.deepspeed_config["gradient_accumulation_steps"] == 4
+
+
+def test_json_accumulation_wins_over_a_gradient_accumulation_plugin() -> None:
+    # transformers' Trainer always passes GradientAccumulationPlugin(num_steps=1).
+    plugin = DeepSpeedPlugin(
+        hf_ds_config={"gradient_accumulation_steps": 2, "zero_optimization": {"stage": 1}}
+    )
+    given = GradientAccumulationPlugin(num_steps=1, sync_with_dataloader=False)
+    accelerator = Accelerator(deepspeed_plugin=plugin, gradient_accumulation_plugin=given)
+    assert accelerator.gradient_accumulation_steps == 2
+    assert accelerator.gradient_state.plugin_kwargs["sync_with_dataloader"] is False
+    assert given.num_steps == 1  # the caller's plugin is not changed
+
+
+def test_auto_accumulation_takes_the_gradient_accumulation_plugin() -> None:
+    plugin = DeepSpeedPlugin(
+        hf_ds_config={"gradient_accumulation_steps": "auto", "zero_optimization": {"stage": 1}}
+    )
+    accelerator = Accelerator(
+        deepspeed_plugin=plugin, gradient_accumulation_plugin=GradientAccumulationPlugin(num_steps=3)
+    )
+    assert accelerator.gradient_accumulation_steps == 3
+    assert plugin.deepspeed_config["gradient_accumulation_steps"] == 3
 
 
 def test_json_precision_contradicting_the_accelerator_names_both() -> None:

@@ -8,6 +8,7 @@ resumed from the uninterrupted run's ``checkpoint-2`` must end exactly where tha
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -32,11 +33,16 @@ def _report(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
 def _env(tmp_path: Path) -> dict[str, str]:
     # This checkout's sources and the repository root (for tests.*); no Hub access.
     return cli_env(
-        tmp_path / "hf_home", PYTHONPATH=f"{REPO / 'src'}:{REPO}", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1"
+        tmp_path / "hf_home",
+        PYTHONPATH=f"{REPO / 'src'}:{REPO}",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
     )
 
 
-def _check(report: dict[str, Any], world_size: int, saved: tuple[str, ...] = ("model.safetensors", "config.json")) -> None:
+def _check(
+    report: dict[str, Any], world_size: int, saved: tuple[str, ...] = ("model.safetensors", "config.json")
+) -> None:
     full, resumed = report["full"], report["resumed"]
     assert full["world_size"] == world_size
     assert full["mixed_precision"] == "bf16"
@@ -94,3 +100,22 @@ def test_trainer_with_a_peft_lora_adapter(tmp_path: Path) -> None:
     trainable = report["full"]["trainable"]
     assert trainable and all("lora_" in name or "classifier" in name for name in trainable)
     assert "model.safetensors" not in report["full"]["final_files"]
+
+
+def test_trainer_under_deepspeed_with_accumulation_in_the_config(tmp_path: Path) -> None:
+    # The Trainer builds its Accelerator with GradientAccumulationPlugin(num_steps=1) while the
+    # DeepSpeed config says gradient_accumulation_steps: 2; as upstream the config wins (no error).
+    if importlib.util.find_spec("deepspeed") is None:  # not imported here: it sets environment variables
+        pytest.skip("DeepSpeed tests need deepspeed (make test installs it)")
+    with reserved_port() as port:
+        proc = subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
+             "tests/clients/trainer_deepspeed_run.py", str(tmp_path)],
+            cwd=REPO, env={**_env(tmp_path), "DS_ACCELERATOR": "cpu"}, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+    report = _report(proc)
+    assert report["world_size"] == 2 and report["distributed_type"] == "DEEPSPEED"
+    assert report["engine_gas"] == 2 and report["accelerator_gas"] == 2
+    # 4 optimizer steps of 2 micro-batches each, and the engine stepped exactly that often.
+    assert report["global_step"] == report["engine_global_steps"] == 4
+    assert len(report["losses"]) == 4 and report["changed"]

@@ -93,6 +93,9 @@ class Strategy:
         """Context whose forward+backward all-reduces even inside an outer no_sync block."""
         return contextlib.nullcontext()
 
+    def before_backward(self, loss: torch.Tensor) -> None:
+        """Called by ``Accelerator.backward`` just before ``loss`` is backpropagated (DDP's sync_in_backward)."""
+
     def clip_grad_norm_(
         self, parameters: Iterable[torch.Tensor], max_norm: float, norm_type: float = 2.0
     ) -> torch.Tensor:

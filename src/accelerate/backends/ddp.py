@@ -26,6 +26,8 @@ class DDPStrategy(Strategy):
     ) -> None:
         super().__init__(device, distributed_type)
         self.ddp_kwargs = ddp_kwargs or DistributedDataParallelKwargs()
+        # DDP models inside trigger_sync_in_backward that prepare their reducer at the backward.
+        self._sync_pending: list[DistributedDataParallel] = []
 
     def setup_module(self, model: torch.nn.Module, *, device_placement: bool) -> torch.nn.Module:
         model = super().setup_module(model, device_placement=device_placement)
@@ -55,18 +57,32 @@ class DDPStrategy(Strategy):
 
     @contextlib.contextmanager
     def sync_in_backward(self, model: torch.nn.Module) -> Iterator[None]:
-        # DDP decides at forward time whether the next backward all-reduces; inside no_sync it
-        # would not. Setting the flags for this block makes its backward communicate.
+        # DDP decides at forward time whether the next backward all-reduces: a forward run inside
+        # no_sync left the reducer unprepared, and flipping the flags alone leaves that backward
+        # local. As upstream, the reducer is also prepared here, so a backward of an output computed
+        # earlier (under no_sync) all-reduces; a forward inside this block prepares it again itself.
         if not isinstance(model, DistributedDataParallel):
             yield
             return
         old_backward, old_forward = model.require_backward_grad_sync, model.require_forward_param_sync
         model.require_backward_grad_sync = True
         model.require_forward_param_sync = True
+        if model.find_unused_parameters:
+            # Finding the unused parameters needs the graph's outputs: the loss, known only at
+            # Accelerator.backward (see before_backward). Preparing with none marks them all unused.
+            self._sync_pending.append(model)
+        else:
+            model.reducer.prepare_for_backward([])
         try:
             yield
         finally:
             model.require_backward_grad_sync, model.require_forward_param_sync = old_backward, old_forward
+            if model in self._sync_pending:
+                self._sync_pending.remove(model)
+
+    def before_backward(self, loss: torch.Tensor) -> None:
+        for model in self._sync_pending:
+            model.reducer.prepare_for_backward([loss])
 
 
 def release_process_group(ddp: DistributedDataParallel) -> None:

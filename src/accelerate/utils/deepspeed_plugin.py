@@ -10,11 +10,18 @@ read through :func:`accelerate.config.env.read_launch_env`), then upstream's def
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from accelerate.logging import get_logger
 from accelerate.utils.deepspeed_config import AUTO, HfDeepSpeedConfig, Known, fill_auto, set_value
+
+if TYPE_CHECKING:
+    from accelerate.utils.dataclasses import GradientAccumulationPlugin
+
+logger = get_logger(__name__)
 
 _OFFLOAD_DEVICES = ("none", "cpu", "nvme")
 
@@ -349,25 +356,27 @@ def resolve_deepspeed_plugins(
 
 
 def deepspeed_accumulation(
-    plugins: dict[str, DeepSpeedPlugin], requested: int, launched: int | None, mixed_precision: str
-) -> int:
-    """The accumulation steps of a DeepSpeed run (the config's, or the Accelerator's filling its "auto").
+    plugins: dict[str, DeepSpeedPlugin], accumulation: GradientAccumulationPlugin, mixed_precision: str
+) -> GradientAccumulationPlugin:
+    """The accumulation of a DeepSpeed run: the active config's value wins, "auto" takes the Accelerator's.
 
-    Also sets each plugin's fp16/bf16 from ``mixed_precision``. A config value that contradicts
-    ``Accelerator(gradient_accumulation_steps=...)`` raises naming both.
+    Also sets each plugin's fp16/bf16 from ``mixed_precision``. As upstream, a concrete config value
+    that differs from the Accelerator's (``gradient_accumulation_steps=`` or the
+    ``GradientAccumulationPlugin``, e.g. transformers' Trainer always passes ``num_steps=1``) is not
+    an error: it warns and the Accelerator follows the config, so the engine and the Accelerator agree.
+    Returns ``accumulation`` itself, or a copy of it with ``num_steps`` replaced.
     """
-    steps = requested if requested != 1 or launched is None else launched
-    for name, plugin in plugins.items():
+    active = next(iter(plugins.values()))
+    value = active.get_value("gradient_accumulation_steps")
+    if value is not None and value != AUTO and int(value) != accumulation.num_steps:
+        logger.warning(
+            f"Gradient accumulation steps mismatch: GradientAccumulationPlugin has {accumulation.num_steps}, "
+            f"DeepSpeed config has {int(value)}. Using DeepSpeed's value."
+        )
+        accumulation = dataclasses.replace(accumulation, num_steps=int(value))
+    for plugin in plugins.values():
         plugin.set_mixed_precision(mixed_precision)
-        value = plugin.get_value("gradient_accumulation_steps")
-        if value is None or value == AUTO:
-            set_value(plugin.deepspeed_config, "gradient_accumulation_steps", steps)
-            plugin.gradient_accumulation_steps = steps
-            continue
-        if requested != 1 and int(value) != requested:
-            raise ValueError(
-                f"DeepSpeed plugin {name!r} sets gradient_accumulation_steps={value}, but "
-                f'Accelerator(gradient_accumulation_steps={requested}); set it in one place (or "auto" in the config).'
-            )
-        steps = int(value)
-    return steps
+        if plugin.get_value("gradient_accumulation_steps") in (None, AUTO):
+            set_value(plugin.deepspeed_config, "gradient_accumulation_steps", accumulation.num_steps)
+            plugin.gradient_accumulation_steps = accumulation.num_steps
+    return accumulation
