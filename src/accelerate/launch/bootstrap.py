@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from types import TracebackType
 
 ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
@@ -76,7 +77,7 @@ def _launcher_gone(launcher: int) -> None:
         os._exit(1)
 
 
-def watch_the_launcher() -> None:
+def watch_the_launcher() -> Callable[[], None]:
     """Makes this process end within 2 s of its launcher's death (SIGKILL included), with a line why.
 
     Everywhere, a daemon thread polls the parent's pid (a blocked collective releases the GIL, so it
@@ -85,19 +86,30 @@ def watch_the_launcher() -> None:
     sends it when the parent *thread* that started this process ends, which happens first when the
     launcher dies but also while it lives on, and torch's agent stops a group with SIGTERM; its
     handler therefore acts only once the parent process is really gone.
+
+    Returns:
+        A function that ends the watch (joined, so no accelerate thread is left at the interpreter's exit).
     """
     launcher = os.getppid()
     if launcher <= 1:
-        return  # started by init (or a container's pid 1): there is no launcher to outlive
+        return lambda: None  # started by init (or a container's pid 1): there is no launcher to outlive
     if sys.platform.startswith("linux"):
         _set_parent_death_signal(launcher)
+    stop = threading.Event()
 
     def poll() -> None:
-        while os.getppid() == launcher:
-            time.sleep(_PARENT_POLL_S)
-        _launcher_gone(launcher)
+        while not stop.wait(_PARENT_POLL_S):
+            if os.getppid() != launcher:
+                _launcher_gone(launcher)
 
-    threading.Thread(target=poll, name="accelerate-launcher-watch", daemon=True).start()
+    thread = threading.Thread(target=poll, name="accelerate-launcher-watch", daemon=True)
+    thread.start()
+
+    def end() -> None:
+        stop.set()
+        thread.join()
+
+    return end
 
 
 def _set_parent_death_signal(launcher: int) -> None:
@@ -131,7 +143,14 @@ def main(argv: list[str]) -> int:
         print("usage: python -m accelerate.launch.bootstrap [-m] SCRIPT_OR_MODULE [ARGS...]", file=sys.stderr)
         return 2
     target = argv[0]
-    watch_the_launcher()
+    end_watch = watch_the_launcher()
+    try:
+        return _run(module, target, argv)
+    finally:
+        end_watch()
+
+
+def _run(module: bool, target: str, argv: list[str]) -> int:
     try:
         if module:
             sys.argv = [target, *argv[1:]]  # runpy replaces argv[0] with the module's file
