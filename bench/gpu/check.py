@@ -103,10 +103,12 @@ def run_areas(out: Path, deadline: float, python: str, only: list[str] | None) -
             code, timed_out, took = run_capped(plan.pytest_command(area, out, python), env,
                                                min(area.cap_s, left), out / f"pytest-{area.name}.log")  # fmt: skip
             result = report.area_from_junit(area.name, area.title, junit, seconds=took, returncode=code,
-                                            timed_out=timed_out)  # fmt: skip
+                                            timed_out=timed_out, optional=area.optional)  # fmt: skip
             print(f"  {area.name}: {result.passed} passed, {result.failed} failed, {result.skipped} skipped "
                   f"{result.note} ({took:.0f} s)", flush=True)  # fmt: skip
         result.not_exercised = [text for name, text in plan.NOT_EXERCISED if name == area.name]
+        if result.unexercised:
+            result.not_exercised += [f"all skipped: {skip}" for skip in result.skips[:3]]
         results.append(result)
     return results
 

@@ -28,10 +28,11 @@ class AreaResult:
     note: str = ""  # why the area failed without a test failing (timeout, no junit, not started)
     failures: list[str] = dataclasses.field(default_factory=list)  # test ids that failed or errored
     skips: list[str] = dataclasses.field(default_factory=list)  # "test id: reason"
+    unexercised: bool = False  # an optional area whose tests all skipped: neither passed nor failed
 
     @property
     def ok(self) -> bool:
-        return not self.note and self.failed == 0 and self.passed > 0
+        return not self.note and self.failed == 0 and (self.passed > 0 or self.unexercised)
 
 
 def parse_junit(path: Path) -> tuple[int, int, int, list[str], list[str]]:
@@ -58,7 +59,7 @@ def parse_junit(path: Path) -> tuple[int, int, int, list[str], list[str]]:
 
 
 def area_from_junit(name: str, title: str, path: Path, *, seconds: float, returncode: int | None,
-                    timed_out: bool) -> AreaResult:  # fmt: skip
+                    timed_out: bool, optional: bool = False) -> AreaResult:  # fmt: skip
     result = AreaResult(name, title, seconds=round(seconds, 1))
     if timed_out:
         result.note = f"timed out after {seconds:.0f} s"
@@ -73,7 +74,10 @@ def area_from_junit(name: str, title: str, path: Path, *, seconds: float, return
     if not result.note and returncode not in (0, None) and result.failed == 0:
         result.note = f"pytest exit code {returncode}"
     if not result.note and result.passed == 0 and result.failed == 0:
-        result.note = "no test passed (all skipped or none collected)"
+        if optional and result.skipped > 0:
+            result.unexercised = True  # listed under "not exercised" with the skip reasons
+        else:
+            result.note = "no test passed (all skipped or none collected)"
     return result
 
 

@@ -91,6 +91,11 @@ def test_junit_counts_are_exact_and_failures_fail_the_summary(tmp_path: Path) ->
         "z", "Z", tmp_path / "skips.xml", seconds=1, returncode=0, timed_out=False
     )
     assert not only_skips.ok and only_skips.skipped == 1  # a skipped area is never a passed one
+    optional = report.area_from_junit(
+        "fp8", "F", tmp_path / "skips.xml", seconds=1, returncode=0, timed_out=False, optional=True
+    )
+    # An optional area whose package is absent: not exercised (no failure), and never counted as passed.
+    assert optional.ok and optional.unexercised and optional.passed == 0 and not optional.note
 
 
 def test_summary_table_files_and_exit_code(tmp_path: Path) -> None:
