@@ -13,22 +13,15 @@ import pytest
 import torch
 
 from accelerate import Accelerator
-from accelerate.checkpointing import MANIFEST_NAME, AtomicCheckpoint, CheckpointError, read_manifest
-from accelerate.checkpointing.atomic import INNER_STAGING, Manifest, write_bytes
+from accelerate.checkpointing import MANIFEST_NAME, CheckpointError, read_manifest
+from accelerate.checkpointing.atomic import INNER_STAGING, Manifest
 from accelerate.checkpointing.durable_io import FileRecord
 from accelerate.checkpointing.entry_names import check_entry_name, entry_path
 from accelerate.checkpointing.errors import UntrustedCheckpointError
 from accelerate.checkpointing.project import rotate_checkpoints
+from tests.checkpointing.test_atomic import _commit
 
 _RECORD = FileRecord(size=6, checksum="0", algorithm="crc32")
-
-
-def _commit(target: Path, files: dict[str, bytes], step: int = 0) -> Path:
-    ckpt = AtomicCheckpoint(target)
-    ckpt.prepare()
-    for name, data in files.items():
-        ckpt.add(name, write_bytes(ckpt.path(name), data))
-    return ckpt.commit(step=step, world_size=1)
 
 
 def _write_manifest(path: Path, names: list[str], *, signed: bool = True) -> None:

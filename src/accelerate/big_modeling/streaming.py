@@ -86,18 +86,24 @@ def _existing_weights_file(path: str | os.PathLike[str]) -> Path:
     return path
 
 
-def iter_weights(path: str | os.PathLike[str]) -> Iterator[tuple[str, torch.Tensor]]:
-    """``(name, tensor)`` pairs of one weights file, read one at a time where the format allows."""
-    path = _existing_weights_file(path)
-    if path.name.endswith(".safetensors"):
-        yield from iter_safetensors(path)
-        return
+def _load_bin(path: Path) -> dict[str, Any]:
+    """A ``.bin`` state dict, memory-mapped where the format allows (no code runs: weights only)."""
     try:
         state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except RuntimeError:  # files from old torch.save (non-zip) cannot be memory-mapped
         state = torch.load(path, map_location="cpu", weights_only=True)
     if not isinstance(state, dict):
         raise CheckpointError(f"{path} holds a {type(state).__name__}, not a state dict")
+    return state
+
+
+def iter_weights(path: str | os.PathLike[str]) -> Iterator[tuple[str, torch.Tensor]]:
+    """``(name, tensor)`` pairs of one weights file, read one at a time where the format allows."""
+    path = _existing_weights_file(path)
+    if path.name.endswith(".safetensors"):
+        yield from iter_safetensors(path)
+        return
+    state = _load_bin(path)
     for name in list(state):
         value = state.pop(name)
         if isinstance(value, torch.Tensor):
@@ -159,12 +165,7 @@ def open_weights(path: str | os.PathLike[str]) -> Iterator[StoredWeight]:
     if path.name.endswith(".safetensors"):
         yield from _open_safetensors(path)
         return
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except RuntimeError:  # files from old torch.save (non-zip) cannot be memory-mapped
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    if not isinstance(state, dict):
-        raise CheckpointError(f"{path} holds a {type(state).__name__}, not a state dict")
+    state = _load_bin(path)
     for name in list(state):
         value = state.pop(name)  # the file's mapping goes once the model no longer uses its tensors
         if isinstance(value, torch.Tensor):
