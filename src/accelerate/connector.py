@@ -176,10 +176,9 @@ def _partial_state(cpu: bool, pg: InitProcessGroupKwargs | None) -> PartialState
 
 def _initialized_state() -> AcceleratorState | None:
     """The AcceleratorState an earlier Accelerator in this process made, if any (creates none)."""
-    from accelerate.state import accelerator_state
+    from accelerate.state.accelerator_state import existing_accelerator_state
 
-    state = accelerator_state._ACCEL_STATE
-    return state if state is not None and state.initialized else None
+    return existing_accelerator_state()
 
 
 def _mixed_precision(requested: str | None, launch: LaunchEnv, partial: PartialState) -> str:

@@ -156,6 +156,12 @@ class AcceleratorState:
         )
 
 
+def existing_accelerator_state() -> AcceleratorState | None:
+    """The AcceleratorState an earlier Accelerator in this process made, if any (creates none)."""
+    state = _ACCEL_STATE
+    return state if state is not None and state.initialized else None
+
+
 def reset_accelerator_state() -> None:
     global _ACCEL_STATE
     _ACCEL_STATE = None

@@ -167,7 +167,8 @@ def gather(tensor: Any) -> Any:
     As upstream, the result has no autograd history (``requires_grad`` False) even when the inputs
     have one: a loss built on it gets no gradient through the gathered copy, only through the local
     tensors it is combined with. To backpropagate into every rank's slice (contrastive losses that
-    need it), gather with ``torch.distributed.nn.functional.all_gather`` instead.
+    need it), gather with torch's differentiable all-gather (``all_gather`` of its ``nn.functional``
+    collectives) instead.
     """
     check_tensor_leaves(tensor, "gather")  # before any communication, so every rank raises alike
     if _world() == 1:
