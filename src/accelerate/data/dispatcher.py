@@ -15,10 +15,11 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import torch
-from torch.utils.data import DataLoader, Sampler
+from torch.utils.data import DataLoader
 
 from accelerate.data.base import PreparedLoaderMixin, check_no_device_mesh, preserve_global_rng
 from accelerate.data.batches import batch_length, pad_batch, slice_batch
+from accelerate.data.samplers import WrappedBatchSampler
 from accelerate.state.gradient import GradientState
 from accelerate.utils.agreement import agree_on_failure
 from accelerate.utils.comm import current_communicator
@@ -35,7 +36,7 @@ class _Slot(NamedTuple):
     dtype: torch.dtype
 
 
-class GlobalBatchSampler(Sampler[list[Any]]):
+class GlobalBatchSampler(WrappedBatchSampler):
     """Process 0's batches for dispatching a user's batch sampler: ``group`` of its batches at a time.
 
     With ``split_batches=False`` every process gets one of the user's batches per step, so one
@@ -50,17 +51,6 @@ class GlobalBatchSampler(Sampler[list[Any]]):
         self.drop_last = bool(getattr(batch_sampler, "drop_last", False))
         size = getattr(batch_sampler, "batch_size", None)
         self.batch_size = size * group if isinstance(size, int) else None
-
-    @property
-    def sampler(self) -> Any:
-        return getattr(self.batch_sampler, "sampler", None)
-
-    def set_epoch(self, epoch: int) -> None:
-        for target in (self.batch_sampler, self.sampler):
-            set_epoch = getattr(target, "set_epoch", None)
-            if callable(set_epoch):
-                set_epoch(epoch)
-                return
 
     def __len__(self) -> int:
         total = len(self.batch_sampler)

@@ -139,7 +139,24 @@ def _cycled(source: list[Any], start: int, count: int) -> list[Any]:
     return [source[(start + i) % len(source)] for i in range(count)]
 
 
-class BatchSamplerShard(Sampler[list[Any]]):
+class WrappedBatchSampler(Sampler[list[Any]]):
+    """A batch sampler built over the user's ``batch_sampler``: its sampler and epochs pass through."""
+
+    batch_sampler: Any
+
+    @property
+    def sampler(self) -> Any:
+        return getattr(self.batch_sampler, "sampler", None)
+
+    def set_epoch(self, epoch: int) -> None:
+        for target in (self.batch_sampler, self.sampler):
+            set_epoch = getattr(target, "set_epoch", None)
+            if callable(set_epoch):
+                set_epoch(epoch)
+                return
+
+
+class BatchSamplerShard(WrappedBatchSampler):
     """The batches of one process out of ``num_processes``.
 
     * ``split_batches=False`` (default): process ``i`` gets whole batches ``i, i + N, i + 2N, ...``.
@@ -217,17 +234,6 @@ class BatchSamplerShard(Sampler[list[Any]]):
 
     # --- shared helpers -------------------------------------------------------------------
     @property
-    def sampler(self) -> Any:
-        return getattr(self.batch_sampler, "sampler", None)
-
-    def set_epoch(self, epoch: int) -> None:
-        for target in (self.batch_sampler, self.sampler):
-            set_epoch = getattr(target, "set_epoch", None)
-            if callable(set_epoch):
-                set_epoch(epoch)
-                return
-
-    @property
     def base_batches_per_step(self) -> int:
         """Underlying batches consumed by one step of every process."""
         return 1 if self.split_batches else self.num_processes
@@ -235,7 +241,7 @@ class BatchSamplerShard(Sampler[list[Any]]):
     @property
     def total_length(self) -> int:
         """Batches of the underlying batch sampler (all processes together)."""
-        return len(self.batch_sampler)  # type: ignore[arg-type]
+        return len(self.batch_sampler)
 
     def __len__(self) -> int:
         return self.length_after(0)

@@ -187,7 +187,7 @@ class DataLoaderShard(PreparedLoaderMixin, DataLoader):
     def _check_skip(self, base: int) -> None:
         sampler = self._batch_shard
         if base and sampler is not None and hasattr(sampler.batch_sampler, "__len__"):
-            available = len(sampler.batch_sampler)  # type: ignore[arg-type]
+            available = len(sampler.batch_sampler)
             if base > available:
                 raise ValueError(
                     f"cannot resume {base} batches into an epoch of {available} batches; the saved position "
