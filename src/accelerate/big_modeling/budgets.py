@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -11,6 +12,7 @@ from torch import nn
 from accelerate.big_modeling.sizes import compute_module_sizes, convert_file_size_to_int, get_module_leaves
 
 MaxMemory = dict[int | str, int]
+logger = logging.getLogger(__name__)
 
 
 def _available_cpu_bytes() -> int:
@@ -54,7 +56,11 @@ def get_max_memory(max_memory: Mapping[Any, int | str] | None = None) -> MaxMemo
     """Bytes allowed per device, ordered GPUs, ``"mps"``, ``"cpu"``, ``"disk"``.
 
     Without ``max_memory``: the free memory of every GPU and the available RAM. With it: sizes such as
-    ``"10GiB"`` are converted to bytes and every device is checked to exist.
+    ``"10GiB"`` are converted to bytes; a GPU (or ``"mps"``) this machine lacks is kept with a
+    warning, so a device map can be planned here for another machine (as upstream).
+
+    Raises:
+        ValueError: a key that is no device at all (e.g. ``"gpu0"``).
 
     Example:
         >>> get_max_memory({0: "10GiB", "cpu": "30GiB"})
@@ -75,17 +81,21 @@ def get_max_memory(max_memory: Mapping[Any, int | str] | None = None) -> MaxMemo
     gpus = torch.cuda.device_count()
     for raw_key, value in max_memory.items():
         key = _device_key(raw_key)
-        if isinstance(key, int) and key >= gpus:
-            raise ValueError(
-                f"max_memory names GPU {raw_key!r} but only {gpus} GPU(s) are visible; "
-                f"available devices: {list(range(gpus)) + ['cpu', 'disk']}"
-            )
         if isinstance(key, str) and key not in ("cpu", "disk", "mps"):
             raise ValueError(
                 f"max_memory key {raw_key!r} is not a device; use GPU indices (0, 1, ...), 'mps', 'cpu' or 'disk'"
             )
+        # A device this machine lacks is kept, with a warning (as upstream): planning a device map
+        # here for another machine is a real use. Moving weights onto it is what fails, later.
+        if isinstance(key, int) and not 0 <= key < gpus:
+            logger.warning(
+                "max_memory names GPU %r, which this machine does not have (visible GPUs: %s); its budget is "
+                "kept for planning, but weights cannot be moved there here",
+                raw_key,
+                list(range(gpus)),
+            )
         if key == "mps" and not _mps_available():
-            raise ValueError("max_memory names 'mps' but MPS is not available on this machine")
+            logger.warning("max_memory names 'mps', which is not available on this machine; kept for planning")
         result[key] = convert_file_size_to_int(value)
     return dict(sorted(result.items(), key=lambda item: _order(item[0])))
 

@@ -6,6 +6,7 @@ device; the longest matching name decides where a tensor goes. ``""`` is the who
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -62,15 +63,13 @@ def clean_device_map(device_map: dict[str, DeviceLike], module_name: str = "") -
     return device_map
 
 
-def _valid_device(device: Any) -> bool:
+def _device_here(device: Any) -> bool:
+    """Whether ``device`` (a device map value) exists on this machine."""
     if isinstance(device, int) and not isinstance(device, bool):
         return 0 <= device < torch.cuda.device_count()
     if device in ("disk", "meta", "cpu"):
         return True
-    try:
-        parsed = torch.device(device)
-    except (RuntimeError, TypeError):
-        return False
+    parsed = torch.device(device)
     if parsed.type == "cuda":
         return torch.cuda.is_available() and (parsed.index or 0) < torch.cuda.device_count()
     if parsed.type == "mps":
@@ -79,11 +78,27 @@ def _valid_device(device: Any) -> bool:
     return bool(accelerator is not None and getattr(accelerator, "is_available", lambda: False)())
 
 
+def _is_device(device: Any) -> bool:
+    """Whether ``device`` names a device on some machine (this one or not): a GPU index, ``"disk"``,
+    or anything ``torch.device`` parses."""
+    if isinstance(device, int) and not isinstance(device, bool):
+        return device >= 0
+    if device == "disk":
+        return True
+    try:
+        torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        return False
+    return True
+
+
 def check_device_map(model: nn.Module, device_map: Mapping[str, DeviceLike]) -> None:
     """Raises a ``ValueError`` naming what is wrong with ``device_map`` for ``model``.
 
-    Checks that every entry names a submodule, parameter or buffer of the model, that every device
-    exists here, and that every parameter and buffer is placed.
+    Checks that every parameter and buffer is placed and that every value is a device. As upstream,
+    the devices need not exist on this machine (a map may be planned for another one; moving
+    weights there is what fails), and names the model lacks do not fail the check: they are named
+    in a warning (upstream ignores them silently).
     """
     weights = list(model.state_dict(keep_vars=True))  # keep_vars: names only, no detached copies
     known = {name for name, _ in model.named_modules()}
@@ -94,15 +109,18 @@ def check_device_map(model: nn.Module, device_map: Mapping[str, DeviceLike]) -> 
         known |= {name for name, _ in model.named_buffers(remove_duplicate=False)}
         unknown = [key for key in device_map if key not in known]
     if unknown:
-        raise ValueError(
-            f"device_map names {unknown} which {type(model).__name__} does not have; use names from "
-            f"model.named_modules() (top level: {[name for name, _ in model.named_children()][:10]})"
+        warnings.warn(
+            f"device_map names {unknown}, which {type(model).__name__} does not have; these entries place "
+            f"nothing. Use names from model.named_modules() (top level: "
+            f"{[name for name, _ in model.named_children()][:10]}).",
+            UserWarning,
+            stacklevel=2,
         )
-    bad = {key: device for key, device in device_map.items() if not _valid_device(device)}
+    bad = {key: device for key, device in device_map.items() if not _is_device(device)}
     if bad:
         raise ValueError(
-            f"device_map places {bad} on device(s) that do not exist here ({torch.cuda.device_count()} GPU(s)); "
-            "use a GPU index, 'cpu' or 'disk'"
+            f"device_map places {bad} on values that are not devices; use a GPU index (0, 1, ...), "
+            "a torch device such as 'cuda:0', 'cpu' or 'disk'"
         )
     unplaced = [] if "" in device_map else [name for name in weights if device_of(name, device_map) is None]
     if unplaced:
@@ -111,6 +129,45 @@ def check_device_map(model: nn.Module, device_map: Mapping[str, DeviceLike]) -> 
             f"device_map does not place every weight: {len(unplaced)} parameter(s)/buffer(s) without a device: "
             f"{shown}. Add entries for them (or their modules), or {{'': device}} for the whole model."
         )
+
+
+def check_devices_here(device_map: Mapping[str, DeviceLike], caller: str) -> None:
+    """Raises before weights are moved onto a device of ``device_map`` that this machine lacks.
+
+    Upstream fails midway, with whatever torch raises for that device (a ``RuntimeError`` or, on a
+    build without CUDA, an ``AssertionError``). This raises the same exception type, but before
+    anything moved, and names the blocks, the device and the way out.
+    """
+    absent: dict[str, list[str]] = {}
+    first: DeviceLike | None = None
+    for name, device in device_map.items():
+        if str(device) not in OFFLOAD_DEVICES and not _device_here(device):
+            absent.setdefault(repr(device), []).append(name)
+            first = device if first is None else first
+    if first is None:
+        return
+    placed = "; ".join(f"{names} on {device}" for device, names in absent.items())
+    message = (
+        f"{caller}: the device_map puts {placed}, which this machine does not have "
+        f"({torch.cuda.device_count()} GPU(s) visible). Planning such a map here works (infer_auto_device_map, "
+        "get_balanced_memory); to load or dispatch here, map those blocks to 'cpu', 'disk' or a device "
+        "this machine has."
+    )
+    raise _torch_error_like(first, message)
+
+
+def _torch_error_like(device: DeviceLike, message: str) -> BaseException:
+    """``message`` in the exception type torch raises for a tensor on ``device`` (it depends on the build)."""
+    try:
+        torch.empty(0, device=device)  # an int is the current accelerator type's index, as in Tensor.to
+    except Exception as exc:  # any type: this is only a probe of torch's own error
+        try:
+            error = type(exc)(message)
+        except Exception:  # an exception type that does not take a plain message
+            return RuntimeError(message)
+        error.__cause__ = exc
+        return error
+    return RuntimeError(message)
 
 
 def _tied_outside(name: str, tied_groups: list[list[str]]) -> list[str]:

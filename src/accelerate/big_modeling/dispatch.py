@@ -21,7 +21,7 @@ from torch import nn
 from accelerate.big_modeling.align import AlignDevicesHook
 from accelerate.big_modeling.attach import attach_align_device_hook, attach_align_device_hook_on_blocks
 from accelerate.big_modeling.cpu_offload_hooks import CpuOffload, UserCpuOffloadHook
-from accelerate.big_modeling.device_map import check_device_same
+from accelerate.big_modeling.device_map import check_device_same, check_devices_here
 from accelerate.big_modeling.hooks import MOVE_GUARD, add_hook_to_module
 from accelerate.big_modeling.offload import (
     INDEX_FILE,
@@ -81,6 +81,7 @@ def dispatch_model(
     import accelerate.big_modeling as package
 
     package.check_device_map(model, device_map)
+    check_devices_here(device_map, "dispatch_model")  # before anything moves or is hooked
     devices = {str(device) for device in device_map.values()}
     one_device = len(devices) == 1 and "disk" not in devices
     if one_device and not force_hooks:

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
-from accelerate.big_modeling.device_map import check_device_map, device_of
+from accelerate.big_modeling.device_map import check_device_map, check_devices_here, device_of
 from accelerate.big_modeling.offload import (
     load_offloaded_weight,
     offload_weight,
@@ -183,6 +183,7 @@ def load_checkpoint_in_model(
     wanted = _as_dtype(dtype)
     if device_map is not None:
         check_device_map(model, device_map)
+        check_devices_here(device_map, "load_checkpoint_in_model")
         if offload_folder is None and "disk" in {str(v) for v in device_map.values()}:
             raise ValueError(
                 "load_checkpoint_in_model: the device_map sends some weights to 'disk' but no offload_folder was "
