@@ -122,6 +122,25 @@ def test_sharded_checkpoint_from_save_model_files(tmp_path: Path, safe: bool) ->
     assert torch.equal(OffloadedWeightsLoader(save_folder=tmp_path / "off")["blocks.5.down.bias"], ref.blocks[5].down.bias)
 
 
+def test_dtype_holds_for_weights_parked_by_offload_state_dict(tmp_path: Path) -> None:
+    # Upstream: weights parked on disk while loading come back in the requested dtype.
+    ref = reference()
+    _save(ref, tmp_path)
+    model = _empty()
+    load_checkpoint_in_model(model, tmp_path, device_map={"": "cpu", "blocks.5": "disk"}, dtype=torch.float16,
+                             offload_folder=tmp_path / "off", offload_state_dict=True,
+                             keep_in_fp32_modules=["norm"])  # fmt: skip
+    assert model.blocks[0].up.weight.dtype == torch.float16 and model.embed.weight.dtype == torch.float16
+    assert model.blocks[0].norm.weight.dtype == torch.float32
+    assert torch.equal(model.blocks[0].up.weight, ref.blocks[0].up.weight.half())
+    assert model.scale.dtype == torch.float16 and model.head.weight is model.embed.weight
+    assert OffloadedWeightsLoader(save_folder=tmp_path / "off")["blocks.5.up.weight"].dtype == torch.float16
+    plain = _empty()
+    load_checkpoint_in_model(plain, tmp_path, device_map={"": "cpu", "blocks.5": "disk"}, dtype=torch.float16,
+                             offload_folder=tmp_path / "off2", keep_in_fp32_modules=["norm"])  # fmt: skip
+    assert {k: v.dtype for k, v in model.state_dict().items()} == {k: v.dtype for k, v in plain.state_dict().items()}
+
+
 def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 

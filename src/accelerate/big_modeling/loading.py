@@ -203,7 +203,7 @@ def load_checkpoint_in_model(
     disk_index: dict[str, Any] = {}
     parked_folder = tempfile.mkdtemp() if offload_state_dict else None
     parked_index: dict[str, Any] = {}
-    parked_devices: dict[str, DeviceLike] = {}
+    parked_devices: dict[str, tuple[DeviceLike, torch.dtype | None]] = {}  # where each goes, in which dtype
     loaded: set[str] = set()
     unexpected: list[str] = []
     try:
@@ -254,7 +254,7 @@ def load_checkpoint_in_model(
                             parked_folder,
                             index=parked_index,
                         )
-                        parked_devices[name] = device
+                        parked_devices[name] = (device, target_dtype)
                         continue
                     # Where the weight stays on the CPU in the file's dtype, the model takes a view of the
                     # file's private mapping (no copy, like safetensors' load_file); anything cast or
@@ -275,7 +275,9 @@ def load_checkpoint_in_model(
                 save_offload_index(disk_index, offload_folder)
         for name, info in parked_index.items():
             parked = load_offloaded_weight(Path(parked_folder) / f"{name}.dat", info)  # type: ignore[arg-type]
-            set_module_tensor_to_device(model, name, parked_devices[name], value=parked)
+            device, target_dtype = parked_devices[name]
+            # The requested dtype again: without it the value would take the model's own dtype.
+            set_module_tensor_to_device(model, name, device, value=parked, dtype=target_dtype)
     finally:
         if parked_folder is not None:
             shutil.rmtree(parked_folder, ignore_errors=True)
