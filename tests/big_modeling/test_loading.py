@@ -122,6 +122,43 @@ def test_sharded_checkpoint_from_save_model_files(tmp_path: Path, safe: bool) ->
     assert torch.equal(OffloadedWeightsLoader(save_folder=tmp_path / "off")["blocks.5.down.bias"], ref.blocks[5].down.bias)
 
 
+def _flat_index(ref: torch.nn.Module, folder: Path) -> None:
+    """Two shards and an index that is the bare name -> file mapping, without a ``weight_map`` key."""
+    state = {k: v.contiguous() for k, v in ref.state_dict().items() if k != "head.weight"}
+    names = sorted(state)
+    halves = {"a.safetensors": names[: len(names) // 2], "b.safetensors": names[len(names) // 2 :]}
+    for file, keys in halves.items():
+        save_file({k: state[k] for k in keys}, str(folder / file))
+    flat = {k: file for file, keys in halves.items() for k in keys}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(flat))
+
+
+def test_an_index_without_weight_map_is_itself_the_weight_map(tmp_path: Path) -> None:
+    # Upstream reads ``index["weight_map"]`` when the key is there and the whole index otherwise.
+    from accelerate import load_checkpoint_and_dispatch
+
+    ref = reference()
+    _flat_index(ref, tmp_path)
+    for checkpoint in (tmp_path, tmp_path / "model.safetensors.index.json"):
+        model = _empty()
+        assert load_checkpoint_in_model(model, checkpoint, strict=True).missing_keys == []
+        assert torch.equal(model.blocks[5].down.bias, ref.blocks[5].down.bias)
+    device_map = {"embed": "cpu", "head": "cpu", "scale": "cpu", "blocks": "disk"}
+    model = load_checkpoint_and_dispatch(_empty(), tmp_path, device_map=device_map, offload_folder=tmp_path / "off")
+    with torch.no_grad():
+        ids = torch.randint(0, 50, (2, 7), generator=torch.Generator().manual_seed(1))
+        assert torch.equal(model(ids), ref(ids))
+
+
+def test_an_index_without_weight_map_or_file_names_names_the_entry(tmp_path: Path) -> None:
+    from accelerate.checkpointing.errors import CheckpointError
+
+    save_file({"w": torch.ones(1)}, str(tmp_path / "a.safetensors"))
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 4}}))
+    with pytest.raises(CheckpointError, match=r"no 'weight_map'.*'metadata'"):
+        load_checkpoint_in_model(_empty(), tmp_path)
+
+
 def test_dtype_holds_for_weights_parked_by_offload_state_dict(tmp_path: Path) -> None:
     # Upstream: weights parked on disk while loading come back in the requested dtype.
     ref = reference()

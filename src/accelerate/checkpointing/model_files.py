@@ -285,13 +285,28 @@ def load_state_dict_file(path: str | os.PathLike[str], record: FileRecord | None
 
 
 def read_index(path: Path) -> tuple[dict[str, str], dict[str, str]]:
-    """``(weight_map, aliases)`` of a shard index file."""
+    """``(weight_map, aliases)`` of a shard index file.
+
+    An index without a ``weight_map`` key is read as the weight map itself (``{name: file}``), as
+    upstream does; one whose entries are not all file names then raises, naming the first such entry.
+    """
     try:
         with open_regular(path) as handle:
             data = json.loads(handle.readall().decode("utf-8"))
-        weight_map = {str(k): str(v) for k, v in data["weight_map"].items()}
+        if not isinstance(data, dict):
+            raise TypeError(f"the index holds a {type(data).__name__}, not a JSON object")
+        mapping = data.get("weight_map", data)
+        weight_map = {str(k): str(v) for k, v in mapping.items()}
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise CheckpointError(f"Cannot read the shard index {path}: {exc!r}") from exc
+    if "weight_map" not in data:
+        odd = next((k for k, v in data.items() if not isinstance(v, str)), None)
+        if odd is not None:
+            raise CheckpointError(
+                f"The shard index {path} has no 'weight_map', and read as one (weight name -> file) its entry "
+                f"{odd!r} is not a file name; add the 'weight_map' key ({{\"weight_map\": {{name: file}}}})."
+            )
+        return weight_map, {}
     aliases = (data.get("metadata") or {}).get(ALIASES_KEY) or {}
     return weight_map, {str(k): str(v) for k, v in aliases.items()}
 
