@@ -150,6 +150,37 @@ def test_layerwise_casting_computes_in_wide_dtype() -> None:
     assert patterned[3].weight.dtype == torch.float32 and patterned[0].weight.dtype == torch.bfloat16
 
 
+class _Scaled(nn.Module):
+    """A layer holding a bare parameter of its own, as many custom layers (and RMSNorm) do."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gain = nn.Parameter(torch.ones(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.gain
+
+
+def test_layerwise_casting_leaves_layers_other_than_linear_and_conv_as_they_are() -> None:
+    # Upstream casts only Linear and Conv/ConvTranspose (1d-3d) layers; normalisation layers,
+    # embeddings and any other layer keep their dtype without a skip pattern or class.
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Embedding(10, 4), nn.LayerNorm(4), _Scaled(), nn.Linear(4, 4), nn.GroupNorm(2, 4)
+    ).eval()
+    conv = nn.Sequential(nn.Conv1d(2, 4, 1), nn.BatchNorm1d(4), nn.ConvTranspose1d(4, 2, 1)).eval()
+    ids, signal = torch.tensor([[1, 2], [3, 4]]), torch.randn(2, 2, 3)
+    expected = (model[:4](ids), conv(signal))
+    attach_layerwise_casting_hooks(model, torch.bfloat16, torch.float32)
+    attach_layerwise_casting_hooks(conv, torch.bfloat16, torch.float32)
+    kept = [model[0].weight, model[1].weight, model[2].gain, model[4].weight, conv[1].weight, conv[1].running_mean]
+    assert all(t.dtype == torch.float32 for t in kept)
+    assert [m.weight.dtype for m in (model[3], conv[0], conv[2])] == [torch.bfloat16] * 3
+    assert not hasattr(model[1], "_hf_hook") and not hasattr(model, "_hf_hook")
+    out = (model[:4](ids), conv(signal))
+    assert all(o.dtype == torch.float32 and torch.allclose(o, e, atol=0.1) for o, e in zip(out, expected))
+
+
 def test_an_offload_hook_moved_to_another_module_releases_that_module() -> None:
     # transformers re-attaches an embedding's hook to the resized embedding (resize_token_embeddings).
     first, second = nn.Linear(3, 3), nn.Linear(3, 3)

@@ -1,7 +1,9 @@
 """Layerwise casting: store weights in a small dtype (e.g. float8), compute in a wider one.
 
 Each hooked layer is upcast to ``compute_dtype`` just before its forward and cast back to
-``storage_dtype`` right after, so only one layer at a time holds wide weights.
+``storage_dtype`` right after, so only one layer at a time holds wide weights. As upstream, only
+linear and convolution layers are cast: normalisation layers, embeddings and other layers keep
+their dtype (their weights are small, and precision matters most there).
 """
 
 from __future__ import annotations
@@ -13,6 +15,17 @@ import torch
 from torch import nn
 
 from accelerate.big_modeling.hooks import ModelHook, add_hook_to_module
+
+# The layers upstream casts (subclasses included); every other module is walked into, never cast.
+CAST_LAYERS: tuple[type[nn.Module], ...] = (
+    nn.Linear,
+    nn.Conv1d,
+    nn.Conv2d,
+    nn.Conv3d,
+    nn.ConvTranspose1d,
+    nn.ConvTranspose2d,
+    nn.ConvTranspose3d,
+)
 
 
 class LayerwiseCastingHook(ModelHook):
@@ -38,14 +51,16 @@ class LayerwiseCastingHook(ModelHook):
         return output
 
     def _cast(self, module: nn.Module, dtype: torch.dtype) -> None:
-        # Only the module's own tensors: children carry their own hooks (or are meant to stay as they are).
+        # The whole layer, as upstream's ``module.to(dtype)`` (a subclass may hold submodules); the
+        # walk that attaches hooks never goes below a hooked layer, so nothing is cast twice.
         with torch.no_grad():
-            for param in module.parameters(recurse=False):
-                if param.is_floating_point():
-                    param.data = param.data.to(dtype=dtype, non_blocking=self.non_blocking)
-            for name, buffer in module.named_buffers(recurse=False):
-                if buffer.is_floating_point():
-                    module._buffers[name] = buffer.to(dtype=dtype, non_blocking=self.non_blocking)
+            for owner in module.modules():
+                for param in owner.parameters(recurse=False):
+                    if param.is_floating_point():
+                        param.data = param.data.to(dtype=dtype, non_blocking=self.non_blocking)
+                for name, buffer in owner.named_buffers(recurse=False):
+                    if buffer.is_floating_point():
+                        owner._buffers[name] = buffer.to(dtype=dtype, non_blocking=self.non_blocking)
 
 
 def attach_layerwise_casting_hooks(
@@ -56,7 +71,10 @@ def attach_layerwise_casting_hooks(
     skip_modules_classes: tuple[type[nn.Module], ...] | list[type[nn.Module]] | None = None,
     non_blocking: bool = False,
 ) -> None:
-    """Adds a :class:`LayerwiseCastingHook` to every submodule that holds parameters of its own.
+    """Adds a :class:`LayerwiseCastingHook` to every linear and convolution layer of ``module``.
+
+    Other layers (normalisation, embeddings, custom layers holding their own parameters) are left in
+    their dtype, as upstream does; the skip arguments leave out casting layers too.
 
     Args:
         module: the model.
@@ -86,8 +104,9 @@ def _attach_casting(
 ) -> None:
     if (classes and isinstance(module, classes)) or any(re.search(p, name) for p in patterns):
         return
-    if any(True for _ in module.parameters(recurse=False)):
+    if isinstance(module, CAST_LAYERS):
         add_hook_to_module(module, LayerwiseCastingHook(storage_dtype, compute_dtype, non_blocking), append=True)
+        return  # upstream casts the layer whole and does not walk into it
     for child_name, child in module.named_children():
         full = f"{name}.{child_name}" if name else child_name
         _attach_casting(child, full, storage_dtype, compute_dtype, patterns, classes, non_blocking)
