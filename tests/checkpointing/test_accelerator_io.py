@@ -1,12 +1,15 @@
-"""save_state / load_state pre-hooks get the bare models (upstream), not the DDP wrappers around them."""
+"""The Accelerator's checkpoint methods: save_state / load_state pre-hooks get the bare models (upstream),
+not the DDP wrappers around them; save_model of an offloaded model writes its real weights."""
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 
 from tests.helpers.pool import WorkerPool
@@ -52,3 +55,44 @@ def test_pre_hooks_get_bare_models_in_two_processes(pool2: WorkerPool, tmp_path:
         assert seen["saved"] == ["Pretrained"] and seen["loaded"] == ["Pretrained"]
         assert seen["weight_keys"] == [["bias", "weight"]]
     assert json.loads((tmp_path / "ckpt" / "model" / "keys.json").read_text()) == ["bias", "weight"]
+
+
+def _offload_by_dispatch(model: torch.nn.Module, folder: Path) -> None:
+    from accelerate import dispatch_model
+
+    dispatch_model(model, {"0": "cpu", "1": "disk", "2": "disk"}, offload_dir=folder)
+
+
+def _offload_by_disk_offload(model: torch.nn.Module, folder: Path) -> None:
+    from accelerate import disk_offload
+
+    disk_offload(model, folder, execution_device="cpu")
+
+
+def _offload_by_cpu_offload(model: torch.nn.Module, folder: Path) -> None:
+    from accelerate import cpu_offload
+
+    cpu_offload(model, execution_device="cpu")
+
+
+@pytest.mark.parametrize("offload", [_offload_by_dispatch, _offload_by_disk_offload, _offload_by_cpu_offload])
+def test_save_model_of_an_offloaded_model_writes_the_real_weights(
+    tmp_path: Path, offload: Callable[[torch.nn.Module, Path], None]
+) -> None:
+    # Upstream: save_model loads each offloaded block from its hook (the disk or the CPU copy) and
+    # saves its real values, not the meta placeholders the model holds between forwards.
+    from safetensors.torch import load_file
+
+    from accelerate import Accelerator
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 2))
+    expected = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    offload(model, tmp_path / "offload")
+    assert any(p.is_meta for p in model.parameters())  # the premise: weights live outside the model
+    Accelerator(cpu=True).save_model(model, str(tmp_path / "saved"))
+    saved = load_file(tmp_path / "saved" / "model.safetensors")
+    assert sorted(saved) == sorted(expected)
+    for name, tensor in expected.items():
+        assert torch.equal(saved[name], tensor), name
+    assert any(p.is_meta for p in model.parameters())  # still offloaded afterwards

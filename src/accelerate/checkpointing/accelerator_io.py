@@ -93,7 +93,9 @@ def save_model(
 ) -> None:
     from accelerate.checkpointing.model_files import save_model_files
 
-    state_dict = get_state_dict(accelerator, model)
+    state_dict = _offloaded_state_dict(accelerator, model)
+    if state_dict is None:
+        state_dict = get_state_dict(accelerator, model)
     error: BaseException | None = None
     try:
         save_model_files(
@@ -106,6 +108,22 @@ def save_model(
     except Exception as exc:  # told to every rank below, so none waits for a writer that failed
         error = exc
     agree_on_failure(error, what=f"save_model to {save_directory}")
+
+
+def _offloaded_state_dict(accelerator: Accelerator, model: torch.nn.Module) -> dict[str, torch.Tensor] | None:
+    """The real weights of a model with blocks offloaded by hooks (``dispatch_model``, ``cpu_offload``,
+    ``disk_offload``), or None for any other model.
+
+    Between forwards such blocks hold meta placeholders; as upstream, ``save_model`` loads each
+    block from its hook (the CPU copy or the disk) onto the CPU, one at a time, instead.
+    """
+    from accelerate.big_modeling.loading import get_state_dict_offloaded_model
+    from accelerate.big_modeling.tensors import has_offloaded_params
+
+    bare = accelerator.unwrap_model(model, keep_fp32_wrapper=True, keep_torch_compile=False)
+    if not any(has_offloaded_params(module) for module in bare.modules()):
+        return None
+    return get_state_dict_offloaded_model(bare)
 
 
 def _no_extra(call: str, kwargs: dict[str, Any]) -> None:
