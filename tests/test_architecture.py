@@ -2,7 +2,8 @@
 
 Modules stay small; ``checkpointing/`` knows no backend (it asks ``Strategy.checkpoint_io()``, see
 checkpointing/checkpoint_io.py), so it neither imports ``accelerate.backends`` nor names FSDP or
-DeepSpeed in its code; and every module imports on its own, so no import cycle hides behind the
+DeepSpeed in its code; torch_xla is imported only by the XLA backend and the few modules listed
+with their reasons; and every module imports on its own, so no import cycle hides behind the
 order in which the package happens to load its modules.
 """
 
@@ -150,3 +151,48 @@ def test_every_module_imports_first_without_a_cycle() -> None:
     assert result.returncode == 0, result.stderr[-4000:]
     failed = json.loads(result.stdout.strip().splitlines()[-1])
     assert failed == {}, "\n".join(f"{name}:\n{trace}" for name, trace in failed.items())
+
+
+# torch_xla (the third-party package) is the XLA backend's: imported only inside backends/xla/, and in the
+# modules below, each for a reason the layering gives (see the story in accelerate/backends/xla/__init__.py).
+_TORCH_XLA_IMPORTERS = {
+    # Environment detection: device, ordinal and world size from torch_xla's runtime, and the
+    # communicator PartialState binds, before any strategy exists (state/ must not import backends/).
+    "state/xla.py": "detection, placement and XLACommunicator",
+    # Below the backends: checkpointing/ copies XLA tensors to CPU before writing (as xm.save does).
+    "utils/xla.py": "sync() and xla_to_cpu() for checkpointing/",
+    # Upstream's probe is_torch_xla_available(check_is_tpu=...) asks torch_xla's runtime for its device.
+    "utils/imports.py": "is_torch_xla_available(check_is_tpu/check_is_gpu)",
+    # Launcher machinery: the processes that call torch_xla's multiprocessing spawn.
+    "launch/xla_spawn.py": "the child of `accelerate launch --tpu` calls xmp.spawn",
+    "launch/xla_notebook.py": "notebook_launcher's forked xmp.spawn",
+}
+
+
+def test_torch_xla_is_imported_only_by_the_xla_backend() -> None:
+    found = [
+        f"{_name(path)}:{line}: {module}"
+        for path in _modules()
+        if not _name(path).startswith("backends/xla/") and _name(path) not in _TORCH_XLA_IMPORTERS
+        for line, module in _imported(ast.parse(path.read_text()))
+        if module == "torch_xla" or module.startswith("torch_xla.")
+    ]
+    assert found == [], (
+        "torch_xla is imported outside the XLA backend; move the code into accelerate/backends/xla/ (or ask "
+        f"an object the shared code already has), or list the module with its reason here: {found}"
+    )
+
+
+def test_the_torch_xla_exceptions_still_import_it() -> None:
+    """An exception that no longer imports torch_xla is dropped from the list, so the list stays honest."""
+    stale = [
+        name
+        for name in _TORCH_XLA_IMPORTERS
+        if not any(
+            module == "torch_xla" or module.startswith("torch_xla.")
+            for _, module in _imported(ast.parse((SRC / name).read_text()))
+        )
+    ]
+    assert stale == [], (
+        f"these modules no longer import torch_xla; remove them from _TORCH_XLA_IMPORTERS: {stale}"
+    )

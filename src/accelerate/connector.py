@@ -182,13 +182,8 @@ def _initialized_state() -> AcceleratorState | None:
 
 
 def _mixed_precision(requested: str | None, launch: LaunchEnv, partial: PartialState) -> str:
-    """The mode (argument, else the launcher's), checked for the device; on XLA its bf16 switch is set."""
-    mode = resolve_mixed_precision(requested, launch.mixed_precision, partial.device)
-    if partial.device.type == "xla":
-        from accelerate.state.xla import apply_bf16_env
-
-        apply_bf16_env(mode, bool(launch.downcast_bf16))
-    return mode
+    """The mode (argument, else the launcher's), checked for the device (XLA's bf16 switch: its strategy)."""
+    return resolve_mixed_precision(requested, launch.mixed_precision, partial.device)
 
 
 def _record_choices(

@@ -14,8 +14,9 @@ import torch
 from accelerate import Accelerator, DistributedType, GradientState
 from accelerate.launch.checks import LaunchError
 from accelerate.launch.plan import build_plan
+from accelerate.state.xla import xla_requested
 from accelerate.utils import install_xla, is_torch_xla_available
-from accelerate.utils.xla import require_torch_xla, xla_requested, xla_to_cpu
+from accelerate.utils.xla import require_torch_xla, xla_to_cpu
 from tests.commands.helpers import run_cli
 
 pytestmark = pytest.mark.skipif(

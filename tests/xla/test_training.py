@@ -21,6 +21,7 @@ from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 from accelerate import Accelerator, DistributedType, GradientState  # noqa: E402
 from accelerate.data_loader import MpDeviceLoaderWrapper  # noqa: E402
 from accelerate.state import reset_state  # noqa: E402
+from accelerate.state.xla import XLACommunicator  # noqa: E402
 from accelerate.utils import (  # noqa: E402
     broadcast,
     broadcast_object_list,
@@ -30,7 +31,6 @@ from accelerate.utils import (  # noqa: E402
     reduce,
 )
 from accelerate.utils.comm import current_communicator  # noqa: E402
-from accelerate.utils.xla import XLACommunicator  # noqa: E402
 
 if os.environ.get("PJRT_DEVICE") is None:
     pytest.skip(

@@ -90,9 +90,14 @@ def resolve_strategy(
 
         return DeepSpeedStrategy(state.device, deepspeed_plugins)
     if state.device.type == "xla":
-        from accelerate.backends.xla import XLAStrategy
+        from accelerate.backends.xla.strategy import XLAStrategy
+        from accelerate.config.env import read_launch_env
 
-        return XLAStrategy(state.device, state.num_processes)
+        # downcast_bf16 is a launch setting (--downcast_bf16, a config file's downcast_bf16).
+        downcast = bool(read_launch_env().downcast_bf16)
+        return XLAStrategy(
+            state.device, state.num_processes, mixed_precision=mixed_precision, downcast_bf16=downcast
+        )
     if state.num_processes > 1:
         from accelerate.backends.ddp import DDPStrategy
 

@@ -6,7 +6,8 @@ prepared loaders use, in one process): ``state_dict()`` / ``load_state_dict()`` 
 ``state_provider`` says which one is in use. Without it, it is a plain ``DataLoader`` that keeps no
 position, and asking for its state raises instead of returning something that cannot resume.
 
-`MpDeviceLoaderWrapper` (upstream's TPU loader) lives in :mod:`accelerate.data.xla_loader` and is re-exported here.
+`MpDeviceLoaderWrapper` (upstream's TPU loader) is the XLA backend's: :mod:`accelerate.backends.xla.loader`,
+named at upstream's path by :mod:`accelerate.data_loader`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from torch.utils.data import DataLoader
 
 from accelerate.data.base import DataLoaderStateMixin
 from accelerate.data.samplers import get_sampler, set_sampler
-from accelerate.data.xla_loader import MpDeviceLoaderWrapper  # noqa: F401 - re-exported at upstream's path
 
 logger = logging.getLogger(__name__)
 

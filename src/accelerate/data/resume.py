@@ -11,15 +11,30 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator, Sized
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset
 
 from accelerate.data.base import DataLoaderStateMixin
 from accelerate.data.dispatcher import DataLoaderDispatcher
 from accelerate.data.shard_loader import DataLoaderShard
-from accelerate.data.xla_loader import MpDeviceLoaderWrapper
 from accelerate.state.gradient import GradientState
+
+
+@runtime_checkable
+class DeviceFeedingLoader(Protocol):
+    """A backend's loader that feeds its device from a prepared loader it wraps (XLA's
+    ``MpDeviceLoaderWrapper``): batches are skipped in the wrapped loader, and :meth:`rewrap` feeds
+    the skipping view to the device the same way. Backends implement it; this module names none."""
+
+    @property
+    def dataloader(self) -> Any:
+        """The wrapped, prepared loader."""
+        ...
+
+    def rewrap(self, dataloader: Any) -> Any:
+        """The same kind of wrapper, feeding the same device, around ``dataloader``."""
+        ...
 
 
 class SkipBatchSampler(BatchSampler):
@@ -160,8 +175,8 @@ def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoad
                 f"use 0 <= num_batches <= {length} (a position at the end of an epoch resumes at the next "
                 "epoch: iterate the loader itself)"
             )
-    if isinstance(dataloader, MpDeviceLoaderWrapper):  # XLA: skip in the prepared loader, feed the device
-        return MpDeviceLoaderWrapper(skip_first_batches(dataloader.dataloader, num_batches), dataloader.device)  # type: ignore[return-value]
+    if isinstance(dataloader, DeviceFeedingLoader):  # skip in the prepared loader, feed the device as before
+        return dataloader.rewrap(skip_first_batches(dataloader.dataloader, num_batches))
     if isinstance(dataloader, DataLoaderShard | DataLoaderDispatcher):
         view = copy.copy(dataloader)  # shares dataset, sampler and (on purpose) the progress record
         view._iterator = None

@@ -241,7 +241,7 @@ def notebook_launcher(
     launcher = "notebook_launcher"
     mixed_precision = check_mixed_precision_setting(_argument(launcher, "mixed_precision", mixed_precision))
     check_count(_argument(launcher, "num_processes", num_processes))
-    from accelerate.utils.xla import xla_requested
+    from accelerate.state.xla import xla_requested
 
     if xla_requested():  # torch_xla installed (Colab/Kaggle TPU, TPU VM): its processes, one per device
         from accelerate.launch.xla_notebook import launch_on_xla

@@ -7,7 +7,9 @@ function works. The launcher starts one child, ``python -m accelerate.launch.xla
 does the spawning (:mod:`accelerate.launch.xla_spawn`).
 
 Nothing here imports torch_xla (the launcher must not claim the TPU its children need); whether it
-is installed is a path lookup.
+is installed is a path lookup. This is launcher machinery (checks on the plan's settings, the child's
+command), so it stays in ``launch/``; torch_xla's bf16 switches come from the XLA backend
+(:mod:`accelerate.backends.xla.precision`).
 """
 
 from __future__ import annotations
@@ -17,17 +19,15 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from accelerate.backends.xla.precision import bf16_env
 from accelerate.launch.checks import LaunchError
+from accelerate.utils.xla import INSTALL_HINT
 
 if TYPE_CHECKING:
     from accelerate.config.config_file import LaunchConfig
     from accelerate.launch.plan import Setting
 
 SPAWN_MODULE = "accelerate.launch.xla_spawn"
-INSTALL_HINT = (
-    "pip install torch_xla (matching your torch; on a machine without a TPU, set PJRT_DEVICE=CPU to use "
-    "torch_xla's CPU device)"
-)
 # --help of the TPU flags (they are listed with the refused ones, which they are where torch_xla is missing).
 FLAG_HELP = {
     "tpu": "Run on XLA devices (TPU) through torch_xla: each process calls --main_training_function.",
@@ -109,6 +109,4 @@ def spawn_program(
 
 def xla_env(settings: dict[str, Setting]) -> dict[str, str]:
     """torch_xla's own switches: bf16 storage (``XLA_USE_BF16``, or ``XLA_DOWNCAST_BF16`` with downcast_bf16)."""
-    if settings["mixed_precision"].value != "bf16":
-        return {}
-    return {"XLA_DOWNCAST_BF16" if settings["downcast_bf16"].value else "XLA_USE_BF16": "1"}
+    return bf16_env(settings["mixed_precision"].value, bool(settings["downcast_bf16"].value))

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from accelerate.backends.xla.precision import bf16_env
 from accelerate.config.env import write_launch_env
 from accelerate.launch.runner import patched_environ
 
@@ -49,8 +50,7 @@ def launch_on_xla(
             "PartialState) before calling the launcher."
         )
     env = write_launch_env({"mixed_precision": mixed_precision})
-    if mixed_precision == "bf16":
-        env["XLA_USE_BF16"] = "1"
+    env.update(bf16_env(mixed_precision, downcast_bf16=False))  # torch_xla's bf16 storage switch
     import torch_xla.distributed.xla_multiprocessing as xmp
 
     cores = (

@@ -25,7 +25,7 @@ class GradientState:
 
     _initialized: bool = False
     # On XLA: True once this step's gradients were averaged over the processes (by clip_grad_norm_),
-    # so the optimizer step does not average them again; the step resets it (backends/xla.py).
+    # so the optimizer step does not average them again; the step resets it (backends/xla/strategy.py).
     is_xla_gradients_synced: bool = False
 
     @classmethod

@@ -23,11 +23,10 @@ from accelerate.state.environment import ClusterEnvironment, detect_environment
 from accelerate.state.process_group import GroupRequest, group_timeout, init_or_adopt, release_unused_groups
 from accelerate.state.shared import SharedStateView, fork_launched, set_device
 from accelerate.state.teardown import on_shutdown, stop_background_work
-from accelerate.state.xla import xla_placement
+from accelerate.state.xla import detect_xla
 from accelerate.utils.collectives import check_arrival
 from accelerate.utils.comm import bind_communicator, current_communicator, make_communicator
 from accelerate.utils.watchdog import SLOT, start_watchdog, stop_watchdog
-from accelerate.utils.xla import XLACommunicator, xla_requested
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -105,7 +104,7 @@ class PartialState:
             return
         # Where torch_xla is installed (and CPU is not forced) the process runs on its XLA device,
         # and torch_xla's runtime, not torch.distributed, knows the ranks.
-        xla = xla_placement() if xla_requested(cpu) else None
+        xla = detect_xla(cpu)
         env = environment if environment is not None else (xla.environment if xla else detect_environment())
         self.environment = env
         self._cpu = cpu
@@ -119,7 +118,7 @@ class PartialState:
             self.backend = "xla"
             # Debug mode's cross-process check talks through a torch.distributed store, which XLA
             # processes do not share: the collectives run unchecked there.
-            bind_communicator(XLACommunicator(world_size=env.world_size, rank=env.rank, device=self.device))
+            bind_communicator(xla.communicator(env))
             self._initialized = True
             return
         if env.is_distributed:
@@ -227,13 +226,7 @@ class PartialState:
         if self.use_distributed:
             with SLOT.enter("wait_for_everyone"):  # the hang watchdog's record
                 check_arrival("wait_for_everyone")
-                comm = current_communicator()
-                if isinstance(comm, XLACommunicator):
-                    comm.barrier()
-                elif self.backend == "nccl":
-                    dist.barrier(device_ids=[self.device.index or 0])
-                else:
-                    dist.barrier()
+                current_communicator().barrier()  # the backend's own barrier (torch.distributed, torch_xla)
 
     @contextlib.contextmanager
     def _goes_first(self, is_first: bool) -> Iterator[None]:

@@ -1,18 +1,82 @@
-"""Where this process sits when it runs on an XLA device (TPU, or torch_xla's CPU device under PJRT).
+"""XLA as the state layer sees it: whether this process runs on an XLA device, where it sits, how it talks.
+
+This is environment detection, so it lives in ``state/`` (which must not import ``backends/``);
+what the XLA backend does with a model, a loader and the precision is in :mod:`accelerate.backends.xla`.
 
 torch_xla's runtime, not torch.distributed's environment variables, knows the process's ordinal
 and the number of processes (``torch_xla.distributed.xla_multiprocessing.spawn`` starts one per
-device). :func:`xla_placement` asks it once, for :class:`~accelerate.state.process.PartialState`.
+device). :func:`detect_xla` asks it once, for :class:`~accelerate.state.process.PartialState`, and
+the placement it returns makes the process's communicator (:class:`XLACommunicator`): under PJRT
+the processes share no torch process group, so collectives and barriers go through torch_xla.
+torch_xla is imported only inside these functions, and only where this process runs on XLA.
 """
 
 from __future__ import annotations
 
 import os
+import pickle
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from accelerate.state.environment import ClusterEnvironment
+from accelerate.utils.comm import Communicator
+
+
+def xla_requested(cpu: bool = False) -> bool:
+    """True when this process trains on an XLA device: torch_xla is installed, USE_TORCH_XLA is not
+    switched off, and CPU was not forced (``cpu=True``, ``--cpu``, ``ACCELERATE_USE_CPU``).
+
+    This is upstream's rule: where torch_xla is installed (a TPU VM, Colab), a plain ``Accelerator()``
+    uses its device.
+    """
+    if cpu:
+        return False
+    from accelerate.utils.imports import is_torch_xla_available
+
+    return is_torch_xla_available()
+
+
+@dataclass
+class XLACommunicator(Communicator):
+    """The collectives through torch_xla (``xm.all_gather``, ``xm.all_reduce``, ``xm.collective_broadcast``,
+    ``xm.rendezvous``) instead of torch.distributed: under PJRT the processes share no torch
+    process group, each owns one XLA device."""
+
+    def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        import torch_xla.core.xla_model as xm
+
+        gathered: torch.Tensor = xm.all_gather(tensor, dim=0)
+        return gathered
+
+    def all_reduce_sum_(self, tensor: torch.Tensor) -> None:
+        import torch_xla.core.xla_model as xm
+
+        # A list input is reduced in place (a single tensor would come back as a new one).
+        xm.all_reduce(xm.REDUCE_SUM, [tensor])
+
+    def broadcast_(self, tensor: torch.Tensor, src: int) -> None:
+        import torch_xla.core.xla_model as xm
+
+        xm.collective_broadcast([tensor], root_ordinal=src)
+
+    def all_gather_objects(self, obj: Any) -> list[Any]:
+        import torch_xla.core.xla_model as xm
+
+        # rendezvous hands every process each one's payload: the pickled objects travel as bytes.
+        payloads = xm.rendezvous("accelerate.gather_object", pickle.dumps(obj))
+        return [pickle.loads(payload) for payload in payloads]  # noqa: S301 - our own processes' data
+
+    def broadcast_objects_(self, objects: list[Any], src: int) -> None:
+        gathered = self.all_gather_objects(objects if self.rank == src else None)
+        objects[:] = gathered[src]
+
+    def barrier(self, tag: str = "accelerate.wait_for_everyone") -> None:
+        """Blocks until every process reaches a barrier with the same ``tag``."""
+        import torch_xla.core.xla_model as xm
+
+        xm.rendezvous(tag)
 
 
 @dataclass(frozen=True)
@@ -21,6 +85,12 @@ class XLAPlacement:
 
     device: torch.device
     environment: ClusterEnvironment
+
+    def communicator(self, environment: ClusterEnvironment | None = None) -> XLACommunicator:
+        """The communicator the process binds: torch_xla's collectives over the processes of
+        ``environment`` (the process's, when given; else the one torch_xla's runtime reported)."""
+        env = environment if environment is not None else self.environment
+        return XLACommunicator(world_size=env.world_size, rank=env.rank, device=self.device)
 
 
 def xla_placement() -> XLAPlacement:
@@ -50,14 +120,9 @@ def xla_placement() -> XLAPlacement:
     return XLAPlacement(torch.device(device), environment)
 
 
-def apply_bf16_env(mixed_precision: str, downcast_bf16: bool) -> None:
-    """Upstream's bf16 on XLA: torch_xla stores fp32 as bf16 (``XLA_USE_BF16``), or only downcasts
-    fp32 to bf16 while keeping fp64 as fp32 (``XLA_DOWNCAST_BF16``, ``downcast_bf16: true``).
+def detect_xla(cpu: bool = False) -> XLAPlacement | None:
+    """This process's XLA placement when it runs on an XLA device (:func:`xla_requested`), else None."""
+    return xla_placement() if xla_requested(cpu) else None
 
-    torch_xla reads the variables when it creates tensors, so they are set before any model is moved;
-    a value the user (or the launcher) already set is kept.
-    """
-    if mixed_precision != "bf16":
-        return
-    name = "XLA_DOWNCAST_BF16" if downcast_bf16 else "XLA_USE_BF16"
-    os.environ.setdefault(name, "1")
+
+__all__ = ["XLACommunicator", "XLAPlacement", "detect_xla", "xla_placement", "xla_requested"]

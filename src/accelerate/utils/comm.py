@@ -91,6 +91,13 @@ class Communicator:
         """Replaces the items of ``objects`` by process ``src``'s, in place."""
         dist.broadcast_object_list(objects, src=src, group=self.group)
 
+    def barrier(self) -> None:
+        """Blocks until every process of the group reaches this call (``wait_for_everyone``)."""
+        if self.device.type == "cuda":  # NCCL: the barrier runs on this process's GPU
+            dist.barrier(group=self.group, device_ids=[self.device.index or 0])
+        else:
+            dist.barrier(group=self.group)
+
 
 _BOUND: Communicator | None = None
 # The communicator derived from torch.distributed when none is bound, kept while the group it

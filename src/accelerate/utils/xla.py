@@ -1,41 +1,28 @@
-"""torch_xla at the utils level: whether XLA is in use, its collectives, and moving its tensors to CPU.
+"""torch_xla helpers every layer may use: the install hint, cutting the XLA graph, CPU copies for files.
 
-torch_xla is imported only inside these functions, and only where it is installed; where it is not,
-:func:`xla_requested` is False and nothing here imports it. The state layer asks
-:func:`xla_requested` whether this process runs on an XLA device; the collectives in
-:mod:`accelerate.utils.collectives` reach torch_xla only through :class:`XLACommunicator`.
+They sit at the bottom of the layering because code below the XLA backend needs them:
+``checkpointing/`` writes files without a strategy at hand (``Accelerator.save``, ``utils.save``),
+and must copy XLA tensors to CPU first as torch_xla's ``xm.save`` does (:func:`xla_to_cpu`).
+Nothing here imports torch or torch_xla at import time (the launcher reads :data:`INSTALL_HINT`);
+torch_xla is imported inside the functions, and only where it is already in use.
+
+Where XLA lives otherwise: detection, placement and the communicator in :mod:`accelerate.state.xla`,
+the backend (strategy, loader, bf16 switches) in :mod:`accelerate.backends.xla`.
 """
 
 from __future__ import annotations
 
-import pickle
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from accelerate.utils.comm import Communicator
+if TYPE_CHECKING:
+    import torch
 
 INSTALL_HINT = (
     "pip install torch_xla (a release matching your torch; on a machine without a TPU, run with "
     "PJRT_DEVICE=CPU to use torch_xla's CPU device)"
 )
-
-
-def xla_requested(cpu: bool = False) -> bool:
-    """True when this process trains on an XLA device: torch_xla is installed, USE_TORCH_XLA is not
-    switched off, and CPU was not forced (``cpu=True``, ``--cpu``, ``ACCELERATE_USE_CPU``).
-
-    This is upstream's rule: where torch_xla is installed (a TPU VM, Colab), a plain ``Accelerator()``
-    uses its device.
-    """
-    if cpu:
-        return False
-    from accelerate.utils.imports import is_torch_xla_available
-
-    return is_torch_xla_available()
 
 
 def require_torch_xla(what: str) -> None:
@@ -60,6 +47,8 @@ def sync() -> None:
 
 
 def _is_xla(value: Any) -> bool:
+    import torch  # here, not at import: the launcher reads INSTALL_HINT without torch
+
     return isinstance(value, torch.Tensor) and value.device.type == "xla"
 
 
@@ -102,45 +91,4 @@ def xla_to_cpu(obj: Any) -> Any:
     return _to_cpu(obj, {})
 
 
-@dataclass
-class XLACommunicator(Communicator):
-    """The collectives through torch_xla (``xm.all_gather``, ``xm.all_reduce``, ``xm.collective_broadcast``,
-    ``xm.rendezvous``) instead of torch.distributed: under PJRT the processes share no torch
-    process group, each owns one XLA device."""
-
-    def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
-        import torch_xla.core.xla_model as xm
-
-        gathered: torch.Tensor = xm.all_gather(tensor, dim=0)
-        return gathered
-
-    def all_reduce_sum_(self, tensor: torch.Tensor) -> None:
-        import torch_xla.core.xla_model as xm
-
-        # A list input is reduced in place (a single tensor would come back as a new one).
-        xm.all_reduce(xm.REDUCE_SUM, [tensor])
-
-    def broadcast_(self, tensor: torch.Tensor, src: int) -> None:
-        import torch_xla.core.xla_model as xm
-
-        xm.collective_broadcast([tensor], root_ordinal=src)
-
-    def all_gather_objects(self, obj: Any) -> list[Any]:
-        import torch_xla.core.xla_model as xm
-
-        # rendezvous hands every process each one's payload: the pickled objects travel as bytes.
-        payloads = xm.rendezvous("accelerate.gather_object", pickle.dumps(obj))
-        return [pickle.loads(payload) for payload in payloads]  # noqa: S301 - our own processes' data
-
-    def broadcast_objects_(self, objects: list[Any], src: int) -> None:
-        gathered = self.all_gather_objects(objects if self.rank == src else None)
-        objects[:] = gathered[src]
-
-    def barrier(self, tag: str = "accelerate.wait_for_everyone") -> None:
-        """Blocks until every process reaches a barrier with the same ``tag``."""
-        import torch_xla.core.xla_model as xm
-
-        xm.rendezvous(tag)
-
-
-__all__ = ["INSTALL_HINT", "XLACommunicator", "require_torch_xla", "sync", "xla_requested", "xla_to_cpu"]
+__all__ = ["INSTALL_HINT", "require_torch_xla", "sync", "xla_to_cpu"]

@@ -1,11 +1,13 @@
-"""XLA (TPU, or torch_xla's CPU device under PJRT): one process per device, collectives through torch_xla.
+"""`XLAStrategy`: one process per XLA device (TPU, or torch_xla's CPU device under PJRT).
 
 Nothing is wrapped around the model: each process holds a full replica on its XLA device. What
 DDP does in backward happens at the optimizer step instead: the gradients are all-reduced (averaged
 over the processes, torch_xla's ``reduce_gradients``) just before the step, or earlier when gradient
 clipping needs the global gradients (then ``GradientState.is_xla_gradients_synced`` says so and the
-step does not reduce them twice). Prepared loaders feed the device (:class:`MpDeviceLoaderWrapper`),
-cutting the recorded graph between steps.
+step does not reduce them twice). Prepared loaders feed the device
+(:class:`~accelerate.backends.xla.loader.MpDeviceLoaderWrapper`), cutting the recorded graph between
+steps. Under bf16 the strategy sets torch_xla's storage switch when it is built, before any model
+is moved (:mod:`accelerate.backends.xla.precision`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 import torch
 
 from accelerate.backends.base import Strategy
+from accelerate.backends.xla.precision import apply_bf16_env
 from accelerate.state.distributed_type import DistributedType
 from accelerate.state.gradient import GradientState
 
@@ -24,9 +27,18 @@ class XLAStrategy(Strategy):
     name = "xla"
     loader_moves_batches = True
 
-    def __init__(self, device: torch.device, num_processes: int) -> None:
+    def __init__(
+        self,
+        device: torch.device,
+        num_processes: int,
+        *,
+        mixed_precision: str = "no",
+        downcast_bf16: bool = False,
+    ) -> None:
         super().__init__(device, DistributedType.XLA)
         self.num_processes = num_processes
+        # torch_xla reads its bf16 switch when tensors are created: set here, before prepare moves a model.
+        apply_bf16_env(mixed_precision, downcast_bf16)
 
     def _reduce_gradients(self, gradients: list[torch.Tensor]) -> None:
         """Averages ``gradients`` over the processes, in place, once per step."""
@@ -60,6 +72,6 @@ class XLAStrategy(Strategy):
         torch.nn.utils.clip_grad_value_(parameters, clip_value)
 
     def wrap_dataloader(self, dataloader: Any) -> Any:
-        from accelerate.data.xla_loader import MpDeviceLoaderWrapper
+        from accelerate.backends.xla.loader import MpDeviceLoaderWrapper
 
         return MpDeviceLoaderWrapper(dataloader, self.device)

@@ -59,6 +59,11 @@ class MpDeviceLoaderWrapper:
         """The wrapped (prepared) loader."""
         return self._loader
 
+    def rewrap(self, dataloader: Any) -> MpDeviceLoaderWrapper:
+        """``dataloader`` fed to this wrapper's device (``skip_first_batches`` skips in the prepared
+        loader, then feeds the view the same way: see ``accelerate.data.resume.DeviceFeedingLoader``)."""
+        return MpDeviceLoaderWrapper(dataloader, self.device)
+
     def set_epoch(self, epoch: int) -> None:
         set_epoch = getattr(self._loader, "set_epoch", None)
         if callable(set_epoch):
