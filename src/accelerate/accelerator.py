@@ -156,6 +156,10 @@ class Accelerator(AcceleratorCheckpoints, AcceleratorFacts):
     ) -> torch.nn.Module:
         """Moves the model to the device, applies mixed precision and wraps it for the backend."""
         preparation.check_not_a_class(model, "prepare_model() argument 'model'")
+        if any(model is known for known in self._models):
+            # Prepared by this Accelerator already: handed back as it is (wrapping it again would stack
+            # wrappers), and listed once, as upstream does.
+            return model
         place = self.device_placement if device_placement is None else device_placement
         if self.verify_device_map(model):
             # A model dispatched by a device map already sits where its hooks expect each block (some
@@ -188,6 +192,7 @@ class Accelerator(AcceleratorCheckpoints, AcceleratorFacts):
         self, optimizer: torch.optim.Optimizer, device_placement: bool | None = None
     ) -> AcceleratedOptimizer:
         if isinstance(optimizer, AcceleratedOptimizer):
+            preparation.track_once(optimizer, self._optimizers)
             return optimizer
         preparation.check_not_a_class(optimizer, "prepare_optimizer() argument 'optimizer'")
         place = self.device_placement if device_placement is None else device_placement
@@ -208,8 +213,7 @@ class Accelerator(AcceleratorCheckpoints, AcceleratorFacts):
         if isinstance(scheduler, AcceleratedScheduler) or getattr(
             scheduler, "_is_accelerate_prepared", False
         ):
-            if not any(scheduler is known for known in self._schedulers):
-                self._schedulers.append(scheduler)
+            preparation.track_once(scheduler, self._schedulers)
             return scheduler
         preparation.check_not_a_class(scheduler, "prepare_scheduler() argument 'scheduler'")
         inner = getattr(scheduler, "optimizer", None)

@@ -239,7 +239,12 @@ def _dynamo_plugin(
             "set the backend in one place (the plugin is preferred)."
         )
     plugin = dataclasses.replace(plugin) if plugin is not None else TorchDynamoPlugin()
-    plugin.backend = plugin.backend or backend or launch.dynamo_backend or "no"
+    chosen = str(plugin.backend or backend or launch.dynamo_backend or "no")
+    # Upstream's plugin holds a DynamoBackend member whatever the case it was given in (scripts compare
+    # `backend != DynamoBackend.NO`); a backend name torch knows but the enum does not stays as given.
+    from accelerate.utils.enums import DynamoBackend
+
+    plugin.backend = DynamoBackend(chosen.upper()) if chosen.upper() in DynamoBackend else chosen
     if plugin.mode is None:
         plugin.mode = launch.dynamo_mode
     if plugin.fullgraph is None:

@@ -117,6 +117,12 @@ def prepare_all(accelerator: Accelerator, objects: list[Any], placements: list[b
     return results
 
 
+def track_once(obj: Any, tracked: list[Any]) -> None:
+    """Adds an already prepared ``obj`` to ``tracked`` unless it is there (by identity): listed once."""
+    if not any(obj is known for known in tracked):
+        tracked.append(obj)
+
+
 def mark_prepared(accelerator: Accelerator, results: list[Any]) -> None:
     """Sets upstream's ``_is_accelerate_prepared = True`` on each result the accelerator now tracks.
 

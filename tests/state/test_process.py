@@ -160,3 +160,33 @@ def _env_flags() -> tuple[bool, str]:
 def test_debug_flag_comes_from_env_contract(pool2: WorkerPool) -> None:
     assert pool2.run(_env_flags, env={"ACCELERATE_DEBUG_MODE": "1"}) == [(True, "1"), (True, "1")]
     assert pool2.run(_env_flags) == [(False, ""), (False, "")]
+
+
+def _debug_toggled_at_run_time() -> dict[str, object]:
+    from accelerate.utils import DistributedOperationException, gather
+
+    state = PartialState()
+    found: dict[str, object] = {"from_env": state.debug}
+    state.debug = True  # upstream's test_op_checker turns the checks on like this
+    rows = 2 if state.process_index == 0 else 3
+    try:
+        gather(torch.zeros(rows, 4))
+        found["mismatch"] = "not detected"
+    except DistributedOperationException as exc:
+        found["mismatch"] = "detected" if "(2, 4)" in str(exc) and "(3, 4)" in str(exc) else str(exc)
+    state.debug = False
+    found["after"] = state.debug
+    return found
+
+
+def test_debug_can_be_toggled_at_run_time(pool2: WorkerPool) -> None:
+    expected = {"from_env": False, "mismatch": "detected", "after": False}
+    assert pool2.run(_debug_toggled_at_run_time) == [expected, expected]
+
+
+def test_accelerate_torch_device_selects_the_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A test harness (or a user) names the device; upstream's PartialState takes it as given.
+    monkeypatch.setenv("ACCELERATE_TORCH_DEVICE", "meta")
+    state = PartialState()
+    assert state.device == torch.device("meta")
+    assert AcceleratorState(_from_accelerator=True).device == torch.device("meta")

@@ -123,3 +123,42 @@ def test_shared_dict_is_upstreams_mapping_type() -> None:
     shared = SharedDict()
     shared["device"] = "cpu"
     assert dict(shared) == {"device": "cpu"}
+
+
+def test_a_state_held_across_its_reset_says_so() -> None:
+    # Upstream's test_partial_state_after_reset / test_accelerator_state_after_reset.
+    state = PartialState(cpu=True)
+    assert state.num_processes == 1
+    try:
+        state.someotherthing  # noqa: B018
+    except AttributeError as exc:
+        assert "_reset_state()" not in str(exc)
+    PartialState._reset_state()
+    for name in ("num_processes", "device", "debug", "distributed_type"):
+        try:
+            getattr(state, name)
+            raise AssertionError(f"{name} was still readable after PartialState._reset_state()")
+        except AttributeError as exc:
+            assert "PartialState._reset_state()" in str(exc)
+    setattr(state, "someotherthing", "MyValue")  # noqa: B010 - the object itself still works as an object
+    assert getattr(state, "someotherthing") == "MyValue"  # noqa: B009
+    assert PartialState() is not state and PartialState().num_processes == 1
+
+    accelerator_state = Accelerator(cpu=True).state
+    AcceleratorState._reset_state()
+    for name in ("num_processes", "mixed_precision"):
+        try:
+            getattr(accelerator_state, name)
+            raise AssertionError(f"{name} was still readable after AcceleratorState._reset_state()")
+        except AttributeError as exc:
+            assert "AcceleratorState._reset_state()" in str(exc)
+    assert PartialState().num_processes == 1  # the PartialState was kept
+
+
+def test_an_accelerator_after_a_partial_reset_uses_the_new_partial_state() -> None:
+    accelerator = Accelerator(cpu=True)
+    PartialState._reset_state()
+    again = Accelerator(cpu=True)
+    assert again.state is accelerator.state
+    assert again.state.partial_state is PartialState()
+    assert again.state.num_processes == 1

@@ -39,7 +39,9 @@ def test_dynamo_plugin_with_backend_none_defers_to_the_launcher(monkeypatch: pyt
     reset_state()
     monkeypatch.setenv("ACCELERATE_DYNAMO_BACKEND", "eager")
     accelerator = Accelerator(cpu=True, dynamo_plugin=dc.TorchDynamoPlugin())
-    assert accelerator.dynamo_plugin.backend == "eager" and accelerator.state.dynamo_backend == "eager"
+    # Upstream's plugin holds the enum member (upper-case value) whatever the case it was given in.
+    assert accelerator.dynamo_plugin.backend == dc.DynamoBackend.EAGER
+    assert accelerator.state.dynamo_backend == dc.DynamoBackend.EAGER
     assert accelerator.state.dynamo_plugin is accelerator.dynamo_plugin
 
 

@@ -177,3 +177,63 @@ def test_environment_module_imports_without_torch() -> None:
     code = "import sys; import accelerate.utils.environment; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_purge_restores_the_environment_when_set_up_fails() -> None:
+    # unittest skips tearDown when setUp raises; what setUp exported must still go.
+    @env.purge_accelerate_environment
+    class Case(unittest.TestCase):
+        def setUp(self) -> None:
+            os.environ["ACCELERATE_TEST_SETUP_FAILED"] = "1"
+            raise RuntimeError("setUp fails")
+
+        def test_never_runs(self) -> None:
+            raise AssertionError("unreachable")
+
+    result = unittest.TestResult()
+    Case("test_never_runs").run(result)
+    assert len(result.errors) == 1
+    assert "ACCELERATE_TEST_SETUP_FAILED" not in os.environ
+
+
+def test_purge_keeps_variables_set_before_when_a_subclass_skips_super() -> None:
+    os.environ["ACCELERATE_TEST_OUTSIDE"] = "kept"
+    try:
+
+        @env.purge_accelerate_environment
+        class Base(unittest.TestCase):
+            pass
+
+        class Child(Base):
+            def setUp(self) -> None:  # no super().setUp()
+                os.environ["ACCELERATE_TEST_CHILD"] = "1"
+
+            def tearDown(self) -> None:  # no super().tearDown()
+                pass
+
+            def test_fails(self) -> None:
+                os.environ["ACCELERATE_TEST_OUTSIDE"] = "changed"
+                raise AssertionError("the test fails")
+
+        result = unittest.TestResult()
+        Child("test_fails").run(result)
+        assert len(result.failures) == 1
+        assert "ACCELERATE_TEST_CHILD" not in os.environ
+        assert os.environ["ACCELERATE_TEST_OUTSIDE"] == "kept"
+    finally:
+        del os.environ["ACCELERATE_TEST_OUTSIDE"]
+
+
+def test_purge_on_a_plain_base_class_covers_its_subclasses_tests() -> None:
+    @env.purge_accelerate_environment
+    class Base:
+        pass
+
+    class Child(Base):
+        def test_sets(self) -> None:
+            os.environ["ACCELERATE_TEST_SUBCLASS"] = "1"
+            raise ValueError("the test fails")
+
+    with pytest.raises(ValueError, match="the test fails"):
+        Child().test_sets()
+    assert "ACCELERATE_TEST_SUBCLASS" not in os.environ

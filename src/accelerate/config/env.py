@@ -33,6 +33,12 @@ ENV_CONTRACT: tuple[EnvVar, ...] = (
     ),
     EnvVar("ACCELERATE_USE_CPU", "cpu", "bool", "force CPU even when an accelerator is visible"),
     EnvVar(
+        "ACCELERATE_TORCH_DEVICE",
+        "torch_device",
+        "str",
+        "the torch device this process uses as given (e.g. cuda:1, cpu), instead of the one picked by rank",
+    ),
+    EnvVar(
         "ACCELERATE_DEBUG_MODE", "debug", "bool", "check tensor shapes across ranks before each collective"
     ),
     EnvVar(
@@ -102,6 +108,7 @@ class LaunchEnv:
 
     mixed_precision: str | None = None
     cpu: bool | None = None
+    torch_device: str | None = None
     debug: bool | None = None
     debug_timeout: int | None = None
     gradient_accumulation_steps: int | None = None

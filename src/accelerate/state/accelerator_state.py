@@ -11,7 +11,7 @@ from typing import Any
 
 from accelerate.state.distributed_type import DistributedType
 from accelerate.state.process import PartialState
-from accelerate.state.shared import SharedStateView
+from accelerate.state.shared import SharedStateView, mark_reset, was_reset
 
 _ACCEL_STATE: AcceleratorState | None = None
 
@@ -24,6 +24,14 @@ _FORWARDED = frozenset(
         "on_process", "on_local_process", "on_last_process", "print", "split_between_processes",
         "backend", "debug", "environment", "num_processes_per_node", "default_device", "use_cpu",
         "destroy_process_group", "fork_launched", "set_device",
+    }
+)  # fmt: skip
+
+# What __init__ sets on the object itself.
+_OWN = frozenset(
+    {
+        "partial_state", "mixed_precision", "distributed_type", "dynamo_plugin", "dynamo_backend",
+        "parallelism_config", "device_mesh",
     }
 )  # fmt: skip
 
@@ -45,10 +53,17 @@ class AcceleratorState:
 
     @classmethod
     def _reset_state(cls, reset_partial_state: bool = False) -> None:
-        """Forgets this state (and the PartialState with ``reset_partial_state``); the group survives."""
+        """Forgets this state (and the PartialState with ``reset_partial_state``); the group survives.
+
+        As upstream's, a reference still held answers no state attribute afterwards (the error names
+        this reset); the next Accelerator makes a fresh state.
+        """
+        held = _ACCEL_STATE
         reset_accelerator_state()
         if reset_partial_state:
             PartialState._reset_state()
+        if held is not None:
+            mark_reset(held)
 
     def __new__(cls, *args: Any, **kwargs: Any) -> AcceleratorState:
         global _ACCEL_STATE
@@ -95,7 +110,8 @@ class AcceleratorState:
                     f"a new one asked for mixed_precision={mixed_precision!r}. Create one Accelerator per "
                     "process, or pass the same value."
                 )
-            PartialState(cpu, **partial_kwargs)  # raises on a contradicting cpu/backend
+            # Raises on a contradicting cpu/backend; a PartialState reset since is made again and used.
+            self.partial_state = PartialState(cpu, **partial_kwargs)
             return
         self.partial_state = PartialState(cpu, **partial_kwargs)
         self.mixed_precision = mixed_precision or "no"
@@ -143,6 +159,12 @@ class AcceleratorState:
         plugins[name].select(_from_accelerator_state=True)
 
     def __getattr__(self, name: str) -> Any:
+        if was_reset(self) and (name in _FORWARDED or name in _OWN):
+            raise AttributeError(
+                f"`AcceleratorState` object has no attribute `{name}`. This happens if "
+                "`AcceleratorState._reset_state()` was called and an `Accelerator` was not reinitialized: "
+                "read it from the new Accelerator's `state`."
+            )
         if name in _FORWARDED and "partial_state" in self.__dict__:
             return getattr(self.__dict__["partial_state"], name)
         if name in _FORWARDED:

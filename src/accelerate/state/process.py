@@ -21,7 +21,7 @@ from accelerate.config.env import read_launch_env
 from accelerate.state.distributed_type import DistributedType
 from accelerate.state.environment import ClusterEnvironment, detect_environment
 from accelerate.state.process_group import GroupRequest, group_timeout, init_or_adopt, release_unused_groups
-from accelerate.state.shared import SharedStateView, fork_launched, set_device
+from accelerate.state.shared import SharedStateView, fork_launched, mark_reset, set_device, was_reset
 from accelerate.state.teardown import on_shutdown, stop_background_work
 from accelerate.state.xla import detect_xla
 from accelerate.utils.collectives import check_arrival
@@ -77,7 +77,15 @@ class PartialState:
 
     @classmethod
     def _reset_state(cls) -> None:
+        """Upstream's test helper: forgets the state; a reference still held then answers nothing.
+
+        Reading a state attribute from such a reference raises an ``AttributeError`` that names this
+        reset (as upstream's does), instead of silently describing a process state that is gone.
+        """
+        held = _STATE
         reset_process_state()
+        if held is not None:
+            mark_reset(held)
 
     def __new__(cls, *args: Any, **kwargs: Any) -> PartialState:
         global _STATE
@@ -108,9 +116,15 @@ class PartialState:
         env = environment if environment is not None else (xla.environment if xla else detect_environment())
         self.environment = env
         self._cpu = cpu
-        self.debug = bool(launch.debug)
-        self.device = xla.device if xla else _pick_device(env.local_rank, cpu)
-        if self.device.type == "cuda":
+        self._debug = bool(launch.debug)
+        if xla:
+            self.device = xla.device
+        elif launch.torch_device:
+            # Named by the caller (a test harness, a scheduler wrapper): taken as given, like upstream.
+            self.device = _named_device(launch.torch_device)
+        else:
+            self.device = _pick_device(env.local_rank, cpu)
+        if self.device.type == "cuda" and self.device.index is not None:
             torch.cuda.set_device(self.device)
         self.backend: str | None = None
         self.distributed_type = DistributedType.XLA if xla else _distributed_type(self.device, env.world_size)
@@ -159,10 +173,37 @@ class PartialState:
                 f"{backend!r}. Pass the backend to the first Accelerator/PartialState only."
             )
 
+    def __getattr__(self, name: str) -> Any:
+        # Reached only when ordinary lookup fails: a typo, or a reference held across _reset_state().
+        if was_reset(self) and name in _state_attributes(type(self)):
+            raise AttributeError(
+                f"`PartialState` object has no attribute `{name}`. This happens if `PartialState._reset_state()` "
+                "was called and an `Accelerator` or `PartialState` was not reinitialized: create a new one "
+                "(`PartialState()`) and read it from that."
+            )
+        raise AttributeError(f"'PartialState' object has no attribute {name!r}")
+
     # --- facts ----------------------------------------------------------------------------
     @property
     def initialized(self) -> bool:
         return self._initialized
+
+    @property
+    def debug(self) -> bool:
+        """Debug mode: collectives first check every process's shapes (``ACCELERATE_DEBUG_MODE``).
+
+        Settable at run time (``state.debug = True``, on every process at the same point), as upstream's
+        operation checks allow; the collectives read it from the bound communicator.
+        """
+        return self._debug
+
+    @debug.setter
+    def debug(self, value: bool) -> None:
+        self._debug = bool(value)
+        communicator = current_communicator()
+        # XLA processes share no torch.distributed store for the check, so their collectives stay unchecked.
+        if not isinstance(communicator, XLACommunicator):
+            communicator.debug = self._debug
 
     @property
     def num_processes(self) -> int:
@@ -377,6 +418,27 @@ def _length(value: Any, where: str) -> int:
         f"split_between_processes cannot split {where} of type {type(value).__name__}: give a list, tuple, "
         "tensor, datasets.Dataset, or a dict of those (materialise generators with list(...) first)"
     )
+
+
+def _named_device(name: str) -> torch.device:
+    try:
+        return torch.device(name)
+    except RuntimeError:
+        raise ValueError(
+            f"ACCELERATE_TORCH_DEVICE={name!r} is not a torch device; use a name such as 'cuda:0', 'cpu' or "
+            "'xpu:1', or unset it to let the process pick its device from its rank."
+        ) from None
+
+
+# The instance attributes __init__ sets; with the properties, what a reset reference must not answer.
+_INSTANCE_ATTRIBUTES = frozenset({"environment", "_cpu", "_debug", "device", "backend", "distributed_type"})
+
+
+def _state_attributes(cls: type) -> frozenset[str]:
+    properties = {
+        name for klass in cls.__mro__ for name, value in vars(klass).items() if isinstance(value, property)
+    }
+    return _INSTANCE_ATTRIBUTES | properties
 
 
 def current_process_state() -> PartialState | None:

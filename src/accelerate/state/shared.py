@@ -33,6 +33,21 @@ class SharedStateView:
         return state.__dict__
 
 
+# Set on a state object that _reset_state() emptied; upstream's states share one dict that a reset clears,
+# so a reference held across the reset then answers nothing, and ours behave the same.
+_RESET_MARK = "_was_reset"
+
+
+def mark_reset(state: Any) -> None:
+    """Empties a state object a reset let go of, so a reference still held says it was reset."""
+    state.__dict__.clear()
+    state.__dict__[_RESET_MARK] = True
+
+
+def was_reset(state: Any) -> bool:
+    return bool(state.__dict__.get(_RESET_MARK, False))
+
+
 def do_nothing(*args: Any, **kwargs: Any) -> None:
     """Accepts anything and returns None: a placeholder where a callback is required."""
     return None

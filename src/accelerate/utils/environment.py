@@ -7,12 +7,14 @@ Everything reads the live environment when called. The GPU questions (``get_gpu_
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import os
 import platform
 import shutil
 import subprocess
 import sys
+import types
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -126,11 +128,12 @@ def _restore_accelerate_vars(before: Mapping[str, str]) -> None:
 
 def purge_accelerate_environment(func_or_cls: T) -> T:
     """Decorator: ``ACCELERATE_*`` variables set while the function (or each test of the class) runs
-    are removed afterwards, and changed ones get their old values back.
+    are removed afterwards, and changed or removed ones get their old values back, also when it fails.
 
     Meant for tests that create an ``Accelerator``, which may export settings to the environment. On a
-    ``unittest.TestCase`` the snapshot spans ``setUp`` .. ``tearDown``; on other classes each
-    ``test*`` method is wrapped.
+    ``unittest.TestCase`` the snapshot spans the whole ``run`` (``setUp`` .. ``tearDown`` and cleanups,
+    also when ``setUp`` fails); on other classes each ``test*`` method is wrapped. Subclasses of a
+    decorated class are covered too, whatever they override.
     """
     if isinstance(func_or_cls, type):
         return _purge_class(func_or_cls)  # type: ignore[return-value]
@@ -138,7 +141,16 @@ def purge_accelerate_environment(func_or_cls: T) -> T:
         raise TypeError(
             f"purge_accelerate_environment decorates a function or a class, got {type(func_or_cls).__name__}"
         )
-    func: Callable[..., Any] = func_or_cls
+    return _purged(func_or_cls)  # type: ignore[return-value]
+
+
+# Set on a wrapper so that a method reached again (inherited, or decorated twice) is wrapped once.
+_PURGED = "_accelerate_is_purged_environment_wrapped"
+
+
+def _purged(func: Callable[..., Any]) -> Callable[..., Any]:
+    if getattr(func, _PURGED, False):
+        return func
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -148,29 +160,33 @@ def purge_accelerate_environment(func_or_cls: T) -> T:
         finally:
             _restore_accelerate_vars(before)
 
-    return wrapper  # type: ignore[return-value]
+    setattr(wrapper, _PURGED, True)
+    return wrapper
 
 
 def _purge_class(cls: type) -> type:
-    set_up, tear_down = getattr(cls, "setUp", None), getattr(cls, "tearDown", None)
-    if callable(set_up) and callable(tear_down):
+    # unittest is looked up, not imported: if it was never imported, no class can be a TestCase.
+    unittest = sys.modules.get("unittest")
+    if unittest is not None and issubclass(cls, unittest.TestCase):
+        # TestCase.run spans setUp, the test, tearDown and the cleanups, and still returns when setUp
+        # raises (then tearDown is skipped, so wrapping setUp/tearDown would leak).
+        names = ["run"]
+    else:
+        names = [name for name in dir(cls) if name.startswith("test")]
+    for name in names:
+        # Plain functions only: a staticmethod or classmethod read off the class is no longer one.
+        if isinstance(inspect.getattr_static(cls, name), types.FunctionType):
+            setattr(cls, name, _purged(getattr(cls, name)))
+    own_hook = cls.__dict__.get("__init_subclass__")
 
-        def purged_set_up(self: Any) -> None:
-            self._accelerate_env_before = _accelerate_vars()
-            set_up(self)
+    def purge_subclass(subclass: type, **kwargs: Any) -> None:
+        if isinstance(own_hook, classmethod):
+            own_hook.__func__(subclass, **kwargs)
+        else:
+            super(cls, subclass).__init_subclass__(**kwargs)  # type: ignore[arg-type]
+        _purge_class(subclass)
 
-        def purged_tear_down(self: Any) -> None:
-            try:
-                tear_down(self)
-            finally:
-                _restore_accelerate_vars(getattr(self, "_accelerate_env_before", {}))
-
-        cls.setUp = purged_set_up  # type: ignore[attr-defined]
-        cls.tearDown = purged_tear_down  # type: ignore[attr-defined]
-        return cls
-    for name, value in list(vars(cls).items()):
-        if name.startswith("test") and callable(value):
-            setattr(cls, name, purge_accelerate_environment(value))
+    cls.__init_subclass__ = classmethod(purge_subclass)  # type: ignore[assignment]
     return cls
 
 

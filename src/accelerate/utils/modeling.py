@@ -51,15 +51,25 @@ def is_peft_model(model: object) -> bool:
         cls.__name__ == "PeftModel" and cls.__module__.split(".")[0] == "peft" for cls in type(model).__mro__
     )
 
-ORIGINAL_FORWARD = "_accelerate_original_forward"
+
+# Upstream's attribute name: code that wraps a forward by hand saves the original under it too.
+ORIGINAL_FORWARD = "_original_forward"
 
 
 def remove_forward_wrapper(model: torch.nn.Module) -> None:
-    """Restores the forward that mixed precision wrapped (see ``Precision.wrap_forward``)."""
-    original = getattr(model, ORIGINAL_FORWARD, None)
-    if original is not None:
+    """Restores the forward that mixed precision wrapped (see ``Precision.wrap_forward``).
+
+    When the saved forward is the class's own, the instance attribute is dropped rather than set to
+    the bound method, so the model is exactly as before (and pickles as before).
+    """
+    original = model.__dict__.pop(ORIGINAL_FORWARD, None)
+    if original is None:
+        return
+    own = getattr(type(model), "forward", None)
+    if getattr(original, "__self__", None) is model and getattr(original, "__func__", None) is own:
+        model.__dict__.pop("forward", None)
+    else:
         model.forward = original
-        delattr(model, ORIGINAL_FORWARD)
 
 
 def _is_compiled(model: torch.nn.Module) -> bool:
