@@ -18,7 +18,7 @@ from accelerate.launch.hang_report import (
     report_hang,
     summarize,
 )
-from accelerate.utils.rank_report import HANG_EXIT_CODE, write_report
+from accelerate.diagnostics.rank_report import HANG_EXIT_CODE, write_report
 
 
 def _report(rank: int, operation: str | None, function: str, **extra: Any) -> dict[str, Any]:

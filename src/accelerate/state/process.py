@@ -26,7 +26,7 @@ from accelerate.state.teardown import on_shutdown, stop_background_work
 from accelerate.state.xla import xla_placement
 from accelerate.utils.collectives import check_arrival
 from accelerate.utils.comm import bind_communicator, current_communicator, make_communicator
-from accelerate.utils.watchdog import SLOT, start_watchdog, stop_watchdog
+from accelerate.diagnostics.watchdog import SLOT, start_watchdog, stop_watchdog
 from accelerate.utils.xla import XLACommunicator, xla_requested
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from accelerate.utils.watchdog import SLOT
+from accelerate.diagnostics.watchdog import SLOT
 
 _KEY = "accelerate/batch_search"
 # Searches happen in the same order on every rank (each calls the decorated function), so the n-th

@@ -18,7 +18,7 @@ import torch
 from accelerate.utils.collective_checks import DistributedOperationException, check_collective
 from accelerate.utils.comm import current_communicator
 from accelerate.utils.tree import check_tensor_leaves, recursively_apply
-from accelerate.utils.watchdog import SLOT
+from accelerate.diagnostics.watchdog import SLOT
 
 __all__ = [
     "CannotPadNestedTensorWarning",
