@@ -19,7 +19,7 @@ _register(
     "ProjectConfiguration", "DeepSpeedPlugin", "FullyShardedDataParallelPlugin", "MegatronLMPlugin",
 )  # fmt: skip
 _register(
-    "accelerate.utils.collectives",
+    "accelerate.collectives.operations",
     "CannotPadNestedTensorWarning", "DistributedOperationException", "broadcast", "broadcast_object_list",
     "gather", "gather_object", "pad_across_processes", "reduce", "verify_operation",
 )  # fmt: skip
@@ -33,7 +33,7 @@ _register(
     "accelerate.utils.tensor_info",
     "TensorInformation", "find_device", "initialize_tensors", "is_tensor_information",
 )  # fmt: skip
-_register("accelerate.utils.owned_tensor", "copy_tensor_to_devices")
+_register("accelerate.collectives.owned_tensor", "copy_tensor_to_devices")
 _register("accelerate.utils.fp32_outputs", "convert_outputs_to_fp32", "convert_to_fp32")
 _register("accelerate.utils.gathered_parameters", "GatheredParameters")
 _register(
@@ -51,7 +51,7 @@ _register("accelerate.utils.kernel_check", "check_os_kernel")
 _register("accelerate.checkpointing.single_file", "clean_state_dict_for_safetensors", "load", "save")
 _register("accelerate.utils.other", "wait_for_everyone")
 _register("accelerate.utils.errors", "NotAvailableYetError")
-_register("accelerate.utils.random", "set_seed", "synchronize_rng_state", "synchronize_rng_states")
+_register("accelerate.collectives.rng", "set_seed", "synchronize_rng_state", "synchronize_rng_states")
 _register(
     "accelerate.utils.memory", "find_executable_batch_size", "release_memory", "clear_device_cache",
     "should_reduce_batch_size",

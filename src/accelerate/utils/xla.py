@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from accelerate.utils.comm import Communicator
+from accelerate.collectives.communicator import Communicator
 
 INSTALL_HINT = (
     "pip install torch_xla (a release matching your torch; on a machine without a TPU, run with "

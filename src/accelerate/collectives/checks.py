@@ -25,7 +25,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from accelerate.utils.comm import Communicator
+from accelerate.collectives.communicator import Communicator
 
 
 class DistributedOperationException(RuntimeError):

@@ -19,7 +19,7 @@ def set_seed(seed: int, device_specific: bool = False, deterministic: bool = Fal
         deterministic: also ask torch for deterministic algorithms.
     """
     if device_specific:
-        from accelerate.utils.comm import current_communicator
+        from accelerate.collectives.communicator import current_communicator
 
         seed += current_communicator().rank
     random.seed(seed)
@@ -35,8 +35,8 @@ def synchronize_rng_state(rng_type: str | None = None, generator: torch.Generato
     ``rng_type``: ``"torch"`` (the global CPU RNG; also what None means), ``"cuda"`` or
     ``"generator"`` (``generator``'s state). Nothing happens in one process.
     """
-    from accelerate.utils.collectives import broadcast_object_list
-    from accelerate.utils.comm import current_communicator
+    from accelerate.collectives.communicator import current_communicator
+    from accelerate.collectives.operations import broadcast_object_list
 
     kind = str(getattr(rng_type, "value", rng_type) or "torch").lower()
     if kind not in ("torch", "cuda", "generator"):
