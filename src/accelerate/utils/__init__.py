@@ -52,10 +52,8 @@ _register("accelerate.checkpointing.single_file", "clean_state_dict_for_safetens
 _register("accelerate.utils.other", "wait_for_everyone")
 _register("accelerate.utils.errors", "NotAvailableYetError")
 _register("accelerate.collectives.rng", "set_seed", "synchronize_rng_state", "synchronize_rng_states")
-_register(
-    "accelerate.utils.memory", "find_executable_batch_size", "release_memory", "clear_device_cache",
-    "should_reduce_batch_size",
-)  # fmt: skip
+_register("accelerate.utils.memory", "release_memory", "clear_device_cache", "should_reduce_batch_size")
+_register("accelerate.state.batch_search", "find_executable_batch_size")
 _register(
     "accelerate.utils.imports", "is_bf16_available", "is_cuda_available", "is_deepspeed_available",
     "is_mlflow_available", "is_tensorboard_available", "is_torch_xla_available", "is_wandb_available",
