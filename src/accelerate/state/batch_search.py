@@ -241,9 +241,7 @@ def _agree_on_attempt(
     if not any(o.status == "oom" for o in failed):
         ranks = ", ".join(str(r) for r, o in enumerate(outcomes) if o.status != "ok")
         noun = "rank" if len(failed) == 1 else "ranks"
-        raise RuntimeError(
-            f"{what} failed on {noun} {ranks} ({describe_failures(outcomes)})"
-        ) from error
+        raise RuntimeError(f"{what} failed on {noun} {ranks} ({describe_failures(outcomes)})") from error
     # An out-of-memory error anywhere decides: the other ranks' errors are, as a rule, its
     # consequence (a collective whose peer left); if one is not, the smaller size shows it again.
     where = describe_failures(outcomes) if len(outcomes) > 1 else failed[0].text
