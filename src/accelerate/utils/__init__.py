@@ -154,7 +154,7 @@ _register("accelerate.state.parallelism", "ParallelismConfig")
 _register("accelerate.utils.modeling", "is_peft_model")
 _register("accelerate.precision.helpers", "get_grad_scaler", "get_mixed_precision_context_manager")
 _register(
-    "accelerate.utils.launch",
+    "accelerate.commands.launch_helpers",
     "PrepareForLaunch", "env_var_path_add", "prepare_deepspeed_cmd_env", "prepare_multi_gpu_env",
     "prepare_sagemager_args_inputs", "prepare_simple_launcher_cmd_env", "prepare_tpu",
 )  # fmt: skip

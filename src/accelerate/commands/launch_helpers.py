@@ -1,4 +1,7 @@
-"""`accelerate.utils.launch`: upstream's launch helpers, answered by our launcher.
+"""Upstream's launch helpers (public path ``accelerate.utils.launch``), answered by our launcher.
+
+They turn ``accelerate launch``'s parsed arguments into what it would run, so they live with the
+command (``utils.launch`` re-exports them lazily; utils may not import the CLI).
 
 ``prepare_simple_launcher_cmd_env`` / ``prepare_multi_gpu_env`` take the namespace that
 ``accelerate.commands.launch.launch_command_parser()`` parses and return what ``accelerate launch``
