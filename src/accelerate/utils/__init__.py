@@ -119,8 +119,8 @@ _register(
 _register("accelerate.utils.versions", "compare_versions", "is_torch_version")
 # Imported, not lazy: the function shares its module's name, and a lazy entry would be shadowed by the
 # submodule once anything imports `accelerate.utils.tqdm` directly. The module is import-free.
-_register("accelerate.utils.tqdm", "tqdm")
-from accelerate.utils.tqdm import tqdm  # noqa: E402, F401, I001
+_register("accelerate.progress", "tqdm")
+from accelerate.progress import tqdm  # noqa: E402, F401, I001
 _register(
     "accelerate.utils.dataclasses",
     "AORecipeKwargs", "BnbQuantizationConfig", "FP8RecipeKwargs", "MSAMPRecipeKwargs", "TERecipeKwargs",

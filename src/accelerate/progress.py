@@ -1,11 +1,15 @@
 """A tqdm progress bar that, by default, only the local main process draws.
 
 With several processes on a node each would otherwise print its own bar over the others.
+Upstream's path is ``accelerate.utils.tqdm``, a lazy face of this module: the bar asks the process
+state, which utils may not import.
 """
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: `accelerate.utils` imports this module eagerly, keep it bare
+# Not `typing.TYPE_CHECKING`: `import accelerate.utils` loads this module eagerly (see
+# utils/__init__.py), so it imports nothing at module level.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
