@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from accelerate.commands.launch import launch_command_parser
-from accelerate.utils.errors import NotAvailableYetError
 from accelerate.commands.launch_helpers import (
     PrepareForLaunch,
     env_var_path_add,
@@ -22,6 +21,7 @@ from accelerate.commands.launch_helpers import (
     prepare_tpu,
     setup_fp8_env,
 )
+from accelerate.utils.errors import NotAvailableYetError
 
 
 def test_env_var_path_add(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -49,7 +49,7 @@ _register("accelerate.utils.ports", "is_port_in_use")
 _register("accelerate.utils.text", "convert_bytes", "get_pretty_name")
 _register("accelerate.utils.kernel_check", "check_os_kernel")
 _register("accelerate.checkpointing.single_file", "clean_state_dict_for_safetensors", "load", "save")
-_register("accelerate.utils.other", "wait_for_everyone")
+_register("accelerate.state", "wait_for_everyone")
 _register("accelerate.utils.errors", "NotAvailableYetError")
 _register("accelerate.collectives.rng", "set_seed", "synchronize_rng_state", "synchronize_rng_states")
 _register("accelerate.utils.memory", "release_memory", "clear_device_cache", "should_reduce_batch_size")
@@ -117,10 +117,11 @@ _register(
     "purge_accelerate_environment", "set_numa_affinity", "str_to_bool",
 )  # fmt: skip
 _register("accelerate.utils.versions", "compare_versions", "is_torch_version")
-# Imported, not lazy: the function shares its module's name, and a lazy entry would be shadowed by the
-# submodule once anything imports `accelerate.utils.tqdm` directly. The module is import-free.
+# Bound now, not on first use: the function shares its face module's name, and a lazy entry would be
+# shadowed by that submodule once anything imports `accelerate.utils.tqdm` directly. Loading the face
+# first settles the attribute; both it and the function's home (accelerate.progress) are import-free.
 _register("accelerate.progress", "tqdm")
-from accelerate.progress import tqdm  # noqa: E402, F401, I001
+from accelerate.utils.tqdm import tqdm  # noqa: E402, F401, I001
 _register(
     "accelerate.utils.dataclasses",
     "AORecipeKwargs", "BnbQuantizationConfig", "FP8RecipeKwargs", "MSAMPRecipeKwargs", "TERecipeKwargs",
