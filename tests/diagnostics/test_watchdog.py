@@ -18,7 +18,13 @@ import torch
 import torch.distributed as dist
 
 from accelerate.diagnostics import rank_report
-from accelerate.diagnostics.watchdog import HANG_EXIT_CODE, SLOT, CollectiveSlot, Watchdog, flight_recorder_lines
+from accelerate.diagnostics.watchdog import (
+    HANG_EXIT_CODE,
+    SLOT,
+    CollectiveSlot,
+    Watchdog,
+    flight_recorder_lines,
+)
 from tests.conftest import WorkerPool
 
 

@@ -14,8 +14,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from accelerate.launch.hang_report import NCCL_DUMP_PREFIX, read_nccl_dumps, read_reports
 from accelerate.diagnostics.watchdog import SLOT, Watchdog, flight_recorder_lines
+from accelerate.launch.hang_report import NCCL_DUMP_PREFIX, read_nccl_dumps, read_reports
 
 
 def main(folder: str) -> None:
