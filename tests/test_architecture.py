@@ -196,3 +196,124 @@ def test_the_torch_xla_exceptions_still_import_it() -> None:
     assert stale == [], (
         f"these modules no longer import torch_xla; remove them from _TORCH_XLA_IMPORTERS: {stale}"
     )
+
+
+# --- utils/ is a namespace; the lower layers import nothing above them (issue 24) ----------------------
+# The bottom of the layering, lowest first. Each package may import itself and the ones before it,
+# plus ``accelerate._lazy`` (the lazy-export helper every face uses). ``collectives`` sits above
+# ``config`` (the communicator reads the launcher's debug settings) and below ``state`` (which binds
+# the communicator and waits in collectives); ``diagnostics`` (the hang watchdog) imports only utils.
+_LOW_LAYERS = ("utils", "diagnostics", "config", "collectives", "state")
+
+# Modules that still import upward, each with the reason and who moves it. Temporary: delete the entry
+# when the module moves (the guard then holds for whatever replaces it).
+_UPWARD_ALLOWED = {
+    "utils/deepspeed.py": "DeepSpeed wrappers subclass AcceleratedOptimizer/Scheduler; moving to backends/deepspeed/",
+    "utils/deepspeed_plugin.py": "reads the launch env and logs; moving to backends/deepspeed/ (plugin)",
+    "utils/deepspeed_config.py": "DeepSpeed config handling; moving to backends/deepspeed/",
+    "utils/xla.py": "XLACommunicator subclasses collectives' Communicator; moving to the XLA package",
+    "utils/torch_xla.py": "torch_xla installer; moving to the XLA package",
+    "utils/megatron_lm.py": "hardware-only stubs subclass AcceleratedOptimizer/Scheduler; belong in backends/",
+    "utils/fsdp_utils.py": "an eager (not lazy) face of backends/fsdp; to become lazy_exports with the FSDP package",
+    "state/accelerator_state.py": "asks backends.resolve.check_unavailable; goes with the frozen run description",
+}
+
+
+def _layer_imports(tree: ast.AST) -> list[tuple[int, str]]:
+    """Every accelerate module an import names, at any depth, and literal ``importlib.import_module``
+    arguments (an import by another spelling)."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module is not None and node.level == 0:
+            found += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute | ast.Name)
+            and (node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id)
+            in ("import_module", "__import__")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            found.append((node.lineno, node.args[0].value))
+    return [(line, name) for line, name in found if name == "accelerate" or name.startswith("accelerate.")]
+
+
+def _upward(package: str) -> list[str]:
+    allowed = {*_LOW_LAYERS[: _LOW_LAYERS.index(package) + 1], "_lazy"}
+    found = []
+    for path in sorted((SRC / package).rglob("*.py")):
+        if _name(path) in _UPWARD_ALLOWED:
+            continue
+        for line, module in _layer_imports(ast.parse(path.read_text())):
+            # `from accelerate import utils` names the package through its alias: the second part decides.
+            top = module.split(".")[1] if "." in module else ""
+            if top not in allowed:
+                found.append(f"{_name(path)}:{line}: {module}")
+    return found
+
+
+def test_utils_imports_nothing_above_it() -> None:
+    """utils/ holds upstream's paths as lazy faces and generic helpers: neither imports a higher package.
+
+    A face names its homes as strings (``lazy_exports``); a helper that needs the process state, the
+    collectives or the CLI is logic of that higher package and moves there, leaving a lazy face.
+    """
+    found = _upward("utils")
+    assert found == [], (
+        "utils/ imports a higher package; move the logic to the package it needs and re-export it "
+        f"from utils lazily (accelerate._lazy.lazy_exports with the home's module path): {found}"
+    )
+
+
+def _is_pure_face(tree: ast.Module) -> bool:
+    """A module that defines nothing of its own and re-exports through ``lazy_exports``."""
+    defines = any(
+        isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) for node in tree.body
+    )
+    lazy = any(isinstance(node, ast.Name) and node.id == "lazy_exports" for node in ast.walk(tree))
+    return lazy and not defines
+
+
+def test_pure_utils_faces_import_only_the_lazy_helper() -> None:
+    """A pure face loads nothing when imported: its homes are strings, each an existing module."""
+    eager, unknown = [], []
+    for path in sorted((SRC / "utils").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        if _name(path) in _UPWARD_ALLOWED or not _is_pure_face(tree):
+            continue
+        eager += [
+            f"{_name(path)}:{line}: {module}"
+            for line, module in _layer_imports(tree)
+            if not module.startswith("accelerate._lazy")
+        ]
+        homes = {
+            node.value
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and re.fullmatch(r"accelerate(\.\w+)+", node.value)
+        }
+        for home in sorted(homes):
+            relative = Path(*home.split(".")[1:])
+            if not (
+                (SRC / relative).with_suffix(".py").is_file() or (SRC / relative / "__init__.py").is_file()
+            ):
+                unknown.append(f"{_name(path)}: {home}")
+    assert eager == [], (
+        f"a lazy face imports eagerly; name the home in its lazy_exports table instead: {eager}"
+    )
+    assert unknown == [], (
+        f"a lazy face names a module that does not exist (moved?); point it at the home: {unknown}"
+    )
+
+
+def test_lower_layers_import_nothing_above_them() -> None:
+    """diagnostics < config < collectives < state: each imports only itself, the layers below and utils."""
+    found = [line for package in _LOW_LAYERS[1:] for line in _upward(package)]
+    assert found == [], (
+        f"a low layer imports a higher one (order, lowest first: {', '.join(_LOW_LAYERS)}); pass what it "
+        f"needs down as an argument, or move the code up to the package it needs: {found}"
+    )

@@ -17,12 +17,12 @@ from accelerate import preparation
 from accelerate.accelerator_checkpoints import AcceleratorCheckpoints
 from accelerate.accelerator_facts import AcceleratorFacts
 from accelerate.checkpointing import accelerator_io as checkpoint_io
+from accelerate.collectives import operations as collectives
 from accelerate.connector import connect
 from accelerate.optimizer import AcceleratedOptimizer
 from accelerate.scheduler import AcceleratedScheduler
 from accelerate.state.parallelism import ParallelismConfig
 from accelerate.state.trigger import ProcessTrigger
-from accelerate.utils import collectives
 from accelerate.utils.dataclasses import (
     AutocastKwargs,
     DataLoaderConfiguration,

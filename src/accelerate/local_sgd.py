@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from accelerate.utils.collectives import reduce
+from accelerate.collectives.operations import reduce
 
 if TYPE_CHECKING:
     from accelerate.accelerator import Accelerator

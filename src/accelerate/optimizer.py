@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from accelerate.diagnostics.watchdog import SLOT
 from accelerate.precision.amp import Precision
 from accelerate.state.gradient import GradientState
 from accelerate.utils.lomo import is_lomo_optimizer
 from accelerate.utils.tree import send_to_device
-from accelerate.utils.watchdog import SLOT
 
 if TYPE_CHECKING:
     from accelerate.backends.base import Strategy

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from accelerate.utils.rank_report import HANG_EXIT_CODE
+from accelerate.diagnostics.rank_report import HANG_EXIT_CODE
 from tests.commands.helpers import accelerate_cmd, cli_env, reserved_port
 
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "hang.py"

@@ -9,6 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from accelerate.diagnostics.rank_report import HANG_EXIT_CODE, write_report
 from accelerate.launch.hang_report import (
     HANG_REPORT_DIR_ENV,
     NCCL_DUMP_PREFIX,
@@ -18,7 +19,6 @@ from accelerate.launch.hang_report import (
     report_hang,
     summarize,
 )
-from accelerate.utils.rank_report import HANG_EXIT_CODE, write_report
 
 
 def _report(rank: int, operation: str | None, function: str, **extra: Any) -> dict[str, Any]:

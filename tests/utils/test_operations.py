@@ -10,9 +10,9 @@ from dataclasses import dataclass
 import pytest
 import torch
 
+from accelerate.collectives.operations import check_operation_inputs
 from accelerate.state import PartialState
 from accelerate.utils import operations as ops
-from accelerate.utils.collectives import check_operation_inputs
 from tests.helpers.pool import WorkerPool
 
 Pair = namedtuple("Pair", ["x", "y"])

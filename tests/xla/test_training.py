@@ -19,6 +19,7 @@ import torch  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 from accelerate import Accelerator, DistributedType, GradientState  # noqa: E402
+from accelerate.collectives.communicator import current_communicator  # noqa: E402
 from accelerate.data_loader import MpDeviceLoaderWrapper  # noqa: E402
 from accelerate.state import reset_state  # noqa: E402
 from accelerate.state.xla import XLACommunicator  # noqa: E402
@@ -30,7 +31,6 @@ from accelerate.utils import (  # noqa: E402
     pad_across_processes,
     reduce,
 )
-from accelerate.utils.comm import current_communicator  # noqa: E402
 
 if os.environ.get("PJRT_DEVICE") is None:
     pytest.skip(

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from accelerate.checkpointing.checkpoint_io import CheckpointIO
-from accelerate.utils.agreement import agree_on_failure
+from accelerate.collectives.agreement import agree_on_failure
 
 if TYPE_CHECKING:
     from accelerate.accelerator import Accelerator
@@ -248,7 +248,7 @@ def _lock_project(objects: TrainingObjects, output_dir: str | None) -> ProjectLo
     from accelerate.checkpointing.project import checkpoints_root
     from accelerate.checkpointing.project_lock import ProjectBusyError, ProjectLock
     from accelerate.checkpointing.training_state import writer_and_node
-    from accelerate.utils.agreement import agree_on_outcome
+    from accelerate.collectives.agreement import agree_on_outcome
 
     project = _project_dir(objects.project, output_dir, "save_state")
     if project is None:

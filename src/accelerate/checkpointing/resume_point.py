@@ -15,7 +15,7 @@ from pathlib import Path
 from accelerate.checkpointing.atomic import checkpoint_folder
 from accelerate.checkpointing.errors import CheckpointError
 from accelerate.checkpointing.project import checkpoints_root, latest_checkpoint, next_iteration
-from accelerate.utils.agreement import agree_on_failure
+from accelerate.collectives.agreement import agree_on_failure
 
 
 def find_resume_checkpoint(

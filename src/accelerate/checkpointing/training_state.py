@@ -54,7 +54,7 @@ from accelerate.checkpointing.rng import (
     capture_rng_state,
     rng_file_name,
 )
-from accelerate.utils.agreement import agree_on_failure, agree_on_outcome
+from accelerate.collectives.agreement import agree_on_failure, agree_on_outcome
 
 if TYPE_CHECKING:
     from accelerate.checkpointing.checkpoint_io import SaveParts

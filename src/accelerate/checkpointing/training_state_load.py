@@ -63,7 +63,7 @@ from accelerate.checkpointing.training_state import (
     indexed_name,
     model_names,
 )
-from accelerate.utils.agreement import agree_on_failure
+from accelerate.collectives.agreement import agree_on_failure
 
 logger = logging.getLogger(__name__)
 

@@ -15,11 +15,11 @@ from typing import Any
 
 import torch
 
+from accelerate.collectives.communicator import current_communicator
+from accelerate.collectives.operations import broadcast, broadcast_object_list
+from accelerate.collectives.rng import synchronize_rng_states
 from accelerate.data.samplers import SeedableRandomSampler, TorchOrderRandomSampler, get_sampler, set_sampler
 from accelerate.state.gradient import GradientState
-from accelerate.utils.collectives import broadcast, broadcast_object_list
-from accelerate.utils.comm import current_communicator
-from accelerate.utils.random import synchronize_rng_states
 from accelerate.utils.tree import send_to_device
 
 

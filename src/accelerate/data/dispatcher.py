@@ -17,12 +17,12 @@ from typing import Any, NamedTuple
 import torch
 from torch.utils.data import DataLoader
 
+from accelerate.collectives.agreement import agree_on_failure
+from accelerate.collectives.communicator import current_communicator
 from accelerate.data.base import PreparedLoaderMixin, check_no_device_mesh, preserve_global_rng
 from accelerate.data.batches import batch_length, pad_batch, slice_batch
 from accelerate.data.samplers import WrappedBatchSampler
 from accelerate.state.gradient import GradientState
-from accelerate.utils.agreement import agree_on_failure
-from accelerate.utils.comm import current_communicator
 from accelerate.utils.tree import recursively_apply
 
 _END: Any = object()

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from accelerate.utils.collectives import gather, gather_object
+from accelerate.collectives.operations import gather, gather_object
 from accelerate.utils.tree import recursively_apply
 
 logger = logging.getLogger(__name__)

@@ -184,7 +184,7 @@ def _run(module: bool, target: str, argv: list[str]) -> int:
 def _wait_for_the_hang_watchdog() -> None:
     """After this process reported a hang, an error in the main thread (a peer that already ended closed
     its connection) is a consequence, not news: let the watchdog end the process without a traceback."""
-    watchdog = sys.modules.get("accelerate.utils.watchdog")
+    watchdog = sys.modules.get("accelerate.diagnostics.watchdog")
     if watchdog is not None and watchdog.REPORTED.is_set():
         time.sleep(60)  # the watchdog ends the process (os._exit) within its grace period
 
@@ -202,7 +202,7 @@ def _leave_process_group_together() -> None:
         return
     # A peer still stuck elsewhere must not leave this barrier waiting unreported: the hang watchdog
     # watches it like any collective (when the script used accelerate; looked up, not imported).
-    watchdog = sys.modules.get("accelerate.utils.watchdog")
+    watchdog = sys.modules.get("accelerate.diagnostics.watchdog")
     watched = (
         watchdog.SLOT.enter("barrier at the end of the script") if watchdog else contextlib.nullcontext()
     )

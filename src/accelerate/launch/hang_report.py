@@ -1,7 +1,7 @@
 """The launcher's side of hang diagnosis: where the ranks report, and the one summary it prints.
 
 ``accelerate launch`` gives its processes a fresh folder (``ACCELERATE_HANG_REPORT_DIR``). When the
-ranks stop meeting in collectives, each rank's watchdog (:mod:`accelerate.utils.watchdog`) writes
+ranks stop meeting in collectives, each rank's watchdog (:mod:`accelerate.diagnostics.watchdog`) writes
 ``rank_<N>.json`` there and the process ends with exit code 124. After the failure, the launcher
 reads the folder and prints which ranks wait in which collective (with shapes and the line that
 called it), which rank is missing and where it is (file:line and function), then each rank's stack.
@@ -20,7 +20,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-from accelerate.utils.rank_report import (
+from accelerate.diagnostics.rank_report import (
     HANG_EXIT_CODE,
     REPORT_PREFIX,
     REPORT_SUFFIX,

@@ -25,6 +25,14 @@ def state_is_initialized() -> bool:
     return state is not None and bool(getattr(state, "_initialized", False))
 
 
+def wait_for_everyone() -> None:
+    """Blocks until every process reaches this call (``PartialState().wait_for_everyone()``).
+
+    Upstream's ``accelerate.utils.wait_for_everyone``; a free function for code without the state at hand.
+    """
+    PartialState().wait_for_everyone()
+
+
 def reset_state(destroy_process_group: bool = False) -> None:
     """Forgets every per-process state object (for tests and notebooks)."""
     reset_accelerator_state()
@@ -48,4 +56,5 @@ __all__ = [
     "reset_state",
     "split_for_process",
     "state_is_initialized",
+    "wait_for_everyone",
 ]

@@ -17,16 +17,16 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 
+from accelerate.collectives.communicator import bind_communicator, current_communicator, make_communicator
+from accelerate.collectives.operations import check_arrival
 from accelerate.config.env import read_launch_env
+from accelerate.diagnostics.watchdog import SLOT, start_watchdog, stop_watchdog
 from accelerate.state.distributed_type import DistributedType
 from accelerate.state.environment import ClusterEnvironment, detect_environment
 from accelerate.state.process_group import GroupRequest, group_timeout, init_or_adopt, release_unused_groups
 from accelerate.state.shared import SharedStateView, fork_launched, mark_reset, set_device, was_reset
 from accelerate.state.teardown import on_shutdown, stop_background_work
 from accelerate.state.xla import detect_xla
-from accelerate.utils.collectives import check_arrival
-from accelerate.utils.comm import bind_communicator, current_communicator, make_communicator
-from accelerate.utils.watchdog import SLOT, start_watchdog, stop_watchdog
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -201,8 +201,8 @@ class PartialState:
     def debug(self, value: bool) -> None:
         self._debug = bool(value)
         communicator = current_communicator()
-        # XLA processes share no torch.distributed store for the check, so their collectives stay unchecked.
-        if not isinstance(communicator, XLACommunicator):
+        # A communicator that cannot run the checks (XLA: no shared store) stays unchecked.
+        if communicator.can_check_shapes:
             communicator.debug = self._debug
 
     @property

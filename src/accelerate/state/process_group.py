@@ -44,7 +44,7 @@ class GroupRequest:
 _OWN_GROUPS: list[Any] = []
 # The timeout of a group accelerate creates when none was asked for (InitProcessGroupKwargs(timeout=)).
 # torch's gloo default (30 min) leaves a hung CPU job silent for half an hour; 10 minutes is torch's
-# NCCL default, so both backends now report a hang (accelerate.utils.watchdog) within 10 minutes.
+# NCCL default, so both backends now report a hang (accelerate.diagnostics.watchdog) within 10 minutes.
 DEFAULT_TIMEOUT = timedelta(minutes=10)
 _OWN_REQUEST = GroupRequest()
 _WARNED: set[str] = set()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from accelerate.utils import collectives
+from accelerate.collectives import operations as collectives
 
 
 class ProcessTrigger:

@@ -20,8 +20,8 @@ from typing import Any
 
 import torch
 
+from accelerate.collectives.communicator import Communicator
 from accelerate.state.environment import ClusterEnvironment
-from accelerate.utils.comm import Communicator
 
 
 def xla_requested(cpu: bool = False) -> bool:
@@ -43,6 +43,11 @@ class XLACommunicator(Communicator):
     """The collectives through torch_xla (``xm.all_gather``, ``xm.all_reduce``, ``xm.collective_broadcast``,
     ``xm.rendezvous``) instead of torch.distributed: under PJRT the processes share no torch
     process group, each owns one XLA device."""
+
+    @property
+    def can_check_shapes(self) -> bool:
+        # No torch.distributed store is shared under PJRT, so debug mode's shape checks cannot run.
+        return False
 
     def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
         import torch_xla.core.xla_model as xm

@@ -19,7 +19,7 @@ _register(
     "ProjectConfiguration", "DeepSpeedPlugin", "FullyShardedDataParallelPlugin", "MegatronLMPlugin",
 )  # fmt: skip
 _register(
-    "accelerate.utils.collectives",
+    "accelerate.collectives.operations",
     "CannotPadNestedTensorWarning", "DistributedOperationException", "broadcast", "broadcast_object_list",
     "gather", "gather_object", "pad_across_processes", "reduce", "verify_operation",
 )  # fmt: skip
@@ -33,7 +33,7 @@ _register(
     "accelerate.utils.tensor_info",
     "TensorInformation", "find_device", "initialize_tensors", "is_tensor_information",
 )  # fmt: skip
-_register("accelerate.utils.owned_tensor", "copy_tensor_to_devices")
+_register("accelerate.collectives.owned_tensor", "copy_tensor_to_devices")
 _register("accelerate.utils.fp32_outputs", "convert_outputs_to_fp32", "convert_to_fp32")
 _register("accelerate.utils.gathered_parameters", "GatheredParameters")
 _register(
@@ -49,13 +49,11 @@ _register("accelerate.utils.ports", "is_port_in_use")
 _register("accelerate.utils.text", "convert_bytes", "get_pretty_name")
 _register("accelerate.utils.kernel_check", "check_os_kernel")
 _register("accelerate.checkpointing.single_file", "clean_state_dict_for_safetensors", "load", "save")
-_register("accelerate.utils.other", "wait_for_everyone")
+_register("accelerate.state", "wait_for_everyone")
 _register("accelerate.utils.errors", "NotAvailableYetError")
-_register("accelerate.utils.random", "set_seed", "synchronize_rng_state", "synchronize_rng_states")
-_register(
-    "accelerate.utils.memory", "find_executable_batch_size", "release_memory", "clear_device_cache",
-    "should_reduce_batch_size",
-)  # fmt: skip
+_register("accelerate.collectives.rng", "set_seed", "synchronize_rng_state", "synchronize_rng_states")
+_register("accelerate.utils.memory", "release_memory", "clear_device_cache", "should_reduce_batch_size")
+_register("accelerate.state.batch_search", "find_executable_batch_size")
 _register(
     "accelerate.utils.imports", "is_bf16_available", "is_cuda_available", "is_deepspeed_available",
     "is_mlflow_available", "is_tensorboard_available", "is_torch_xla_available", "is_wandb_available",
@@ -119,9 +117,10 @@ _register(
     "purge_accelerate_environment", "set_numa_affinity", "str_to_bool",
 )  # fmt: skip
 _register("accelerate.utils.versions", "compare_versions", "is_torch_version")
-# Imported, not lazy: the function shares its module's name, and a lazy entry would be shadowed by the
-# submodule once anything imports `accelerate.utils.tqdm` directly. The module is import-free.
-_register("accelerate.utils.tqdm", "tqdm")
+# Bound now, not on first use: the function shares its face module's name, and a lazy entry would be
+# shadowed by that submodule once anything imports `accelerate.utils.tqdm` directly. Loading the face
+# first settles the attribute; both it and the function's home (accelerate.progress) are import-free.
+_register("accelerate.progress", "tqdm")
 from accelerate.utils.tqdm import tqdm  # noqa: E402, F401, I001
 _register(
     "accelerate.utils.dataclasses",
@@ -156,7 +155,7 @@ _register("accelerate.state.parallelism", "ParallelismConfig")
 _register("accelerate.utils.modeling", "is_peft_model")
 _register("accelerate.precision.helpers", "get_grad_scaler", "get_mixed_precision_context_manager")
 _register(
-    "accelerate.utils.launch",
+    "accelerate.commands.launch_helpers",
     "PrepareForLaunch", "env_var_path_add", "prepare_deepspeed_cmd_env", "prepare_multi_gpu_env",
     "prepare_sagemager_args_inputs", "prepare_simple_launcher_cmd_env", "prepare_tpu",
 )  # fmt: skip

@@ -1,35 +1,14 @@
-"""A tqdm progress bar that, by default, only the local main process draws.
+"""Public module path ``accelerate.utils.tqdm``: a lazy face of :mod:`accelerate.progress`.
 
-With several processes on a node each would otherwise print its own bar over the others.
+The bar asks the process state which process draws it, so it lives above ``utils/``.
 """
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: `accelerate.utils` imports this module eagerly, keep it bare
-if TYPE_CHECKING:
-    from typing import Any
+from accelerate._lazy import lazy_exports
 
+_LAZY: dict[str, str] = {"tqdm": "accelerate.progress"}
 
-def tqdm(*args: Any, main_process_only: bool = True, **kwargs: Any) -> Any:
-    """``tqdm.auto.tqdm(*args, **kwargs)``, disabled on every process but the local main one.
+__all__ = sorted(_LAZY)
 
-    Args:
-        main_process_only: draw only on the local main process (``False``: on every process).
-        *args, **kwargs: passed to tqdm; an explicit ``disable=True`` always wins.
-
-    Example:
-        >>> for batch in tqdm(loader, desc="train"):
-        ...     ...
-    """
-    if args and isinstance(args[0], bool):
-        raise ValueError(
-            f"tqdm({args[0]!r}, ...): the first argument is the iterable. Pass the flag by name: "
-            f"tqdm(iterable, main_process_only={args[0]!r})."
-        )
-    from tqdm.auto import tqdm as auto_tqdm
-
-    if main_process_only and not kwargs.get("disable", False):
-        from accelerate.state import PartialState
-
-        kwargs["disable"] = PartialState().local_process_index != 0
-    return auto_tqdm(*args, **kwargs)
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -54,7 +54,7 @@ from accelerate.backends.fsdp.state_dict import (
 from accelerate.checkpointing.atomic import FileRecord, SyncGroup, save_torch
 from accelerate.checkpointing.checkpoint_io import CheckpointIO
 from accelerate.checkpointing.errors import CheckpointError
-from accelerate.utils.agreement import agree_on_failure
+from accelerate.collectives.agreement import agree_on_failure
 
 
 @dataclass

@@ -1,8 +1,8 @@
 """What the collectives need to know about this process's group, from one owner.
 
 ``PartialState`` builds a :class:`Communicator` once the process group exists and binds it here
-(state sits above utils, so it hands the facts down instead of utils reaching up). Everything that
-communicates — the collectives, the data dispatcher, the loaders' shuffle sync — asks
+(state sits above collectives, so it hands the facts down instead of collectives reaching up).
+Everything that communicates — the collectives, the data dispatcher, the loaders' shuffle sync — asks
 :func:`current_communicator` rather than reading ``torch.distributed`` globals itself, so a new
 backend (FSDP, DeepSpeed, XLA) changes one object, not every caller.
 
@@ -53,7 +53,12 @@ class Communicator:
     def is_distributed(self) -> bool:
         return self.world_size > 1
 
-    # --- the primitives every collective in accelerate.utils is built on ----------------------
+    @property
+    def can_check_shapes(self) -> bool:
+        """Whether debug mode's cross-process shape checks can run (they need torch.distributed's store)."""
+        return True
+
+    # --- the primitives every collective in accelerate.collectives is built on ----------------
     # torch.distributed here; a backend with its own collectives (XLA) subclasses and overrides them.
     def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
         """Every process's ``tensor`` (same shape everywhere) concatenated along dimension 0.

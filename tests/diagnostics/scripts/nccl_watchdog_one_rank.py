@@ -1,6 +1,6 @@
 """One process, a one-rank NCCL group: the hang watchdog's report carries NCCL's flight recorder.
 
-Run by tests/utils/test_cuda_watchdog.py with TORCH_FR_BUFFER_SIZE set (the recorder is sized when
+Run by tests/diagnostics/test_cuda_watchdog.py with TORCH_FR_BUFFER_SIZE set (the recorder is sized when
 the process first uses it). Prints one JSON line with what it found; argv[1] is the report folder.
 """
 
@@ -14,8 +14,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from accelerate.diagnostics.watchdog import SLOT, Watchdog, flight_recorder_lines
 from accelerate.launch.hang_report import NCCL_DUMP_PREFIX, read_nccl_dumps, read_reports
-from accelerate.utils.watchdog import SLOT, Watchdog, flight_recorder_lines
 
 
 def main(folder: str) -> None:

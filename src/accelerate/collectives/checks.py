@@ -3,7 +3,7 @@
 Two ways a collective hangs: the processes call it with inputs that do not fit together (different
 shapes, structures, dtypes, or different operations at the same point), or one process never calls
 it at all (it skipped a branch, or went on to something else). Both hang inside torch until the
-process group's timeout; without debug mode the hang watchdog (:mod:`accelerate.utils.watchdog`)
+process group's timeout; without debug mode the hang watchdog (:mod:`accelerate.diagnostics.watchdog`)
 then says where each process is, debug mode names the mismatch before the collective starts.
 
 In debug mode each process, before its n-th collective, writes a short description of the call
@@ -25,7 +25,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from accelerate.utils.comm import Communicator
+from accelerate.collectives.communicator import Communicator
 
 
 class DistributedOperationException(RuntimeError):

@@ -9,7 +9,7 @@ Two pieces, one per process:
 - :class:`Watchdog`, a daemon thread started with the process group. Every ``poll_s`` it looks at
   the slot: a collective older than ``deadline_s`` (three quarters of the process group's timeout,
   so the report comes before torch's own timeout error) means this rank waits for a peer that is not
-  coming. It then writes this rank's report (:mod:`accelerate.utils.rank_report`), raises a flag in
+  coming. It then writes this rank's report (:mod:`accelerate.diagnostics.rank_report`), raises a flag in
   the process group's key-value store, and gives its peers ``grace_s`` to answer. Every other rank's
   watchdog polls that flag and, seeing it, reports too, wherever it is: in user code (the rank that
   is missing), or in another collective. Then every rank ends with :data:`HANG_EXIT_CODE`, and the
@@ -32,7 +32,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from accelerate.utils.rank_report import HANG_EXIT_CODE, build_report, format_report, write_report
+from accelerate.diagnostics.rank_report import HANG_EXIT_CODE, build_report, format_report, write_report
 
 __all__ = [
     "HANG_EXIT_CODE",

@@ -1,4 +1,4 @@
-"""The collective slot and the per-rank hang watchdog (accelerate.utils.watchdog).
+"""The collective slot and the per-rank hang watchdog (accelerate.diagnostics.watchdog).
 
 The watchdog runs for real on its own thread; a test gives it a short timeout, a real key-value
 store (torch's HashStore) where peers would be, and an exit function that records the status
@@ -17,8 +17,14 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from accelerate.utils import rank_report
-from accelerate.utils.watchdog import HANG_EXIT_CODE, SLOT, CollectiveSlot, Watchdog, flight_recorder_lines
+from accelerate.diagnostics import rank_report
+from accelerate.diagnostics.watchdog import (
+    HANG_EXIT_CODE,
+    SLOT,
+    CollectiveSlot,
+    Watchdog,
+    flight_recorder_lines,
+)
 from tests.conftest import WorkerPool
 
 
@@ -186,7 +192,8 @@ def test_shapes_of_nested_structures() -> None:
 
 def _watchdog_facts() -> dict[str, Any]:
     from accelerate import PartialState
-    from accelerate.utils import gather, reduce, watchdog
+    from accelerate.diagnostics import watchdog
+    from accelerate.utils import gather, reduce
 
     if dist.is_initialized():  # an earlier test's group may carry its own timeout; start over
         dist.destroy_process_group()

@@ -1,4 +1,4 @@
-"""accelerate.utils.launch: upstream's launch helpers answered by our launch plan."""
+"""Upstream's launch helpers (public path ``accelerate.utils.launch``), answered by our launch plan."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from accelerate.commands.launch import launch_command_parser
-from accelerate.utils.errors import NotAvailableYetError
-from accelerate.utils.launch import (
+from accelerate.commands.launch_helpers import (
     PrepareForLaunch,
     env_var_path_add,
     prepare_deepspeed_cmd_env,
@@ -22,6 +21,7 @@ from accelerate.utils.launch import (
     prepare_tpu,
     setup_fp8_env,
 )
+from accelerate.utils.errors import NotAvailableYetError
 
 
 def test_env_var_path_add(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,6 +1,6 @@
 """What one rank says about itself when the job hangs: where it is, and in which collective.
 
-The watchdog (:mod:`accelerate.utils.watchdog`) builds this report from a thread of its own while
+The watchdog (:mod:`accelerate.diagnostics.watchdog`) builds this report from a thread of its own while
 the main thread may be blocked inside a C++ collective, so everything here reads state without
 touching the communicator: ``sys._current_frames()`` for the stacks (a thread blocked in gloo has
 released the GIL, so its Python frames can be read), the collective slot for the operation.

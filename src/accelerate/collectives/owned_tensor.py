@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
-from accelerate.utils.collectives import broadcast, gather_object
-from accelerate.utils.comm import current_communicator
+from accelerate.collectives.communicator import current_communicator
+from accelerate.collectives.operations import broadcast, gather_object
 from accelerate.utils.tensor_info import TENSOR_INT_TO_DTYPE, TENSOR_TYPE_TO_INT
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from accelerate.utils.comm import Communicator, current_communicator
+from accelerate.collectives.communicator import Communicator, current_communicator
 
 # A payload that pickles to at most this many bytes (the file records of a checkpoint, as a rule)
 # travels in one fixed-size all-gather; torch's all_gather_object spends a collective on the sizes

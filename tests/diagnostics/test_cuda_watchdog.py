@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from accelerate.utils.rank_report import HANG_EXIT_CODE
+from accelerate.diagnostics.rank_report import HANG_EXIT_CODE
 
 pytestmark = pytest.mark.cuda
 

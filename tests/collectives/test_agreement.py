@@ -6,8 +6,8 @@ from typing import Any
 import pytest
 import torch
 
+from accelerate.collectives.agreement import agree_on_failure, agree_on_outcome
 from accelerate.state import PartialState
-from accelerate.utils.agreement import agree_on_failure, agree_on_outcome
 from tests.helpers.pool import WorkerPool
 
 

@@ -15,10 +15,10 @@ from typing import Any, TypeVar
 
 import torch
 
-from accelerate.utils.collective_checks import DistributedOperationException, check_collective
-from accelerate.utils.comm import current_communicator
+from accelerate.collectives.checks import DistributedOperationException, check_collective
+from accelerate.collectives.communicator import current_communicator
+from accelerate.diagnostics.watchdog import SLOT
 from accelerate.utils.tree import check_tensor_leaves, recursively_apply
-from accelerate.utils.watchdog import SLOT
 
 __all__ = [
     "CannotPadNestedTensorWarning",
@@ -68,7 +68,7 @@ def check_operation_inputs(operation: str, data: Any, *, dims_only: bool = False
     """Raises on every process unless all reached ``operation`` with the same structure, shapes, dtypes.
 
     Checks whether or not debug mode is on (call it on every process); :func:`verify_operation`
-    is the decorator that runs it only in debug mode. See :mod:`accelerate.utils.collective_checks`.
+    is the decorator that runs it only in debug mode. See :mod:`accelerate.collectives.checks`.
     """
     check_collective(current_communicator(), operation, _signature(data, dims_only))
 

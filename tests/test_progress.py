@@ -1,4 +1,7 @@
-"""`accelerate.utils.tqdm` draws one bar per node: only the local main process's is enabled."""
+"""`accelerate.progress.tqdm` (upstream's `accelerate.utils.tqdm`) draws one bar per node.
+
+Only the local main process's bar is enabled.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +9,8 @@ import io
 
 import pytest
 
+from accelerate.progress import tqdm
 from accelerate.state import PartialState
-from accelerate.utils import tqdm
 from tests.helpers.pool import WorkerPool
 
 
