@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from accelerate.backends.base import Strategy
+from accelerate.backends.deepspeed.plugin import deepspeed_accumulation, resolve_deepspeed_plugins
 from accelerate.backends.resolve import (
     check_unavailable,
     plugin_choices,
@@ -38,7 +39,6 @@ from accelerate.utils.dataclasses import (
     TorchDynamoPlugin,
     collect_kwargs_handlers,
 )
-from accelerate.utils.deepspeed_plugin import deepspeed_accumulation, resolve_deepspeed_plugins
 
 
 @dataclasses.dataclass

@@ -4,7 +4,7 @@ Unset fields take the launcher's settings (``accelerate launch --use_deepspeed -
 read through :func:`accelerate.config.env.read_launch_env`), then upstream's defaults. With
 ``hf_ds_config`` (a JSON path or dict) the file is the base and the plugin's fields fill its
 ``"auto"`` values; what is still ``"auto"`` is filled at ``prepare`` (see
-:mod:`accelerate.backends.deepspeed_setup`). No deepspeed import here: building a plugin is cheap.
+:mod:`accelerate.backends.deepspeed.setup`). No deepspeed import here: building a plugin is cheap.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from accelerate.backends.deepspeed.config import AUTO, HfDeepSpeedConfig, Known, fill_auto, set_value
 from accelerate.logging import get_logger
-from accelerate.utils.deepspeed_config import AUTO, HfDeepSpeedConfig, Known, fill_auto, set_value
 
 if TYPE_CHECKING:
     from accelerate.utils.dataclasses import GradientAccumulationPlugin
@@ -306,7 +306,7 @@ class DeepSpeedPlugin:
         """
         if not (self.zero3_init_flag and self.zero_stage == 3):
             return contextlib.nullcontext()
-        from accelerate.utils.deepspeed import import_deepspeed
+        from accelerate.backends.deepspeed.runtime import import_deepspeed
 
         deepspeed = import_deepspeed()
         # Init reads the ZeRO section and the dtype; the batch values are still "auto" until prepare().
@@ -321,6 +321,17 @@ class DeepSpeedPlugin:
                 config[mode] = {"enabled": True}
         context: contextlib.AbstractContextManager[Any] = deepspeed.zero.Init(config_dict_or_path=config)
         return context
+
+
+def get_active_deepspeed_plugin(state: Any) -> Any:
+    """The selected DeepSpeedPlugin of ``state`` (an AcceleratorState); raises without DeepSpeed."""
+    plugins = getattr(state, "deepspeed_plugins", None)
+    if not plugins:
+        raise ValueError(
+            "No DeepSpeed plugin is active: pass Accelerator(deepspeed_plugin=DeepSpeedPlugin(...)) or launch "
+            "with `accelerate launch --use_deepspeed`."
+        )
+    return next(plugin for plugin in plugins.values() if plugin.selected)
 
 
 def resolve_deepspeed_plugins(
