@@ -32,6 +32,7 @@ from accelerate.backends.deepspeed.wrappers import (
     DummyScheduler,
     map_pytorch_optim_to_deepspeed,
 )
+from accelerate.backends.registry import Prepared
 from accelerate.state.distributed_type import DistributedType
 
 if TYPE_CHECKING:
@@ -55,9 +56,13 @@ class DeepSpeedStrategy(Strategy):
 
     # --- prepare -------------------------------------------------------------------------------------
     def prepare_jointly(
-        self, accelerator: Accelerator, objects: list[Any], placements: list[bool | None]
+        self, accelerator: Accelerator, objects: list[Any], placements: list[bool | None], prepared: Prepared
     ) -> JointPreparation:
-        """Dataloaders first (their batch size fills the config), then one engine for model+optimizer+scheduler."""
+        """Dataloaders first (their batch size fills the config), then one engine for model+optimizer+scheduler.
+
+        Without a dataloader in this call, the ones ``prepared`` earlier give the batch size; a
+        scheduler wrapper follows the optimizers prepared earlier and in this call.
+        """
         from accelerate.preparation import _kind
 
         kinds = [
@@ -91,9 +96,7 @@ class DeepSpeedStrategy(Strategy):
         model = objects[models[0]]
         optimizer = objects[optimizers[0]] if optimizers else None
         scheduler = objects[schedulers[0]] if schedulers else None
-        loaders = [results[i] for i, k in enumerate(kinds) if k == "dataloader"] or list(
-            accelerator._dataloaders
-        )
+        loaders = [results[i] for i, k in enumerate(kinds) if k == "dataloader"] or list(prepared.dataloaders)
         engine = self._build(accelerator, model, optimizer, scheduler, loaders)
         results[models[0]] = engine.engine
         joint = JointPreparation(results, models=[engine.engine])
@@ -102,7 +105,7 @@ class DeepSpeedStrategy(Strategy):
             joint.optimizers.append(wrapped)
             results[optimizers[0]] = wrapped
         if schedulers:
-            sched = DeepSpeedSchedulerWrapper(engine.scheduler, [*accelerator._optimizers, *joint.optimizers])
+            sched = DeepSpeedSchedulerWrapper(engine.scheduler, [*prepared.optimizers, *joint.optimizers])
             joint.schedulers.append(sched)
             results[schedulers[0]] = sched
         return joint
