@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from accelerate.backends.base import Strategy
-from accelerate.backends.deepspeed.plugin import deepspeed_accumulation, resolve_deepspeed_plugins
+from accelerate.backends.deepspeed.launch import resolve_deepspeed_plugins
+from accelerate.backends.deepspeed.plugin import deepspeed_accumulation
 from accelerate.backends.resolve import (
     check_unavailable,
     plugin_choices,

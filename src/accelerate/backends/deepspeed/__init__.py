@@ -44,7 +44,7 @@ _EXPORTS = {
     "HfDeepSpeedConfig": "accelerate.backends.deepspeed.config",
     "DeepSpeedStrategy": "accelerate.backends.deepspeed.strategy",
     "EngineCheckpointIO": "accelerate.backends.deepspeed.checkpoint_io",
-    "resolve_deepspeed_plugins": "accelerate.backends.deepspeed.plugin",
+    "resolve_deepspeed_plugins": "accelerate.backends.deepspeed.launch",
     "import_deepspeed": "accelerate.backends.deepspeed.runtime",
     "GatheredParameters": "accelerate.backends.deepspeed.gathered",
 }
