@@ -2,8 +2,9 @@
 
 Modules stay small; ``checkpointing/`` knows no backend (it asks ``Strategy.checkpoint_io()``, see
 checkpointing/checkpoint_io.py), so it neither imports ``accelerate.backends`` nor names FSDP or
-DeepSpeed in its code; and every module imports on its own, so no import cycle hides behind the
-order in which the package happens to load its modules.
+DeepSpeed in its code; only ``backends/deepspeed/`` imports ``deepspeed``, and its plugin reads no
+environment; and every module imports on its own, so no import cycle hides behind the order in
+which the package happens to load its modules.
 """
 
 from __future__ import annotations
@@ -117,6 +118,39 @@ def test_checkpointing_code_names_no_backend() -> None:
     assert found == [], (
         "checkpointing/ names a backend in its code; move the backend's part behind its CheckpointIO "
         f"(backends/<backend>/...) and ask Strategy.checkpoint_io(): {found}"
+    )
+
+
+# Where the third-party ``deepspeed`` may be imported: its backend package, and (as ARCHITECTURE.md
+# allows) upstream's face module and the resolver. Today only the package does.
+_MAY_IMPORT_DEEPSPEED = ("backends/deepspeed/", "utils/deepspeed.py", "backends/resolve.py")
+
+
+def test_only_the_deepspeed_package_imports_deepspeed() -> None:
+    found = [
+        f"{_name(path)}:{line}: {module}"
+        for path in _modules()
+        if not _name(path).startswith(_MAY_IMPORT_DEEPSPEED)
+        for line, module in _imported(ast.parse(path.read_text()))
+        if module == "deepspeed" or module.startswith("deepspeed.")
+    ]
+    assert found == [], (
+        "deepspeed is imported outside backends/deepspeed/; call accelerate.backends.deepspeed.runtime."
+        f"import_deepspeed() or move the code into the package: {found}"
+    )
+
+
+def test_the_deepspeed_plugin_reads_no_environment() -> None:
+    """Config dataclasses are pure: the launcher's settings reach DeepSpeedPlugin through
+    backends/deepspeed/launch.py (resolve_deepspeed_plugins), never from inside the plugin."""
+    path = SRC / "backends" / "deepspeed" / "plugin.py"
+    words = {word for _, word in _code_words(ast.parse(path.read_text()))}
+    imported = {module for _, module in _imported(ast.parse(path.read_text()))}
+    reads = sorted(words & {"environ", "getenv", "read_launch_env"}) + sorted(
+        m for m in imported if m == "os" or m.startswith("accelerate.config.env")
+    )
+    assert reads == [], (
+        f"backends/deepspeed/plugin.py reads the environment ({reads}); fill fields in launch.py"
     )
 
 
