@@ -13,7 +13,7 @@ def test_clear_forgets_everything_and_keeps_the_lists() -> None:
     prepared = Prepared()
     lists = (prepared.models, prepared.optimizers, prepared.schedulers, prepared.dataloaders)
     for objects in lists:
-        objects.append(object())
+        objects.append(torch.nn.Linear(1, 1))
     prepared.clear()
     assert (prepared.models, prepared.optimizers, prepared.schedulers, prepared.dataloaders) == (
         [],
