@@ -3,8 +3,9 @@
 Modules stay small; ``checkpointing/`` knows no backend (it asks ``Strategy.checkpoint_io()``, see
 checkpointing/checkpoint_io.py), so it neither imports ``accelerate.backends`` nor names FSDP or
 DeepSpeed in its code; torch_xla is imported only by the XLA backend and the few modules listed
-with their reasons; and every module imports on its own, so no import cycle hides behind the
-order in which the package happens to load its modules.
+with their reasons; only ``backends/deepspeed/`` imports ``deepspeed``, and its plugin reads no
+environment; and every module imports on its own, so no import cycle hides behind the order in
+which the package happens to load its modules.
 """
 
 from __future__ import annotations
@@ -121,6 +122,39 @@ def test_checkpointing_code_names_no_backend() -> None:
     )
 
 
+# Where the third-party ``deepspeed`` may be imported: its backend package, and (as ARCHITECTURE.md
+# allows) upstream's face module and the resolver. Today only the package does.
+_MAY_IMPORT_DEEPSPEED = ("backends/deepspeed/", "utils/deepspeed.py", "backends/resolve.py")
+
+
+def test_only_the_deepspeed_package_imports_deepspeed() -> None:
+    found = [
+        f"{_name(path)}:{line}: {module}"
+        for path in _modules()
+        if not _name(path).startswith(_MAY_IMPORT_DEEPSPEED)
+        for line, module in _imported(ast.parse(path.read_text()))
+        if module == "deepspeed" or module.startswith("deepspeed.")
+    ]
+    assert found == [], (
+        "deepspeed is imported outside backends/deepspeed/; call accelerate.backends.deepspeed.runtime."
+        f"import_deepspeed() or move the code into the package: {found}"
+    )
+
+
+def test_the_deepspeed_plugin_reads_no_environment() -> None:
+    """Config dataclasses are pure: the launcher's settings reach DeepSpeedPlugin through
+    backends/deepspeed/launch.py (resolve_deepspeed_plugins), never from inside the plugin."""
+    path = SRC / "backends" / "deepspeed" / "plugin.py"
+    words = {word for _, word in _code_words(ast.parse(path.read_text()))}
+    imported = {module for _, module in _imported(ast.parse(path.read_text()))}
+    reads = sorted(words & {"environ", "getenv", "read_launch_env"}) + sorted(
+        m for m in imported if m == "os" or m.startswith("accelerate.config.env")
+    )
+    assert reads == [], (
+        f"backends/deepspeed/plugin.py reads the environment ({reads}); fill fields in launch.py"
+    )
+
+
 _IMPORT_ONE_BY_ONE = r"""
 import importlib, json, sys, traceback
 
@@ -208,13 +242,6 @@ _LOW_LAYERS = ("utils", "diagnostics", "config", "collectives", "state")
 # Modules that still import upward, each with the reason and who moves it. Temporary: delete the entry
 # when the module moves (the guard then holds for whatever replaces it).
 _UPWARD_ALLOWED = {
-    "utils/deepspeed.py": "DeepSpeed wrappers subclass AcceleratedOptimizer/Scheduler; moving to backends/deepspeed/",
-    "utils/deepspeed_plugin.py": "reads the launch env and logs; moving to backends/deepspeed/ (plugin)",
-    "utils/deepspeed_config.py": "DeepSpeed config handling; moving to backends/deepspeed/",
-    "utils/xla.py": "XLACommunicator subclasses collectives' Communicator; moving to the XLA package",
-    "utils/torch_xla.py": "torch_xla installer; moving to the XLA package",
-    "utils/megatron_lm.py": "hardware-only stubs subclass AcceleratedOptimizer/Scheduler; belong in backends/",
-    "utils/fsdp_utils.py": "an eager (not lazy) face of backends/fsdp; to become lazy_exports with the FSDP package",
     "state/accelerator_state.py": "asks backends.resolve.check_unavailable; goes with the frozen run description",
 }
 

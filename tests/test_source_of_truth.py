@@ -24,7 +24,7 @@ def _name(path: Path) -> str:
 
 # Collections that name precision modes for another vocabulary, each with the reason it is not ours.
 _OTHER_VOCABULARIES = {
-    "utils/deepspeed_plugin.py",  # DeepSpeed's config sections happen to be called "fp16" / "bf16"
+    "backends/deepspeed/plugin.py",  # DeepSpeed's config sections happen to be called "fp16" / "bf16"
     "backends/fsdp/plugin.py",  # dtype names a policy dict may use ("bf16", "bfloat16", "fp32", ...)
     "utils/hardware_dataclasses.py",  # bitsandbytes compute dtypes ("fp32", "fp16", "bf16")
     "test_utils/training.py",  # pad-to multiples per mode, upstream's test helper

@@ -16,6 +16,7 @@ import torch
 from accelerate import preparation
 from accelerate.accelerator_checkpoints import AcceleratorCheckpoints
 from accelerate.accelerator_facts import AcceleratorFacts
+from accelerate.backends.registry import Prepared
 from accelerate.checkpointing import accelerator_io as checkpoint_io
 from accelerate.collectives import operations as collectives
 from accelerate.connector import connect
@@ -123,10 +124,13 @@ class Accelerator(AcceleratorCheckpoints, AcceleratorFacts):
         self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
 
         self.step = 0  # a new Accelerator starts a new accumulation window
-        self._models: list[torch.nn.Module] = []
-        self._optimizers: list[AcceleratedOptimizer] = []
-        self._schedulers: list[AcceleratedScheduler] = []
-        self._dataloaders: list[Any] = []
+        # One registry of the prepared objects, handed to the strategy (Strategy.prepare_jointly);
+        # the private lists below are its lists, so every existing reader and writer sees one truth.
+        self._prepared = Prepared()
+        self._models: list[torch.nn.Module] = self._prepared.models
+        self._optimizers: list[AcceleratedOptimizer] = self._prepared.optimizers
+        self._schedulers: list[AcceleratedScheduler] = self._prepared.schedulers
+        self._dataloaders: list[Any] = self._prepared.dataloaders
         self._custom_objects: list[Any] = []
         self._save_model_state_pre_hook: dict[int, Callable[..., Any]] = {}
         self._load_model_state_pre_hook: dict[int, Callable[..., Any]] = {}
@@ -422,10 +426,7 @@ class Accelerator(AcceleratorCheckpoints, AcceleratorFacts):
 
     def free_memory(self, *objects: Any) -> list[None]:
         """Forgets every prepared object, runs the garbage collector and empties the device cache."""
-        self._models.clear()
-        self._optimizers.clear()
-        self._schedulers.clear()
-        self._dataloaders.clear()
+        self._prepared.clear()
         self.precision.forget_optimizers()
         self.strategy.release()
         self.step = 0

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from accelerate.backends.base import Strategy
+from accelerate.backends.deepspeed.launch import resolve_deepspeed_plugins
+from accelerate.backends.deepspeed.plugin import deepspeed_accumulation
 from accelerate.backends.resolve import (
     check_unavailable,
     plugin_choices,
@@ -38,7 +40,6 @@ from accelerate.utils.dataclasses import (
     TorchDynamoPlugin,
     collect_kwargs_handlers,
 )
-from accelerate.utils.deepspeed_plugin import deepspeed_accumulation, resolve_deepspeed_plugins
 
 
 @dataclasses.dataclass

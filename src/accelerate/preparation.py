@@ -86,7 +86,7 @@ def prepare_all(accelerator: Accelerator, objects: list[Any], placements: list[b
     for position, obj in enumerate(objects, start=1):
         check_not_a_class(obj, f"prepare() argument {position}")
     if accelerator.strategy.prepares_jointly:  # DeepSpeed: one engine from model, optimizer, scheduler
-        joint = accelerator.strategy.prepare_jointly(accelerator, objects, placements)
+        joint = accelerator.strategy.prepare_jointly(accelerator, objects, placements, accelerator._prepared)
         accelerator._register_prepared(
             models=joint.models, optimizers=joint.optimizers, schedulers=joint.schedulers
         )

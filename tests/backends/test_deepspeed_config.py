@@ -12,7 +12,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from accelerate import Accelerator, DistributedType
-from accelerate.backends.deepspeed_setup import PrepareFacts, complete_config
+from accelerate.backends.deepspeed.setup import PrepareFacts, complete_config
 from accelerate.utils import (
     DeepSpeedPlugin,
     DummyOptim,
@@ -197,7 +197,7 @@ def test_named_plugins_and_selection() -> None:
 
 
 def test_missing_deepspeed_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
-    from accelerate.utils.deepspeed import import_deepspeed
+    from accelerate.backends.deepspeed.runtime import import_deepspeed
 
     monkeypatch.setitem(
         sys.modules, "deepspeed", None

@@ -20,7 +20,7 @@ import torch
 from accelerate.utils.errors import NotAvailableYetError, hardware_only, requires_hardware
 
 FACE_MODULES = [
-    "accelerate.utils.megatron_lm",
+    "accelerate.backends.megatron_lm",
     "accelerate.utils.bnb",
     "accelerate.utils.transformer_engine",
     "accelerate.utils.ao",
@@ -75,7 +75,7 @@ def _placeholder_call(func: Callable[..., Any]) -> Any:
 def test_faces_were_found() -> None:
     labels = {label for label, _ in FACES}
     assert len(FACES) > 40
-    assert "accelerate.utils.megatron_lm.MegatronEngine()" in labels
+    assert "accelerate.backends.megatron_lm.MegatronEngine()" in labels
     assert "accelerate.utils.hardware_dataclasses.MegatronLMPlugin.set_mixed_precision" in labels
     assert "accelerate.inference.prepare_pippy" in labels
 

@@ -1,4 +1,4 @@
-"""Strategies: one module (or package: ``fsdp/``, ``xla/``) per backend; `resolve.py` is the one place that picks them.
+"""Strategies: one module (or package: ``fsdp/``, ``deepspeed/``, ``xla/``) per backend; `resolve.py` is the one place that picks them.
 
 Lazy, so that the torch-free parts of a backend package (the FSDP plugin and its launch translation)
 can be imported by the CLI without importing torch.

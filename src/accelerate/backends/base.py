@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from accelerate.backends.registry import Prepared
 from accelerate.checkpointing.checkpoint_io import CheckpointIO
 from accelerate.state.distributed_type import DistributedType
 
@@ -60,9 +61,12 @@ class Strategy:
         raise NotImplementedError(f"the {self.name} strategy does not run backward itself")
 
     def prepare_jointly(
-        self, accelerator: Any, objects: list[Any], placements: list[bool | None]
+        self, accelerator: Any, objects: list[Any], placements: list[bool | None], prepared: Prepared
     ) -> JointPreparation:
-        """Only called when ``prepares_jointly``: prepares ``objects`` together, in the caller's order."""
+        """Only called when ``prepares_jointly``: prepares ``objects`` together, in the caller's order.
+
+        ``prepared`` is the Accelerator's registry of what earlier ``prepare`` calls made (read only).
+        """
         raise NotImplementedError(f"the {self.name} strategy prepares objects one by one")
 
     def release(self) -> None:

@@ -86,7 +86,7 @@ def resolve_strategy(
             num_processes_per_node=state.num_processes_per_node,
         )
     if deepspeed_plugins:
-        from accelerate.backends.deepspeed import DeepSpeedStrategy
+        from accelerate.backends.deepspeed.strategy import DeepSpeedStrategy
 
         return DeepSpeedStrategy(state.device, deepspeed_plugins)
     if state.device.type == "xla":

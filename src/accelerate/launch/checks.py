@@ -9,6 +9,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from accelerate.backends.deepspeed import launch as deepspeed_launch
 from accelerate.config import keys
 
 if TYPE_CHECKING:
@@ -148,11 +149,7 @@ def check_values(settings: dict[str, Setting]) -> None:
 
 
 # Settings that only tune DeepSpeed: given without it, they would be silently ignored.
-DEEPSPEED_ONLY = (
-    "deepspeed_config_file", "zero_stage", "offload_optimizer_device", "offload_param_device",
-    "offload_optimizer_nvme_path", "offload_param_nvme_path", "gradient_clipping", "zero3_init_flag",
-    "zero3_save_16bit_model", "deepspeed_moe_layer_cls_names", "deepspeed_multinode_launcher",
-)  # fmt: skip
+DEEPSPEED_ONLY = deepspeed_launch.DEEPSPEED_ONLY
 
 
 def check_deepspeed(settings: dict[str, Setting]) -> None:

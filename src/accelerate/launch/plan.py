@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from accelerate.backends.deepspeed import launch as deepspeed_launch
 from accelerate.config.config_file import ConfigLocation, LaunchConfig
 from accelerate.config.env import ENV_CONTRACT, LaunchEnv, read_launch_env, write_launch_env
 from accelerate.launch import commands, xla
@@ -151,23 +152,11 @@ def _config_use_deepspeed(config: LaunchConfig) -> bool | None:
 
 def _deepspeed(key: str) -> Callable[[LaunchConfig], Any]:
     """A ``deepspeed_config`` key, read only when the file's distributed_type is DEEPSPEED."""
-
-    def read(config: LaunchConfig) -> Any:
-        if config.distributed_type != "DEEPSPEED":
-            return None
-        value = (config.deepspeed_config or {}).get(key)
-        # upstream's questionnaire writes "none" for unset paths
-        return None if value in ("none", "") and key.endswith(("_file", "_path")) else value
-
-    return read
+    return lambda config: deepspeed_launch.config_file_value(config, key)
 
 
 # DeepSpeed's settings in the env contract: written for the children only when DeepSpeed is on.
-_DEEPSPEED_ENV = (
-    "deepspeed_config_file", "zero_stage", "offload_optimizer_device", "offload_param_device",
-    "offload_optimizer_nvme_path", "offload_param_nvme_path", "gradient_clipping", "zero3_init_flag",
-    "zero3_save_16bit_model", "deepspeed_moe_layer_cls_names",
-)  # fmt: skip
+_DEEPSPEED_ENV = deepspeed_launch.DEEPSPEED_ENV
 
 
 @dataclass(frozen=True)

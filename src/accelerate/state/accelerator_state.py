@@ -88,7 +88,7 @@ class AcceleratorState:
         distributed_type: DistributedType | None = kwargs.pop("distributed_type", None)
         ds_plugins: dict[str, Any] | None = kwargs.pop("deepspeed_plugins", None)
         if ds_plugins is None and deepspeed_plugin is not None:
-            from accelerate.utils.deepspeed_plugin import resolve_deepspeed_plugins
+            from accelerate.backends.deepspeed.launch import resolve_deepspeed_plugins
 
             ds_plugins = resolve_deepspeed_plugins(deepspeed_plugin, None, launched=False)
         partial_kwargs = kwargs

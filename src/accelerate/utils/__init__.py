@@ -128,7 +128,7 @@ _register(
     "add_model_config_to_megatron_parser",
 )  # fmt: skip
 _register(
-    "accelerate.utils.megatron_lm",
+    "accelerate.backends.megatron_lm",
     "AbstractTrainStep", "BertTrainStep", "GPTTrainStep", "MegatronEngine", "MegatronLMDummyDataLoader",
     "MegatronLMDummyScheduler", "MegatronLMOptimizerWrapper", "MegatronLMSchedulerWrapper", "T5TrainStep",
     "avg_losses_across_data_parallel_group", "gather_across_data_parallel_groups", "megatron_lm_initialize",

@@ -464,7 +464,7 @@ _ELSEWHERE = {
     "TorchTensorParallelConfig": "accelerate.utils.parallel_configs",
     "TorchContextParallelConfig": "accelerate.utils.parallel_configs",
     "DeepSpeedSequenceParallelConfig": "accelerate.utils.parallel_configs",
-    "DeepSpeedPlugin": "accelerate.utils.deepspeed_plugin",
+    "DeepSpeedPlugin": "accelerate.backends.deepspeed.plugin",
     "TorchTensorParallelPlugin": "accelerate.utils.parallel_configs",
     "get_module_class_from_name": "accelerate.utils.parallel_configs",
     "DistributedType": "accelerate.state.distributed_type",

@@ -2,7 +2,7 @@
 optimizer and the scheduler together, and the user's loop maps onto it unchanged.
 
 ``accelerator.backward(loss)`` runs ``engine.backward`` and, on the last micro-step of an
-accumulation window, ``engine.step()`` (see :class:`~accelerate.utils.deepspeed.DeepSpeedEngineWrapper`);
+accumulation window, ``engine.step()`` (see :class:`~accelerate.backends.deepspeed.wrappers.DeepSpeedEngineWrapper`);
 ``optimizer.step()``/``zero_grad()``/``scheduler.step()`` are then no-ops on the wrappers. Runs on
 CPU processes too (DeepSpeed's CPU accelerator over gloo).
 """
@@ -16,35 +16,27 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from accelerate.backends.base import JointPreparation, Strategy
-from accelerate.backends.deepspeed_setup import (
+from accelerate.backends.deepspeed.plugin import DeepSpeedPlugin
+from accelerate.backends.deepspeed.runtime import is_engine
+from accelerate.backends.deepspeed.setup import (
     PrepareFacts,
     build_engine,
     check_optimizer_source,
     complete_config,
 )
-from accelerate.state.distributed_type import DistributedType
-from accelerate.utils.deepspeed import (
+from accelerate.backends.deepspeed.wrappers import (
     DeepSpeedEngineWrapper,
     DeepSpeedOptimizerWrapper,
     DeepSpeedSchedulerWrapper,
     DummyOptim,
     DummyScheduler,
+    map_pytorch_optim_to_deepspeed,
 )
-from accelerate.utils.deepspeed_plugin import DeepSpeedPlugin
+from accelerate.backends.registry import Prepared
+from accelerate.state.distributed_type import DistributedType
 
 if TYPE_CHECKING:
     from accelerate.accelerator import Accelerator
-
-
-def is_engine(model: Any) -> bool:
-    from accelerate.utils.imports import is_deepspeed_available
-
-    if not is_deepspeed_available():
-        return False
-    import sys
-
-    engine_module = sys.modules.get("deepspeed.runtime.engine")
-    return engine_module is not None and isinstance(model, engine_module.DeepSpeedEngine)
 
 
 class DeepSpeedStrategy(Strategy):
@@ -64,9 +56,13 @@ class DeepSpeedStrategy(Strategy):
 
     # --- prepare -------------------------------------------------------------------------------------
     def prepare_jointly(
-        self, accelerator: Accelerator, objects: list[Any], placements: list[bool | None]
+        self, accelerator: Accelerator, objects: list[Any], placements: list[bool | None], prepared: Prepared
     ) -> JointPreparation:
-        """Dataloaders first (their batch size fills the config), then one engine for model+optimizer+scheduler."""
+        """Dataloaders first (their batch size fills the config), then one engine for model+optimizer+scheduler.
+
+        Without a dataloader in this call, the ones ``prepared`` earlier give the batch size; a
+        scheduler wrapper follows the optimizers prepared earlier and in this call.
+        """
         from accelerate.preparation import _kind
 
         kinds = [
@@ -100,9 +96,7 @@ class DeepSpeedStrategy(Strategy):
         model = objects[models[0]]
         optimizer = objects[optimizers[0]] if optimizers else None
         scheduler = objects[schedulers[0]] if schedulers else None
-        loaders = [results[i] for i, k in enumerate(kinds) if k == "dataloader"] or list(
-            accelerator._dataloaders
-        )
+        loaders = [results[i] for i, k in enumerate(kinds) if k == "dataloader"] or list(prepared.dataloaders)
         engine = self._build(accelerator, model, optimizer, scheduler, loaders)
         results[models[0]] = engine.engine
         joint = JointPreparation(results, models=[engine.engine])
@@ -111,7 +105,7 @@ class DeepSpeedStrategy(Strategy):
             joint.optimizers.append(wrapped)
             results[optimizers[0]] = wrapped
         if schedulers:
-            sched = DeepSpeedSchedulerWrapper(engine.scheduler, [*accelerator._optimizers, *joint.optimizers])
+            sched = DeepSpeedSchedulerWrapper(engine.scheduler, [*prepared.optimizers, *joint.optimizers])
             joint.schedulers.append(sched)
             results[schedulers[0]] = sched
         return joint
@@ -140,8 +134,6 @@ class DeepSpeedStrategy(Strategy):
         accelerator.precision.wrap_forward(model)
         plugin.set_moe_leaf_modules(model)
         if optimizer is not None and not isinstance(optimizer, DummyOptim) and _offloads_optimizer(config):
-            from accelerate.utils.deepspeed import map_pytorch_optim_to_deepspeed
-
             optimizer = map_pytorch_optim_to_deepspeed(optimizer)
         built = build_engine(config, model, optimizer, scheduler)
         self.engines.append(built.engine)
@@ -198,7 +190,7 @@ class DeepSpeedStrategy(Strategy):
         """The engines' own checkpoints once there are engines; before that, the default I/O."""
         if not self.engines:
             return super().checkpoint_io(run)
-        from accelerate.backends.deepspeed_checkpoint import EngineCheckpointIO
+        from accelerate.backends.deepspeed.checkpoint_io import EngineCheckpointIO
 
         return EngineCheckpointIO(self.engines)
 

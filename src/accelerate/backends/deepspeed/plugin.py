@@ -1,22 +1,28 @@
 """``DeepSpeedPlugin``: upstream's fields and defaults, turned into one DeepSpeed config dict.
 
-Unset fields take the launcher's settings (``accelerate launch --use_deepspeed --zero_stage 3``,
-read through :func:`accelerate.config.env.read_launch_env`), then upstream's defaults. With
-``hf_ds_config`` (a JSON path or dict) the file is the base and the plugin's fields fill its
+Pure data: the plugin never reads the environment. Fields left unset (None) take upstream's
+defaults when the plugin is built; when an Accelerator takes the plugin,
+:func:`accelerate.backends.deepspeed.launch.resolve_deepspeed_plugins` hands it the launcher's
+settings (``accelerate launch --use_deepspeed --zero_stage 3``), and the fields the code left unset
+take those instead (:meth:`DeepSpeedPlugin._fill_unset_from_launch`). So a plugin read before any
+Accelerator shows its own fields and upstream's defaults; through ``accelerator.state.deepspeed_plugin``
+it shows the launcher's settings as well, as upstream's does.
+
+With ``hf_ds_config`` (a JSON path or dict) the file is the base and the plugin's fields fill its
 ``"auto"`` values; what is still ``"auto"`` is filled at ``prepare`` (see
-:mod:`accelerate.backends.deepspeed_setup`). No deepspeed import here: building a plugin is cheap.
+:mod:`accelerate.backends.deepspeed.setup`). No deepspeed import here: building a plugin is cheap.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from accelerate.backends.deepspeed.config import AUTO, HfDeepSpeedConfig, Known, fill_auto, set_value
 from accelerate.logging import get_logger
-from accelerate.utils.deepspeed_config import AUTO, HfDeepSpeedConfig, Known, fill_auto, set_value
 
 if TYPE_CHECKING:
     from accelerate.utils.dataclasses import GradientAccumulationPlugin
@@ -26,10 +32,20 @@ logger = get_logger(__name__)
 _OFFLOAD_DEVICES = ("none", "cpu", "nvme")
 
 
-def _env() -> Any:
-    from accelerate.config.env import read_launch_env
-
-    return read_launch_env()
+# Fields the launcher can set, with upstream's default for each when neither the code, the launcher
+# nor a config file does (with a config file, the file's values count instead of these defaults).
+_DEFAULTS: dict[str, Any] = {
+    "gradient_accumulation_steps": AUTO,
+    "gradient_clipping": None,
+    "zero_stage": 2,
+    "offload_optimizer_device": "none",
+    "offload_param_device": "none",
+    "offload_optimizer_nvme_path": "none",
+    "offload_param_nvme_path": "none",
+    "zero3_save_16bit_model": False,
+}
+# Every field the launcher's settings may fill when the code leaves it unset.
+LAUNCHABLE_FIELDS = ("hf_ds_config", *_DEFAULTS, "zero3_init_flag", "transformer_moe_cls_names")
 
 
 def _flag(value: Any) -> bool:
@@ -63,47 +79,86 @@ class DeepSpeedPlugin:
     msamp_opt_level: Any = None
     deepspeed_config: dict[str, Any] = field(init=False, repr=False, default_factory=dict)
     _selected: bool = field(init=False, repr=False, default=False)
+    # The launchable fields as the code passed them, and as the first build left them: what
+    # _fill_unset_from_launch starts again from (a field changed since counts as the code's).
+    _given: dict[str, Any] = field(init=False, repr=False, compare=False, default_factory=dict)
+    _built: dict[str, Any] = field(init=False, repr=False, compare=False, default_factory=dict)
+    _launch_applied: bool = field(init=False, repr=False, compare=False, default=False)
 
     def __post_init__(self) -> None:
-        env = _env()
-        if self.hf_ds_config is None and env.deepspeed_config_file:
-            self.hf_ds_config = env.deepspeed_config_file
         if self.enable_msamp:
             from accelerate.utils.errors import requires_hardware
 
             raise requires_hardware(
                 "DeepSpeedPlugin(enable_msamp=True)", "MS-AMP and an fp8-capable NVIDIA GPU"
             )
-        self._fill_fields_from(env)
+        self._given = {name: getattr(self, name) for name in LAUNCHABLE_FIELDS}
+        self._build({})
+        self._built = {name: getattr(self, name) for name in LAUNCHABLE_FIELDS}
+
+    # --- building the config ----------------------------------------------------------------------
+    def _build(self, launched: Mapping[str, Any]) -> None:
+        """Fills the unset fields (``launched``: the launcher's values by field name) and builds the config."""
+        if self.hf_ds_config is None and launched.get("hf_ds_config"):
+            self.hf_ds_config = launched["hf_ds_config"]
+        self._fill_fields_from(launched)
         if self.hf_ds_config is None:
             self.hf_ds_config = HfDeepSpeedConfig(self._config_from_fields())
         elif not isinstance(self.hf_ds_config, HfDeepSpeedConfig):
             self.hf_ds_config = HfDeepSpeedConfig(self.hf_ds_config)
         self.deepspeed_config = self.hf_ds_config.config
         self._fill_file_autos()
-        self._check_zero3_init()
+        # A zero_stage left to upstream's default may still come from the launcher: its check waits
+        # for _fill_unset_from_launch, so a plugin built under `--zero_stage 3` does not warn first.
+        if self._given["zero_stage"] is not None or self._given["hf_ds_config"] is not None:
+            self._check_zero3_init()
 
-    # --- building the config ----------------------------------------------------------------------
-    def _fill_fields_from(self, env: Any) -> None:
+    def _fill_unset_from_launch(self, launched: Mapping[str, Any]) -> None:
+        """Rebuilds with the launcher's values (by field name) for the fields the code left unset.
+
+        Called once, when an Accelerator takes the plugin (see ``backends/deepspeed/launch.py``). A
+        field the code set after construction keeps its value; a config file the code gave keeps
+        its dict (transformers holds it), filling more of its "auto" values; a dict built from the
+        fields is refilled in place.
+        """
+        if self._launch_applied:
+            return
+        self._launch_applied = True
+        unset = {name for name, value in self._given.items() if value is None}
+        untouched = {name for name in LAUNCHABLE_FIELDS if getattr(self, name) is self._built[name]}
+        fills = {
+            name for name, value in launched.items() if value is not None and name in (unset & untouched)
+        }
+        if fills:
+            config = self.deepspeed_config
+            # Built from the fields (no file from the code): rebuilt, from a launched file if there is one.
+            from_fields = self._given["hf_ds_config"] is None and "hf_ds_config" in untouched
+            for name in untouched:
+                if name != "hf_ds_config" or from_fields:
+                    setattr(self, name, self._given[name])
+            self._build(launched)
+            if from_fields:  # keep the dict's identity for whoever holds it
+                config.clear()
+                config.update(self.deepspeed_config)
+                self.hf_ds_config.config = self.deepspeed_config = config
+        self._check_zero3_init()
+        if self.zero_stage is None:
+            raise ValueError(
+                'The DeepSpeed config sets zero_optimization.stage to "auto", and neither the code nor the launcher '
+                "sets it: pass DeepSpeedPlugin(zero_stage=...), launch with --zero_stage, or write the stage in the file."
+            )
+
+    def _fill_fields_from(self, launched: Mapping[str, Any]) -> None:
         """Unset fields: the launcher's value, else (without a config file) upstream's default."""
         from_file = self.hf_ds_config is not None
-        defaults: dict[str, Any] = {
-            "gradient_accumulation_steps": (env.gradient_accumulation_steps, AUTO),
-            "gradient_clipping": (env.gradient_clipping, None),
-            "zero_stage": (env.zero_stage, 2),
-            "offload_optimizer_device": (env.offload_optimizer_device, "none"),
-            "offload_param_device": (env.offload_param_device, "none"),
-            "offload_optimizer_nvme_path": (env.offload_optimizer_nvme_path, "none"),
-            "offload_param_nvme_path": (env.offload_param_nvme_path, "none"),
-            "zero3_save_16bit_model": (env.zero3_save_16bit_model, False),
-        }
-        for name, (launched, default) in defaults.items():
+        for name, default in _DEFAULTS.items():
             if getattr(self, name) is None:
-                setattr(self, name, launched if launched is not None else (None if from_file else default))
+                value = launched.get(name)
+                setattr(self, name, value if value is not None else (None if from_file else default))
         if self.zero3_init_flag is None:
-            self.zero3_init_flag = bool(env.zero3_init_flag)
+            self.zero3_init_flag = bool(launched.get("zero3_init_flag"))
         if self.transformer_moe_cls_names is None:
-            self.transformer_moe_cls_names = env.deepspeed_moe_layer_cls_names
+            self.transformer_moe_cls_names = launched.get("transformer_moe_cls_names")
         if self.gradient_clipping is not None and self.gradient_clipping != AUTO:
             self.gradient_clipping = float(self.gradient_clipping)
         if self.zero_stage is not None and self.zero_stage != AUTO:
@@ -167,11 +222,13 @@ class DeepSpeedPlugin:
             if value is not None and value != AUTO:
                 setattr(self, name, value)
         if self.zero_stage is None:
-            self.zero_stage = int(self.get_value("zero_optimization.stage", 0))
+            stage = self.get_value("zero_optimization.stage", 0)
+            # "auto" stays unknown (None) until the launcher's --zero_stage may fill it.
+            self.zero_stage = None if stage == AUTO else int(stage)
         self.hf_ds_config.set_stage_and_offload()
 
     def _check_zero3_init(self) -> None:
-        if self.zero3_init_flag and self.zero_stage != 3:
+        if self.zero3_init_flag and self.zero_stage is not None and self.zero_stage != 3:
             import warnings
 
             warnings.warn(
@@ -306,7 +363,7 @@ class DeepSpeedPlugin:
         """
         if not (self.zero3_init_flag and self.zero_stage == 3):
             return contextlib.nullcontext()
-        from accelerate.utils.deepspeed import import_deepspeed
+        from accelerate.backends.deepspeed.runtime import import_deepspeed
 
         deepspeed = import_deepspeed()
         # Init reads the ZeRO section and the dtype; the batch values are still "auto" until prepare().
@@ -323,36 +380,15 @@ class DeepSpeedPlugin:
         return context
 
 
-def resolve_deepspeed_plugins(
-    plugin: Any, plugins: Any, *, launched: bool
-) -> dict[str, DeepSpeedPlugin] | None:
-    """The named plugins of this run (the first one selected), or None without DeepSpeed.
-
-    ``Accelerator(deepspeed_plugin=...)`` takes one plugin or a dict; ``deepspeed_plugins=`` a dict;
-    ``accelerate launch --use_deepspeed`` without either gives one ``DeepSpeedPlugin()`` from its flags.
-    """
-    if plugin is not None and plugins is not None:
+def get_active_deepspeed_plugin(state: Any) -> Any:
+    """The selected DeepSpeedPlugin of ``state`` (an AcceleratorState); raises without DeepSpeed."""
+    plugins = getattr(state, "deepspeed_plugins", None)
+    if not plugins:
         raise ValueError(
-            "Accelerator got both deepspeed_plugin and deepspeed_plugins; pass one of them "
-            "(deepspeed_plugins={'name': DeepSpeedPlugin(...), ...} for several)."
+            "No DeepSpeed plugin is active: pass Accelerator(deepspeed_plugin=DeepSpeedPlugin(...)) or launch "
+            "with `accelerate launch --use_deepspeed`."
         )
-    given = plugins if plugins is not None else plugin
-    if given is None:
-        if not launched:
-            return None
-        given = DeepSpeedPlugin()
-    named = dict(given) if isinstance(given, dict) else {"default": given}
-    if not named:
-        raise ValueError("Accelerator(deepspeed_plugins={}) is empty; pass at least one DeepSpeedPlugin.")
-    for name, value in named.items():
-        if not isinstance(value, DeepSpeedPlugin):
-            raise TypeError(
-                f"Accelerator deepspeed plugin {name!r} is a {type(value).__name__}; pass a DeepSpeedPlugin(...)."
-            )
-    for value in named.values():
-        value._unselect()
-    next(iter(named.values())).select(_from_accelerator_state=True)
-    return named
+    return next(plugin for plugin in plugins.values() if plugin.selected)
 
 
 def deepspeed_accumulation(

@@ -16,8 +16,9 @@ from typing import Any
 
 import torch
 
-from accelerate.utils.deepspeed import DummyOptim, DummyScheduler, import_deepspeed
-from accelerate.utils.deepspeed_config import Known, fill_auto, remaining_auto
+from accelerate.backends.deepspeed.config import Known, fill_auto, remaining_auto
+from accelerate.backends.deepspeed.runtime import import_deepspeed
+from accelerate.backends.deepspeed.wrappers import DummyOptim, DummyScheduler
 
 # How to set each "auto" key that prepare() could not fill.
 _HOW_TO_SET = {
