@@ -2,7 +2,9 @@
 
 ``backends/resolve.py`` decides the strategy and precision; this module wires everything else
 together once: the process state, the kwargs handlers, gradient accumulation, the data and
-compile settings, the project folder and the trackers. The Accelerator takes the result as it is,
+compile settings, the project folder and the trackers. The run itself (topology, precision,
+strategy, the plugins resolved once) becomes one frozen ``RunDescription`` that
+``AcceleratorState`` records and reads from; nothing re-resolves it later. The Accelerator takes the result as it is,
 so its constructor stays a list of assignments and each rule (which source wins, which
 combination is an error) lives in one function here.
 """
@@ -16,7 +18,7 @@ from typing import Any
 from accelerate.backends.base import Strategy
 from accelerate.backends.resolve import (
     check_unavailable,
-    plugin_choices,
+    describe_run,
     resolve_fsdp_plugin,
     resolve_mixed_precision,
     resolve_strategy,
@@ -24,6 +26,7 @@ from accelerate.backends.resolve import (
 from accelerate.config.env import LaunchEnv, read_launch_env
 from accelerate.precision.amp import Precision
 from accelerate.state import AcceleratorState, GradientState, PartialState
+from accelerate.state.accelerator_state import record_run
 from accelerate.state.parallelism import device_mesh_for
 from accelerate.utils.dataclasses import (
     AutocastKwargs,
@@ -41,9 +44,9 @@ from accelerate.utils.dataclasses import (
 from accelerate.utils.deepspeed_plugin import deepspeed_accumulation, resolve_deepspeed_plugins
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Connection:
-    """Everything an Accelerator holds besides the objects it prepares."""
+    """Everything an Accelerator holds besides the objects it prepares (``state.run`` describes the run)."""
 
     partial_state: PartialState
     state: AcceleratorState
@@ -102,9 +105,10 @@ def connect(
     handlers = collect_kwargs_handlers(kwargs_handlers)
     pg: InitProcessGroupKwargs | None = handlers.get(InitProcessGroupKwargs)
     partial = _partial_state(cpu, pg)
-    if not mixed_precision and (earlier := _initialized_state()) is not None:
+    earlier = _initialized_state()
+    if not mixed_precision and earlier is not None:
         # As upstream: a later Accelerator() that names no precision re-uses the process's (an
-        # explicit different one still raises in AcceleratorState); the launcher's is not re-read.
+        # explicit different one raises below); the launcher's is not re-read.
         mixed_precision = earlier.mixed_precision
     mode = _mixed_precision(mixed_precision, launch, partial)
     ds_plugins = resolve_deepspeed_plugins(
@@ -116,9 +120,9 @@ def connect(
     if ds_plugins:
         # The DeepSpeed config's value wins (with a warning); its "auto" takes the Accelerator's.
         accumulation = deepspeed_accumulation(ds_plugins, accumulation, mode)
-    # Raises, naming both values, if an earlier Accelerator in this process chose differently.
-    extra: dict[str, Any] = {"deepspeed_plugins": ds_plugins} if ds_plugins else {}
-    state = AcceleratorState(mixed_precision=mode, cpu=cpu, **extra)
+    if earlier is not None:
+        # Raises, naming both values, if an earlier Accelerator in this process chose differently.
+        earlier.check_agrees(mixed_precision=mode, cpu=cpu)
     precision = Precision(
         mode,
         partial.device,
@@ -136,9 +140,19 @@ def connect(
     )
     gradient_state = GradientState(accumulation)
     dynamo = _dynamo_plugin(dynamo_plugin, dynamo_backend, launch)
-    _record_choices(
-        state, strategy, fsdp_plugin=fsdp_plugin, dynamo=dynamo, parallelism_config=parallelism_config
+    # The run, resolved once: AcceleratorState records it and its attributes read from it.
+    run = describe_run(
+        partial,
+        strategy,
+        mixed_precision=mode,
+        deepspeed_plugins=ds_plugins,
+        fsdp_plugin=fsdp_plugin,
+        dynamo_plugin=dynamo,
+        parallelism_config=parallelism_config,
+        # Plain data parallelism only (check_unavailable refused the rest): a 1-D mesh over the group.
+        device_mesh=device_mesh_for(parallelism_config, partial.num_processes, partial.device.type),
     )
+    state = record_run(run, partial)
     return Connection(
         partial_state=partial,
         state=state,
@@ -189,24 +203,6 @@ def _mixed_precision(requested: str | None, launch: LaunchEnv, partial: PartialS
 
         apply_bf16_env(mode, bool(launch.downcast_bf16))
     return mode
-
-
-def _record_choices(
-    state: AcceleratorState,
-    strategy: Strategy,
-    *,
-    fsdp_plugin: Any,
-    dynamo: TorchDynamoPlugin,
-    parallelism_config: Any,
-) -> None:
-    """Writes what was decided onto ``AcceleratorState``, which users (and upstream code) read back."""
-    for name, value in plugin_choices(strategy, fsdp_plugin=fsdp_plugin).items():
-        setattr(state, name, value)
-    state.dynamo_plugin = dynamo
-    state.dynamo_backend = str(dynamo.backend)
-    # Plain data parallelism only (check_unavailable refused the rest): a 1-D mesh over the group.
-    state.parallelism_config = parallelism_config
-    state.device_mesh = device_mesh_for(parallelism_config, state.num_processes, state.device.type)
 
 
 def _trackers(log_with: Any) -> list[Any]:

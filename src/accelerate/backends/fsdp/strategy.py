@@ -70,6 +70,15 @@ class FSDPStrategy(Strategy):
             return (world // per_node, per_node), ("dp_replicate", "dp_shard")
         return (world,), ("dp_shard",)
 
+    def data_parallel_ranks(self, process_index: int) -> tuple[int, int]:
+        """(replica, shard) in the mesh: ranks fill the shard dimension first (``(dp_replicate, dp_shard)``).
+
+        Full sharding gives (0, process_index); NO_SHARD (process_index, 0); hybrid (node, rank on node).
+        """
+        shape, names = self.mesh_shape()
+        shard_size = shape[names.index("dp_shard")]
+        return process_index // shard_size, process_index % shard_size
+
     @property
     def mesh(self) -> Any:
         if self._mesh is None:
