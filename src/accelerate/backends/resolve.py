@@ -7,6 +7,7 @@ before any model is touched.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -80,17 +81,22 @@ def resolve_strategy(
     return SingleDeviceStrategy(state.device, state.distributed_type)
 
 
-def resolve_fsdp_plugin(plugin: Any, deepspeed_plugin: Any) -> Any:
-    """The FSDP plugin: the argument, else one read from the launcher's FSDP_* variables (--use_fsdp)."""
+def resolve_fsdp_plugin(plugin: Any, deepspeed_plugin: Any, environ: Mapping[str, str] | None = None) -> Any:
+    """The FSDP plugin this run uses: the argument, else one the launcher asked for (``--use_fsdp``),
+    with the launcher's ``FSDP_*`` variables filling the fields the caller left unset.
+
+    The result is a copy; the caller's plugin stays as they built it.
+    """
+    from accelerate.backends.fsdp.launch import plugin_with_launch_env
     from accelerate.backends.fsdp.plugin import FullyShardedDataParallelPlugin, use_fsdp_from_env
 
-    if plugin is None and deepspeed_plugin is None and use_fsdp_from_env():
-        return FullyShardedDataParallelPlugin()
+    if plugin is None and (deepspeed_plugin is not None or not use_fsdp_from_env(environ)):
+        return None
     if plugin is not None and not isinstance(plugin, FullyShardedDataParallelPlugin):
         raise TypeError(
             f"Accelerator(fsdp_plugin=...) needs a FullyShardedDataParallelPlugin, got {type(plugin).__name__}."
         )
-    return plugin
+    return plugin_with_launch_env(plugin if plugin is not None else FullyShardedDataParallelPlugin(), environ)
 
 
 def describe_run(

@@ -10,6 +10,7 @@ translated by the plugin (:func:`accelerate.backends.fsdp.plugin.fsdp2_layout`).
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import weakref
 from collections.abc import Iterable, Iterator
@@ -40,6 +41,9 @@ class FSDPStrategy(Strategy):
         num_processes_per_node: int,
     ) -> None:
         super().__init__(device, DistributedType.FSDP)
+        # The strategy's own copy: the mixed-precision and offload policies are set on it, so the
+        # caller's plugin object stays as they built it (and can configure another Accelerator).
+        plugin = copy.copy(plugin)
         self.plugin = plugin
         plugin.set_mixed_precision(mixed_precision)
         if plugin.cpu_offload:
