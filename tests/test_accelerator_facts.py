@@ -15,7 +15,9 @@ from tests.helpers.pool import WorkerPool
 
 
 def test_facts_in_one_process() -> None:
-    accelerator = Accelerator(cpu=True, dataloader_config=DataLoaderConfiguration(use_stateful_dataloader=False))
+    accelerator = Accelerator(
+        cpu=True, dataloader_config=DataLoaderConfiguration(use_stateful_dataloader=False)
+    )
     assert accelerator.multi_device is False
     assert accelerator.use_stateful_dataloader is False
     assert accelerator.should_save_model is True
@@ -41,6 +43,28 @@ def _facts() -> tuple[bool, int, str]:
 def test_facts_in_two_cpu_processes(pool2: WorkerPool) -> None:
     # Upstream's multi_device means several accelerator devices: CPU processes are MULTI_CPU, not it.
     assert pool2.run(_facts) == [(False, 0, "MULTI_CPU"), (False, 1, "MULTI_CPU")]
+
+
+def _fsdp_ranks(plugin_kwargs: dict[str, object]) -> tuple[int, int, str, bool]:
+    from accelerate.utils import FullyShardedDataParallelPlugin
+
+    accelerator = Accelerator(cpu=True, fsdp_plugin=FullyShardedDataParallelPlugin(**plugin_kwargs))  # type: ignore[arg-type]
+    return (
+        accelerator.data_parallel_rank,
+        accelerator.data_parallel_shard_rank,
+        accelerator.distributed_type.value,
+        accelerator.multi_device,
+    )
+
+
+def test_fsdp_ranks_are_the_mesh_ranks(pool2: WorkerPool) -> None:
+    # Full sharding: one replica, every process one shard of it (upstream's dp_shard rank).
+    assert pool2.run(_fsdp_ranks, {"fsdp_version": 2}) == [(0, 0, "FSDP", False), (0, 1, "FSDP", False)]
+    # NO_SHARD replicates: every process a replica holding the whole model.
+    assert pool2.run(_fsdp_ranks, {"sharding_strategy": "NO_SHARD"}) == [
+        (0, 0, "FSDP", False),
+        (1, 0, "FSDP", False),
+    ]
 
 
 def test_context_and_sequence_parallel_helpers_pass_through() -> None:

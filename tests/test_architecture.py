@@ -242,7 +242,6 @@ _LOW_LAYERS = ("utils", "diagnostics", "config", "collectives", "state")
 # Modules that still import upward, each with the reason and who moves it. Temporary: delete the entry
 # when the module moves (the guard then holds for whatever replaces it).
 _UPWARD_ALLOWED = {
-    "state/accelerator_state.py": "asks backends.resolve.check_unavailable; goes with the frozen run description",
 }
 
 
@@ -343,4 +342,56 @@ def test_lower_layers_import_nothing_above_them() -> None:
     assert found == [], (
         f"a low layer imports a higher one (order, lowest first: {', '.join(_LOW_LAYERS)}); pass what it "
         f"needs down as an argument, or move the code up to the package it needs: {found}"
+    )
+
+
+def test_no_branching_on_distributed_type_outside_the_resolver() -> None:
+    """``DistributedType`` is for users to read: library code asks the run's description or the strategy.
+
+    Fails on a comparison (==, !=, in, is) that names a ``DistributedType.<member>``, or that compares a
+    ``distributed_type`` value against a string or a named collection, outside the modules below.
+    """
+    # Modules allowed to compare, each with why.
+    allowed = {
+        "backends/resolve.py": "the resolver: the one place that maps settings to a strategy and its type",
+        "state/distributed_type.py": "the type's own definition: device -> type, and the multi-device types",
+        # A launch config file's `distributed_type:` key is a string the launcher reads, not the run's type.
+        "launch/plan.py": "reads the config file's distributed_type key (which flags it implies)",
+        "launch/checks.py": "reads the config file's distributed_type key (types this build cannot run)",
+        "launch/xla.py": "reads the config file's distributed_type key (XLA asked for)",
+        "backends/fsdp/launch.py": "reads the config file's distributed_type key (FSDP section in use)",
+        "backends/deepspeed/launch.py": "reads the config file's distributed_type key (DeepSpeed section in use)",
+        "commands/launch_helpers.py": "PrepareForLaunch's distributed_type argument, upstream's launcher-side string",
+    }
+
+    def names_member(node: ast.AST) -> bool:
+        return any(
+            isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "DistributedType"
+            for n in ast.walk(node)
+        )
+
+    def is_type_value(node: ast.AST) -> bool:
+        return (isinstance(node, ast.Attribute) and node.attr == "distributed_type") or (
+            isinstance(node, ast.Name) and node.id == "distributed_type"
+        )
+
+    def is_vocabulary(node: ast.AST) -> bool:
+        return isinstance(node, ast.Name) or (isinstance(node, ast.Constant) and isinstance(node.value, str))
+
+    found = []
+    for path in _modules():
+        if _name(path) in allowed:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Compare):
+                continue
+            sides = [node.left, *node.comparators]
+            typed = any(is_type_value(s) for s in sides) and any(
+                is_vocabulary(s) and not is_type_value(s) for s in sides
+            )
+            if any(names_member(s) for s in sides) or typed:
+                found.append(f"{_name(path)}:{node.lineno}: {ast.unparse(node)}")
+    assert found == [], (
+        "code branches on DistributedType; read a fact from the run's description (AcceleratorState().run) "
+        f"or ask the strategy, and leave the mapping to backends/resolve.py: {found}"
     )

@@ -14,13 +14,6 @@ import torch
 from accelerate.state.distributed_type import DistributedType
 from accelerate.utils.lomo import is_lomo_optimizer, lomo_backward
 
-_MULTI_DEVICE = frozenset(
-    {
-        DistributedType.MULTI_GPU, DistributedType.MULTI_XPU, DistributedType.MULTI_NPU, DistributedType.MULTI_MLU, DistributedType.MULTI_SDAA, DistributedType.MULTI_MUSA,
-        DistributedType.MULTI_HPU, DistributedType.MULTI_NEURON,
-    }
-)  # fmt: skip
-
 if TYPE_CHECKING:
     from accelerate.optimizer import AcceleratedOptimizer
     from accelerate.precision.amp import Precision
@@ -155,14 +148,14 @@ class AcceleratorFacts:
     @property
     def multi_device(self) -> bool:
         """True when several processes train on accelerator devices (GPUs, XPUs, ...); False for CPU processes."""
-        return self.distributed_type in _MULTI_DEVICE
+        return self.state.run.multi_device
 
     @property
     def should_save_model(self) -> bool:
         """Whether this process writes model files: always here (every backend this release runs can)."""
         return True
 
-    # ------------------------------------------------------------------ parallelism (data parallel only)
+    # ------------------------------------------------------------------ parallelism (data parallel, FSDP)
     @property
     def torch_device_mesh(self) -> Any:
         """The device mesh built from ``parallelism_config`` (None without one, or in one process)."""
@@ -170,12 +163,20 @@ class AcceleratorFacts:
 
     @property
     def data_parallel_rank(self) -> int:
-        """This process's index among the data-parallel replicas: every process is one here."""
-        return self.partial_state.process_index
+        """This process's index among the data-parallel replicas (the mesh's ``dp_replicate``).
+
+        Every process is a whole replica under DDP; FSDP's full sharding makes one replica of all of
+        them (0), hybrid sharding one per node.
+        """
+        return self.state.run.data_parallel_rank
 
     @property
     def data_parallel_shard_rank(self) -> int:
-        return 0  # no sharded data parallelism (FSDP) in this release
+        """This process's index among the shards of its replica (the mesh's ``dp_shard``).
+
+        Under FSDP every rank holds a shard (full sharding: the process index); without sharding, 0.
+        """
+        return self.state.run.data_parallel_shard_rank
 
     @property
     def context_parallel_rank(self) -> int:
@@ -191,7 +192,7 @@ class AcceleratorFacts:
 
     @property
     def is_composable_parallelism_enabled(self) -> bool:
-        return False  # composing FSDP with TP/CP needs backends this release does not have yet
+        return False  # FSDP runs alone: tensor/context parallelism, which it would compose with, are not available yet
 
     @property
     def is_fsdp2(self) -> bool:

@@ -2,7 +2,9 @@
 
 ``backends/resolve.py`` decides the strategy and precision; this module wires everything else
 together once: the process state, the kwargs handlers, gradient accumulation, the data and
-compile settings, the project folder and the trackers. The Accelerator takes the result as it is,
+compile settings, the project folder and the trackers. The run itself (topology, precision,
+strategy, the plugins resolved once) becomes one frozen ``RunDescription`` that
+``AcceleratorState`` records and reads from; nothing re-resolves it later. The Accelerator takes the result as it is,
 so its constructor stays a list of assignments and each rule (which source wins, which
 combination is an error) lives in one function here.
 """
@@ -18,7 +20,7 @@ from accelerate.backends.deepspeed.launch import resolve_deepspeed_plugins
 from accelerate.backends.deepspeed.plugin import deepspeed_accumulation
 from accelerate.backends.resolve import (
     check_unavailable,
-    plugin_choices,
+    describe_run,
     resolve_fsdp_plugin,
     resolve_mixed_precision,
     resolve_strategy,
@@ -26,6 +28,7 @@ from accelerate.backends.resolve import (
 from accelerate.config.env import LaunchEnv, read_launch_env
 from accelerate.precision.amp import Precision
 from accelerate.state import AcceleratorState, GradientState, PartialState
+from accelerate.state.accelerator_state import record_run
 from accelerate.state.parallelism import device_mesh_for
 from accelerate.utils.dataclasses import (
     AutocastKwargs,
@@ -42,9 +45,9 @@ from accelerate.utils.dataclasses import (
 )
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Connection:
-    """Everything an Accelerator holds besides the objects it prepares."""
+    """Everything an Accelerator holds besides the objects it prepares (``state.run`` describes the run)."""
 
     partial_state: PartialState
     state: AcceleratorState
@@ -103,13 +106,14 @@ def connect(
     handlers = collect_kwargs_handlers(kwargs_handlers)
     pg: InitProcessGroupKwargs | None = handlers.get(InitProcessGroupKwargs)
     partial = _partial_state(cpu, pg)
-    if not mixed_precision and (earlier := _initialized_state()) is not None:
+    earlier = _initialized_state()
+    if not mixed_precision and earlier is not None:
         # As upstream: a later Accelerator() that names no precision re-uses the process's (an
-        # explicit different one still raises in AcceleratorState); the launcher's is not re-read.
+        # explicit different one raises below); the launcher's is not re-read.
         mixed_precision = earlier.mixed_precision
     mode = _mixed_precision(mixed_precision, launch, partial)
     ds_plugins = resolve_deepspeed_plugins(
-        deepspeed_plugin, deepspeed_plugins, launched=bool(launch.use_deepspeed)
+        deepspeed_plugin, deepspeed_plugins, launched=bool(launch.use_deepspeed), launch_env=launch
     )
     accumulation = accumulation_plugin(
         gradient_accumulation_plugin, gradient_accumulation_steps, launch.gradient_accumulation_steps
@@ -117,9 +121,9 @@ def connect(
     if ds_plugins:
         # The DeepSpeed config's value wins (with a warning); its "auto" takes the Accelerator's.
         accumulation = deepspeed_accumulation(ds_plugins, accumulation, mode)
-    # Raises, naming both values, if an earlier Accelerator in this process chose differently.
-    extra: dict[str, Any] = {"deepspeed_plugins": ds_plugins} if ds_plugins else {}
-    state = AcceleratorState(mixed_precision=mode, cpu=cpu, **extra)
+    if earlier is not None:
+        # Raises, naming both values, if an earlier Accelerator in this process chose differently.
+        earlier.check_agrees(mixed_precision=mode, cpu=cpu)
     precision = Precision(
         mode,
         partial.device,
@@ -137,9 +141,19 @@ def connect(
     )
     gradient_state = GradientState(accumulation)
     dynamo = _dynamo_plugin(dynamo_plugin, dynamo_backend, launch)
-    _record_choices(
-        state, strategy, fsdp_plugin=fsdp_plugin, dynamo=dynamo, parallelism_config=parallelism_config
+    # The run, resolved once: AcceleratorState records it and its attributes read from it.
+    run = describe_run(
+        partial,
+        strategy,
+        mixed_precision=mode,
+        deepspeed_plugins=ds_plugins,
+        fsdp_plugin=fsdp_plugin,
+        dynamo_plugin=dynamo,
+        parallelism_config=parallelism_config,
+        # Plain data parallelism only (check_unavailable refused the rest): a 1-D mesh over the group.
+        device_mesh=device_mesh_for(parallelism_config, partial.num_processes, partial.device.type),
     )
+    state = record_run(run, partial)
     return Connection(
         partial_state=partial,
         state=state,
@@ -185,24 +199,6 @@ def _initialized_state() -> AcceleratorState | None:
 def _mixed_precision(requested: str | None, launch: LaunchEnv, partial: PartialState) -> str:
     """The mode (argument, else the launcher's), checked for the device (XLA's bf16 switch: its strategy)."""
     return resolve_mixed_precision(requested, launch.mixed_precision, partial.device)
-
-
-def _record_choices(
-    state: AcceleratorState,
-    strategy: Strategy,
-    *,
-    fsdp_plugin: Any,
-    dynamo: TorchDynamoPlugin,
-    parallelism_config: Any,
-) -> None:
-    """Writes what was decided onto ``AcceleratorState``, which users (and upstream code) read back."""
-    for name, value in plugin_choices(strategy, fsdp_plugin=fsdp_plugin).items():
-        setattr(state, name, value)
-    state.dynamo_plugin = dynamo
-    state.dynamo_backend = str(dynamo.backend)
-    # Plain data parallelism only (check_unavailable refused the rest): a 1-D mesh over the group.
-    state.parallelism_config = parallelism_config
-    state.device_mesh = device_mesh_for(parallelism_config, state.num_processes, state.device.type)
 
 
 def _trackers(log_with: Any) -> list[Any]:

@@ -73,6 +73,8 @@ def _train(
         "is_fsdp2": accelerator.is_fsdp2 and accelerator.state.is_fsdp2,
         "state_dict_type": accelerator.state.fsdp_plugin.state_dict_type,
         "scaler": accelerator.scaler is not None,
+        "ranks": (accelerator.data_parallel_rank, accelerator.data_parallel_shard_rank),
+        "multi_device": accelerator.multi_device,
     }
 
 
@@ -128,6 +130,10 @@ def test_fsdp_trains_to_the_one_process_parameters(pool2: WorkerPool, case: str)
         assert rank["all_dtensor"] and rank["optimizer_on_shards"] and rank["is_fsdp2"]
         assert rank["unsynced"] == [True] * STEPS * (ACCUM - 1)  # accumulate() skipped the gradient sync
         assert rank["type"] == "FSDP" and described in rank["describe"]
+    # Ranks in the mesh: replicas hold whole copies (NO_SHARD), shards split one (full and hybrid
+    # sharding, one node here); upstream's multi_device is False under FSDP (its type is FSDP).
+    assert [r["ranks"] for r in ranks] == ([(0, 0), (1, 0)] if layout == "replicate" else [(0, 0), (0, 1)])
+    assert not any(r["multi_device"] for r in ranks)
     if layout == "replicate":
         assert [r["local"] for r in ranks] == [main["total"]] * 2
     else:  # each rank holds about half of the parameters

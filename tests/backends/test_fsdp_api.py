@@ -10,6 +10,7 @@ from torch import nn
 
 from accelerate import Accelerator
 from accelerate.backends.fsdp.plugin import FullyShardedDataParallelPlugin
+from accelerate.backends.resolve import resolve_fsdp_plugin
 from accelerate.utils import fsdp_utils
 from tests.backends.fsdp_models import make_model
 
@@ -22,9 +23,11 @@ def test_ram_efficient_loading_switches(monkeypatch: pytest.MonkeyPatch) -> None
     assert (
         os.environ["FSDP_CPU_RAM_EFFICIENT_LOADING"] == "true" and os.environ["ACCELERATE_USE_FSDP"] == "true"
     )
-    assert FullyShardedDataParallelPlugin().cpu_ram_efficient_loading
+    # The switches speak to the next Accelerator: its run resolution reads them (the plugin reads no env).
+    assert resolve_fsdp_plugin(None, None).cpu_ram_efficient_loading
+    assert resolve_fsdp_plugin(FullyShardedDataParallelPlugin(), None).cpu_ram_efficient_loading
     fsdp_utils.disable_fsdp_ram_efficient_loading()
-    assert not FullyShardedDataParallelPlugin().cpu_ram_efficient_loading
+    assert not resolve_fsdp_plugin(None, None).cpu_ram_efficient_loading
 
 
 def test_auto_wrap_policy_predicate() -> None:

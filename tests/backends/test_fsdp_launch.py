@@ -73,11 +73,13 @@ def test_cpu_offload_is_accepted_on_a_gpu() -> None:
     from accelerate.utils import FullyShardedDataParallelPlugin
 
     plugin = FullyShardedDataParallelPlugin(fsdp_version=2, cpu_offload=True)
-    FSDPStrategy(
+    strategy = FSDPStrategy(
         torch.device("cuda", 0), plugin, mixed_precision="bf16", num_processes=2, num_processes_per_node=2
     )
-    assert isinstance(plugin.cpu_offload, CPUOffloadPolicy)
-    assert plugin.mixed_precision_policy.param_dtype == torch.bfloat16
+    assert isinstance(strategy.plugin.cpu_offload, CPUOffloadPolicy)
+    assert strategy.plugin.mixed_precision_policy.param_dtype == torch.bfloat16
+    # The strategy set the policies on its own copy: the caller's plugin is as they built it.
+    assert plugin.cpu_offload is True and plugin.mixed_precision_policy is None
 
 
 def _peak(efficient: bool, home: Path) -> list[dict[str, Any]]:

@@ -9,6 +9,7 @@ from torch import nn
 from accelerate.backends.fsdp.launch import FSDPLaunchError, resolve_fsdp
 from accelerate.backends.fsdp.plugin import fsdp2_layout
 from accelerate.backends.fsdp.wrap import modules_to_shard
+from accelerate.backends.resolve import resolve_fsdp_plugin
 from accelerate.config.config_file import LaunchConfig
 from accelerate.utils import FullyShardedDataParallelPlugin
 from tests.backends.fsdp_models import BertLayer, Block, make_model
@@ -33,14 +34,17 @@ def test_defaults_follow_the_version() -> None:
     assert FullyShardedDataParallelPlugin(min_num_params=10).auto_wrap_policy == "size_based_wrap"
 
 
-def test_the_launcher_variables_fill_unset_fields(monkeypatch: pytest.MonkeyPatch) -> None:
-    for key, value in {
-        "FSDP_VERSION": "2", "FSDP_RESHARD_AFTER_FORWARD": "false", "FSDP_AUTO_WRAP_POLICY": "TRANSFORMER_BASED_WRAP",
-        "FSDP_TRANSFORMER_CLS_TO_WRAP": "Block, BertLayer", "FSDP_STATE_DICT_TYPE": "FULL_STATE_DICT",
-        "FSDP_CPU_RAM_EFFICIENT_LOADING": "true", "FSDP_ACTIVATION_CHECKPOINTING": "true", "FSDP_MIN_NUM_PARAMS": "7",
-    }.items():  # fmt: skip
-        monkeypatch.setenv(key, value)
-    plugin = FullyShardedDataParallelPlugin()
+_LAUNCHED = {
+    "ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2", "FSDP_RESHARD_AFTER_FORWARD": "false",
+    "FSDP_AUTO_WRAP_POLICY": "TRANSFORMER_BASED_WRAP", "FSDP_TRANSFORMER_CLS_TO_WRAP": "Block, BertLayer",
+    "FSDP_STATE_DICT_TYPE": "FULL_STATE_DICT", "FSDP_CPU_RAM_EFFICIENT_LOADING": "true",
+    "FSDP_ACTIVATION_CHECKPOINTING": "true", "FSDP_MIN_NUM_PARAMS": "7",
+}  # fmt: skip
+
+
+def test_the_launcher_variables_fill_unset_fields_when_the_run_is_resolved() -> None:
+    # The plugin is pure data; the run's resolution step (what Accelerator() calls) reads the launcher.
+    plugin = resolve_fsdp_plugin(None, None, _LAUNCHED)
     assert (plugin.fsdp_version, plugin.reshard_after_forward, plugin.auto_wrap_policy) == (
         2,
         False,
@@ -50,8 +54,33 @@ def test_the_launcher_variables_fill_unset_fields(monkeypatch: pytest.MonkeyPatc
     assert plugin.state_dict_type == "FULL_STATE_DICT" and plugin.activation_checkpointing
     # Loading on rank 0 only means prepare must broadcast.
     assert plugin.cpu_ram_efficient_loading and plugin.sync_module_states
-    # An argument wins over the variable.
-    assert FullyShardedDataParallelPlugin(reshard_after_forward=True).reshard_after_forward is True
+    # An argument wins over the variable, and so does a field assigned after construction.
+    given = FullyShardedDataParallelPlugin(reshard_after_forward=True)
+    given.min_num_params = 3
+    resolved = resolve_fsdp_plugin(given, None, _LAUNCHED)
+    assert resolved.reshard_after_forward is True and resolved.min_num_params == 3
+    assert resolved.fsdp_version == 2 and resolved.state_dict_type == "FULL_STATE_DICT"
+    # The caller's plugin is not changed (the run holds a copy).
+    assert resolved is not given and (given.fsdp_version, given.state_dict_type) == (2, "SHARDED_STATE_DICT")
+    assert given.activation_checkpointing is False
+    # An FSDP2-only setting implies fsdp_version=2 unless the launcher (or the caller) says 1.
+    with pytest.raises(ValueError, match="FSDP2 setting"):
+        resolve_fsdp_plugin(given, None, {**_LAUNCHED, "FSDP_VERSION": "1"})
+    # Without --use_fsdp (or with DeepSpeed) there is no plugin to resolve.
+    assert resolve_fsdp_plugin(None, None, {}) is None
+    assert resolve_fsdp_plugin(None, object(), _LAUNCHED) is None
+
+
+def test_the_plugin_reads_no_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key, value in _LAUNCHED.items():
+        monkeypatch.setenv(key, value)
+    plugin = FullyShardedDataParallelPlugin()  # upstream's reads the variables here; ours at resolution
+    assert (plugin.fsdp_version, plugin.state_dict_type, plugin.auto_wrap_policy) == (
+        1,
+        "FULL_STATE_DICT",
+        None,
+    )
+    assert resolve_fsdp_plugin(plugin, None).fsdp_version == 2  # os.environ, read once by the resolver
 
 
 @pytest.mark.parametrize(

@@ -4,9 +4,10 @@ import pytest
 import torch
 
 from accelerate.backends.ddp import DDPStrategy
-from accelerate.backends.resolve import NotAvailableYetError, resolve_mixed_precision, resolve_strategy
+from accelerate.backends.resolve import resolve_mixed_precision, resolve_strategy
 from accelerate.backends.single_device import SingleDeviceStrategy
 from accelerate.state import PartialState
+from accelerate.utils.errors import NotAvailableYetError
 
 
 def test_single_process_gets_single_device_strategy() -> None:

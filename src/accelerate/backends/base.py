@@ -38,6 +38,10 @@ class Strategy:
         self.device = device
         self.distributed_type = distributed_type
 
+    def data_parallel_ranks(self, process_index: int) -> tuple[int, int]:
+        """Process ``process_index``'s (replica, shard) ranks: each process is a whole replica here."""
+        return process_index, 0
+
     def setup_module(self, model: torch.nn.Module, *, device_placement: bool) -> torch.nn.Module:
         """Moves (and, for distributed backends, wraps) a model; returns what the user trains."""
         if device_placement:

@@ -6,6 +6,8 @@ before any model is touched.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -13,8 +15,16 @@ import torch
 from accelerate.backends.base import Strategy
 from accelerate.state.distributed_type import DistributedType
 from accelerate.state.process import PartialState
+from accelerate.state.run import RunDescription, check_unavailable, describe_process
 from accelerate.utils.dataclasses import DistributedDataParallelKwargs, check_mixed_precision
-from accelerate.utils.errors import NotAvailableYetError
+
+__all__ = [
+    "check_unavailable",  # the plugin rules live beside the description (state/run.py): one copy
+    "describe_run",
+    "resolve_fsdp_plugin",
+    "resolve_mixed_precision",
+    "resolve_strategy",
+]
 
 
 def resolve_mixed_precision(requested: str | None, launched: str | None, device: torch.device) -> str:
@@ -31,38 +41,6 @@ def resolve_mixed_precision(requested: str | None, launched: str | None, device:
     if mode == "fp16" and device.type == "mps" and not hasattr(torch.amp, "GradScaler"):
         raise ValueError("mixed_precision='fp16' on MPS needs torch >= 2.4.")
     return mode
-
-
-def check_unavailable(
-    *,
-    deepspeed_plugin: object,
-    fsdp_plugin: object,
-    megatron_lm_plugin: object,
-    torch_tp_plugin: object = None,
-    deepspeed_plugins: object = None,
-    parallelism_config: object = None,
-) -> None:
-    if fsdp_plugin is not None and (deepspeed_plugin is not None or deepspeed_plugins is not None):
-        raise ValueError(
-            "Accelerator got both fsdp_plugin (FSDP) and deepspeed_plugin (DeepSpeed); they are two ways to shard "
-            "the same model and cannot run together. Keep one (and drop --use_fsdp or --use_deepspeed)."
-        )
-    for name, value, flag in (
-        ("megatron_lm_plugin", megatron_lm_plugin, "--use_megatron_lm"),
-        ("torch_tp_plugin", torch_tp_plugin, "--parallelism_config_tp_size"),
-    ):
-        if value is not None:
-            raise NotAvailableYetError(
-                f"Accelerator({name}=...) is not available yet in this accelerate ({flag} likewise). "
-                "Remove it to train with DistributedDataParallel, which needs no plugin."
-            )
-    check_available = getattr(parallelism_config, "check_available", None)
-    if parallelism_config is not None and check_available is None:
-        raise TypeError(
-            f"Accelerator(parallelism_config=...) needs a ParallelismConfig, got {type(parallelism_config).__name__}."
-        )
-    if check_available is not None:
-        check_available()  # plain data parallelism runs; sharding/TP/CP/SP raise NotAvailableYetError
 
 
 def resolve_strategy(
@@ -108,26 +86,57 @@ def resolve_strategy(
     return SingleDeviceStrategy(state.device, state.distributed_type)
 
 
-def resolve_fsdp_plugin(plugin: Any, deepspeed_plugin: Any) -> Any:
-    """The FSDP plugin: the argument, else one read from the launcher's FSDP_* variables (--use_fsdp)."""
+def resolve_fsdp_plugin(plugin: Any, deepspeed_plugin: Any, environ: Mapping[str, str] | None = None) -> Any:
+    """The FSDP plugin this run uses: the argument, else one the launcher asked for (``--use_fsdp``),
+    with the launcher's ``FSDP_*`` variables filling the fields the caller left unset.
+
+    The result is a copy; the caller's plugin stays as they built it.
+    """
+    from accelerate.backends.fsdp.launch import plugin_with_launch_env
     from accelerate.backends.fsdp.plugin import FullyShardedDataParallelPlugin, use_fsdp_from_env
 
-    if plugin is None and deepspeed_plugin is None and use_fsdp_from_env():
-        return FullyShardedDataParallelPlugin()
+    if plugin is None and (deepspeed_plugin is not None or not use_fsdp_from_env(environ)):
+        return None
     if plugin is not None and not isinstance(plugin, FullyShardedDataParallelPlugin):
         raise TypeError(
             f"Accelerator(fsdp_plugin=...) needs a FullyShardedDataParallelPlugin, got {type(plugin).__name__}."
         )
-    return plugin
+    return plugin_with_launch_env(plugin if plugin is not None else FullyShardedDataParallelPlugin(), environ)
 
 
-def plugin_choices(strategy: Strategy, *, fsdp_plugin: Any) -> dict[str, Any]:
-    """What ``AcceleratorState`` records of the backend plugins chosen (users and upstream code read it)."""
-    if fsdp_plugin is None:
-        return {}
-    # One process runs unsharded (single-device strategy): the plugin stays readable, is_fsdp2 says False.
-    return {
-        "fsdp_plugin": fsdp_plugin,
-        "distributed_type": strategy.distributed_type,
-        "is_fsdp2": strategy.distributed_type == DistributedType.FSDP,
-    }
+def describe_run(
+    partial: PartialState,
+    strategy: Strategy,
+    *,
+    mixed_precision: str,
+    deepspeed_plugins: dict[str, Any] | None,
+    fsdp_plugin: Any,
+    dynamo_plugin: Any,
+    parallelism_config: Any,
+    device_mesh: Any,
+) -> RunDescription:
+    """The Accelerator's run: the process's description plus what the chosen strategy decided.
+
+    One process with an FSDP plugin runs unsharded (single-device strategy): the plugin stays
+    readable and ``is_fsdp2`` is False. When FSDP shards, ``fsdp_plugin`` is the strategy's own
+    copy, so edits through ``AcceleratorState().fsdp_plugin`` reach the engine (as upstream).
+    """
+    sharded = strategy.distributed_type == DistributedType.FSDP
+    replica, shard = strategy.data_parallel_ranks(partial.process_index)
+    process = describe_process(
+        partial,
+        mixed_precision=mixed_precision,
+        deepspeed_plugins=deepspeed_plugins,
+        fsdp_plugin=getattr(strategy, "plugin", fsdp_plugin) if sharded else fsdp_plugin,
+        dynamo_plugin=dynamo_plugin,
+        parallelism_config=parallelism_config,
+        distributed_type=strategy.distributed_type,
+    )
+    return dataclasses.replace(
+        process,
+        strategy=strategy.name,
+        is_fsdp2=sharded,
+        device_mesh=device_mesh,
+        data_parallel_rank=replica,
+        data_parallel_shard_rank=shard,
+    )

@@ -1,19 +1,26 @@
 """`AcceleratorState`: the per-process training settings on top of `PartialState`.
 
-Holds what the Accelerator resolved (mixed precision, the strategy's distributed type) so that
-code without the Accelerator object (``AcceleratorState().mixed_precision``) can read it. A second
-Accelerator in the same process must agree with the first; a contradiction raises naming both.
+It records one :class:`~accelerate.state.run.RunDescription`, the run as resolved once (by
+``connect()`` for an Accelerator), and its public attributes (``mixed_precision``,
+``distributed_type``, ``fsdp_plugin``, ``deepspeed_plugins``, ``dynamo_plugin``, ...) read from it,
+so code without the Accelerator object (``AcceleratorState().mixed_precision``) can read the run.
+Nothing here resolves or re-validates. A second Accelerator in the same process must agree with
+the first; a contradiction raises naming both.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, Generic, TypeVar
 
 from accelerate.state.distributed_type import DistributedType
 from accelerate.state.process import PartialState
+from accelerate.state.run import RunDescription, check_unavailable, describe_process
 from accelerate.state.shared import SharedStateView, mark_reset, was_reset
 
 _ACCEL_STATE: AcceleratorState | None = None
+T = TypeVar("T")
 
 # Attributes read through to the PartialState, so AcceleratorState() answers the same questions.
 _FORWARDED = frozenset(
@@ -26,8 +33,31 @@ _FORWARDED = frozenset(
         "destroy_process_group", "fork_launched", "set_device",
     }
 )  # fmt: skip
+# The description's settings, listed in upstream's attribute dict (``_shared_state``).
+_RUN_FIELDS = frozenset(field.name for field in dataclasses.fields(RunDescription)) - {"topology"}
 
-# What __init__ sets on the object itself.
+
+class _FromRun(Generic[T]):
+    """A public attribute of ``AcceleratorState`` read from its run's description.
+
+    Upstream keeps these as plain attributes and some code assigns them (a stand-in ``fsdp_plugin``):
+    an assignment records a new description (``dataclasses.replace``), never a second copy of the value.
+    """
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, state: AcceleratorState | None, owner: type | None = None) -> T:
+        if state is None:
+            return self  # type: ignore[return-value]  # the class attribute itself (introspection)
+        value: T = getattr(state.run, self.name)
+        return value
+
+    def __set__(self, state: AcceleratorState, value: T) -> None:
+        change: dict[str, Any] = {self.name: value}
+        state._record(dataclasses.replace(state.run, **change))
+
+# The attributes a state held across `_reset_state` no longer answers (with the names in _FORWARDED).
 _OWN = frozenset(
     {
         "partial_state", "mixed_precision", "distributed_type", "dynamo_plugin", "dynamo_backend",
@@ -40,16 +70,8 @@ class AcceleratorState:
     """One per process: ``AcceleratorState()`` returns the shared object once an Accelerator made it."""
 
     _initialized: bool = False
-    mixed_precision: str
-    distributed_type: DistributedType
     # Upstream's names for "the shared attributes" and "forget them" (transformers reads both).
-    _shared_state = SharedStateView(lambda: _ACCEL_STATE)
-    # Set by the Accelerator when it runs FSDP (then is_fsdp2 is True: the engine is FSDP2); the
-    # backends this release does not run stay None. deepspeed_plugin is a property below.
-    fsdp_plugin: Any = None
-    torch_tp_plugin: Any = None
-    megatron_lm_plugin: Any = None
-    is_fsdp2: bool = False
+    _shared_state = SharedStateView(lambda: _ACCEL_STATE, lambda state: state._attributes())
 
     @classmethod
     def _reset_state(cls, reset_partial_state: bool = False) -> None:
@@ -84,44 +106,83 @@ class AcceleratorState:
         _from_accelerator: bool = False,
         **kwargs: Any,
     ) -> None:
-        # `distributed_type` (ours) overrides what the process state reports; the rest go to PartialState.
+        """Direct construction (no Accelerator): describes this process with the settings given.
+
+        An Accelerator records its run through :func:`record_run` instead. ``distributed_type``
+        (ours) overrides the process's type; other keyword arguments go to ``PartialState``.
+        """
         distributed_type: DistributedType | None = kwargs.pop("distributed_type", None)
         ds_plugins: dict[str, Any] | None = kwargs.pop("deepspeed_plugins", None)
-        if ds_plugins is None and deepspeed_plugin is not None:
-            from accelerate.backends.deepspeed.launch import resolve_deepspeed_plugins
-
-            ds_plugins = resolve_deepspeed_plugins(deepspeed_plugin, None, launched=False)
-        partial_kwargs = kwargs
-        from accelerate.backends.resolve import check_unavailable
-
+        if self._initialized:
+            self.check_agrees(mixed_precision=mixed_precision, cpu=cpu, **kwargs)
+            return
         check_unavailable(
             deepspeed_plugin=deepspeed_plugin,
             fsdp_plugin=fsdp_plugin,
             megatron_lm_plugin=megatron_lm_plugin,
             torch_tp_plugin=torch_tp_plugin,
+            deepspeed_plugins=ds_plugins,
             parallelism_config=parallelism_config,
         )
-        if ds_plugins:
-            distributed_type = DistributedType.DEEPSPEED
-        if self._initialized:
-            if mixed_precision is not None and mixed_precision != self.mixed_precision:
-                raise ValueError(
-                    f"An Accelerator in this process already uses mixed_precision={self.mixed_precision!r}; "
-                    f"a new one asked for mixed_precision={mixed_precision!r}. Create one Accelerator per "
-                    "process, or pass the same value."
-                )
-            # Raises on a contradicting cpu/backend; a PartialState reset since is made again and used.
-            self.partial_state = PartialState(cpu, **partial_kwargs)
-            return
+        if ds_plugins is None and deepspeed_plugin is not None:
+            ds_plugins = _resolve_deepspeed(deepspeed_plugin)
+        self.partial_state = PartialState(cpu, **kwargs)
+        self._record(
+            describe_process(
+                self.partial_state,
+                mixed_precision=mixed_precision,
+                deepspeed_plugins=ds_plugins,
+                fsdp_plugin=fsdp_plugin,
+                dynamo_plugin=dynamo_plugin,
+                parallelism_config=parallelism_config,
+                distributed_type=distributed_type,
+            )
+        )
+
+    def check_agrees(self, *, mixed_precision: str | None, cpu: bool, **partial_kwargs: Any) -> None:
+        """Raises, naming both values, when a later Accelerator/AcceleratorState contradicts this one."""
+        if mixed_precision is not None and mixed_precision != self.mixed_precision:
+            raise ValueError(
+                f"An Accelerator in this process already uses mixed_precision={self.mixed_precision!r}; "
+                f"a new one asked for mixed_precision={mixed_precision!r}. Create one Accelerator per "
+                "process, or pass the same value."
+            )
+        # Raises on a contradicting cpu/backend; a PartialState reset since is made again and used.
         self.partial_state = PartialState(cpu, **partial_kwargs)
-        self.mixed_precision = mixed_precision or "no"
-        self.distributed_type = distributed_type or self.partial_state.distributed_type
-        self.dynamo_plugin = dynamo_plugin
-        self.dynamo_backend = "no" if dynamo_plugin is None else dynamo_plugin.backend
-        self.parallelism_config = parallelism_config
-        self.device_mesh: Any = None
-        self._deepspeed_plugins = ds_plugins
+
+    def _attributes(self) -> dict[str, Any]:
+        """Upstream's attribute dict (``_shared_state``): the run's settings beside the process state."""
+        own = {k: v for k, v in self.__dict__.items() if k != "_run"}
+        return {**own, **{name: getattr(self.run, name) for name in sorted(_RUN_FIELDS)}}
+
+    def _record(self, run: RunDescription) -> None:
+        object.__setattr__(self, "_run", run)
         self._initialized = True
+
+    @property
+    def run(self) -> RunDescription:
+        """The description of this process's run (what the resolver decided, recorded once)."""
+        run: RunDescription | None = self.__dict__.get("_run")
+        if run is None:
+            raise AttributeError(
+                "AcceleratorState has no run yet: create an Accelerator or call AcceleratorState()."
+            )
+        return run
+
+    # ------------------------------------------------------------------ what the run is
+    mixed_precision: _FromRun[str] = _FromRun()
+    distributed_type: _FromRun[DistributedType] = _FromRun()
+    fsdp_plugin: _FromRun[Any] = _FromRun()  # the strategy's copy when FSDP shards; None without FSDP
+    is_fsdp2: _FromRun[bool] = _FromRun()
+    torch_tp_plugin: _FromRun[Any] = _FromRun()
+    megatron_lm_plugin: _FromRun[Any] = _FromRun()
+    dynamo_plugin: _FromRun[Any] = _FromRun()
+    parallelism_config: _FromRun[Any] = _FromRun()
+    device_mesh: _FromRun[Any] = _FromRun()  # from parallelism_config; None without one or in one process
+
+    @property
+    def dynamo_backend(self) -> str:
+        return self.run.dynamo_backend
 
     @property
     def initialized(self) -> bool:
@@ -130,13 +191,12 @@ class AcceleratorState:
     @property
     def deepspeed_plugins(self) -> dict[str, Any] | None:
         """The named DeepSpeed plugins of this run (None without DeepSpeed)."""
-        return self.__dict__.get("_deepspeed_plugins")
+        return self.run.deepspeed_plugins
 
     @property
     def deepspeed_plugin(self) -> Any:
         """The selected DeepSpeed plugin (None without DeepSpeed)."""
-        plugins = self.deepspeed_plugins
-        return next((p for p in plugins.values() if p.selected), None) if plugins else None
+        return self.run.deepspeed_plugin
 
     def get_deepspeed_plugin(self, name: str) -> Any:
         plugins = self.deepspeed_plugins or {}
@@ -172,10 +232,41 @@ class AcceleratorState:
         raise AttributeError(f"'AcceleratorState' object has no attribute {name!r}")
 
     def __repr__(self) -> str:
+        run = self.__dict__.get("_run")
         return (
             repr(self.__dict__.get("partial_state", ""))
-            + f"Mixed precision type: {self.__dict__.get('mixed_precision')}\n"
+            + f"Mixed precision type: {run.mixed_precision if run is not None else None}\n"
         )
+
+
+def record_run(run: RunDescription, partial: PartialState) -> AcceleratorState:
+    """Records an Accelerator's run (``connect()``): the process's state now describes it.
+
+    ``connect()`` has checked that an earlier state agrees (:meth:`AcceleratorState.check_agrees`);
+    the newest Accelerator's description is the one recorded, as its strategy is the one that runs.
+    """
+    state = AcceleratorState.__new__(AcceleratorState)
+    if not state._initialized:
+        state.partial_state = partial
+    state._record(run)
+    return state
+
+
+def _resolve_deepspeed(given: Any) -> dict[str, Any] | None:
+    """The named plugins for ``AcceleratorState(deepspeed_plugin=...)`` built without an Accelerator.
+
+    The plugin's class resolves them (the same function ``connect()`` runs), so ``state/`` asks the
+    object it was given instead of importing the DeepSpeed backend that sits above it.
+    """
+    sample = next(iter(given.values()), None) if isinstance(given, Mapping) else given
+    resolve = getattr(type(sample), "resolve_plugins", None)
+    if resolve is None:
+        raise TypeError(
+            f"AcceleratorState(deepspeed_plugin=...) takes a DeepSpeedPlugin or a dict of them; got "
+            f"{type(sample).__name__}."
+        )
+    plugins: dict[str, Any] | None = resolve(given)
+    return plugins
 
 
 def existing_accelerator_state() -> AcceleratorState | None:

@@ -1,4 +1,9 @@
-"""The public `DistributedType` enum: for users to read. Library code branches on strategies instead."""
+"""The public `DistributedType` enum: for users to read. Library code branches on strategies instead.
+
+The two facts defined by the type itself live here too: which type a process's device and world size
+make (:func:`process_distributed_type`), and which types upstream counts as several accelerator devices
+(:func:`is_multi_device`). Every other reading of a type happens once, in ``backends/resolve.py``.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,13 @@ import enum
 
 from accelerate.utils.dataclasses import PrecisionType  # defined with the rest of the vocabulary
 
-__all__ = ["ComputeEnvironment", "DistributedType", "PrecisionType"]
+__all__ = [
+    "ComputeEnvironment",
+    "DistributedType",
+    "PrecisionType",
+    "is_multi_device",
+    "process_distributed_type",
+]
 
 
 class DistributedType(str, enum.Enum):
@@ -39,3 +50,33 @@ class DistributedType(str, enum.Enum):
 class ComputeEnvironment(str, enum.Enum):
     LOCAL_MACHINE = "LOCAL_MACHINE"
     AMAZON_SAGEMAKER = "AMAZON_SAGEMAKER"
+
+
+# Upstream's "several accelerator devices": GPUs and their kin. CPU and MPS processes are not, and
+# neither are the sharding backends (a run reports FSDP or DEEPSPEED instead of its device's type).
+_MULTI_DEVICE = frozenset(
+    {
+        DistributedType.MULTI_GPU, DistributedType.MULTI_XPU, DistributedType.MULTI_NPU, DistributedType.MULTI_MLU,
+        DistributedType.MULTI_SDAA, DistributedType.MULTI_MUSA, DistributedType.MULTI_HPU,
+        DistributedType.MULTI_NEURON,
+    }
+)  # fmt: skip
+_MULTI_BY_DEVICE = {
+    "cuda": DistributedType.MULTI_GPU,
+    "xpu": DistributedType.MULTI_XPU,
+    "mps": DistributedType.MULTI_MPS,
+}
+
+
+def process_distributed_type(device_type: str, world_size: int, *, xla: bool = False) -> DistributedType:
+    """The type a process reports before any backend is chosen: its device kind across ``world_size``."""
+    if xla:
+        return DistributedType.XLA
+    if world_size <= 1:
+        return DistributedType.NO
+    return _MULTI_BY_DEVICE.get(device_type, DistributedType.MULTI_CPU)
+
+
+def is_multi_device(kind: DistributedType) -> bool:
+    """Whether ``kind`` means several processes on accelerator devices (upstream's ``multi_device``)."""
+    return kind in _MULTI_DEVICE

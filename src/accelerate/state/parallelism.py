@@ -2,9 +2,11 @@
 
 One value object describes the topology: data-parallel replication (``dp_replicate``, what DDP
 does), data-parallel sharding (``dp_shard``, FSDP), context (``cp``), sequence (``sp``) and tensor
-(``tp``) parallelism. Unset sizes mean 1. This release runs pure data parallelism: the mesh for it is
-a 1-D mesh named ``dp_replicate`` over the whole process group. Any sharding or model-parallel degree
-above 1 needs FSDP/TP, which are not available yet, and building its mesh raises saying so.
+(``tp``) parallelism. Unset sizes mean 1. A ParallelismConfig here describes pure data parallelism:
+its mesh is a 1-D mesh named ``dp_replicate`` over the whole process group. FSDP itself runs (through
+``Accelerator(fsdp_plugin=...)`` or ``accelerate launch --use_fsdp``, sharding over all processes);
+what is not available yet is setting a ``dp_shard`` degree here, or any model-parallel degree (context,
+sequence, tensor), and building such a mesh raises saying so.
 
 Pure data apart from :meth:`ParallelismConfig.build_device_mesh`; nothing here reads ``os.environ``.
 """
@@ -143,14 +145,16 @@ class ParallelismConfig:
         return tuple(dims), tuple(self._size(dim) for dim in dims)
 
     def check_available(self) -> None:
-        """Raises NotAvailableYetError unless this is plain data parallelism (what this release runs)."""
+        """Raises NotAvailableYetError unless this is plain data parallelism (what a config here can describe)."""
         unavailable = self._enabled("dp_shard", "cp", "sp", "tp")
         if unavailable:
             sizes = ", ".join(f"{dim}_size={self._size(dim)}" for dim in unavailable)
             raise NotAvailableYetError(
-                f"ParallelismConfig({sizes}): sharded data parallelism (FSDP), context, sequence and tensor "
-                "parallelism are not available in this version of accelerate yet. Set only "
-                "dp_replicate_size (plain data parallelism) or leave the config out."
+                f"ParallelismConfig({sizes}): a sharding degree set here, and context, sequence and tensor "
+                "parallelism, are not available in this version of accelerate yet. Set only "
+                "dp_replicate_size (plain data parallelism) or leave the config out; to shard the model "
+                "over all processes use Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin()) or "
+                "`accelerate launch --use_fsdp`."
             )
 
     # --- the mesh --------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from accelerate.collectives.communicator import bind_communicator, current_commu
 from accelerate.collectives.operations import check_arrival
 from accelerate.config.env import read_launch_env
 from accelerate.diagnostics.watchdog import SLOT, start_watchdog, stop_watchdog
-from accelerate.state.distributed_type import DistributedType
+from accelerate.state.distributed_type import process_distributed_type
 from accelerate.state.environment import ClusterEnvironment, detect_environment
 from accelerate.state.process_group import GroupRequest, group_timeout, init_or_adopt, release_unused_groups
 from accelerate.state.shared import SharedStateView, fork_launched, mark_reset, set_device, was_reset
@@ -50,16 +50,6 @@ def _pick_device(local_rank: int, cpu: bool) -> torch.device:
 
 def _default_backend(device: torch.device) -> str:
     return {"cuda": "nccl", "xpu": "xccl"}.get(device.type, "gloo")
-
-
-def _distributed_type(device: torch.device, world_size: int) -> DistributedType:
-    if world_size <= 1:
-        return DistributedType.NO
-    return {
-        "cuda": DistributedType.MULTI_GPU,
-        "xpu": DistributedType.MULTI_XPU,
-        "mps": DistributedType.MULTI_MPS,
-    }.get(device.type, DistributedType.MULTI_CPU)
 
 
 class PartialState:
@@ -127,7 +117,7 @@ class PartialState:
         if self.device.type == "cuda" and self.device.index is not None:
             torch.cuda.set_device(self.device)
         self.backend: str | None = None
-        self.distributed_type = DistributedType.XLA if xla else _distributed_type(self.device, env.world_size)
+        self.distributed_type = process_distributed_type(self.device.type, env.world_size, xla=bool(xla))
         if xla:
             self.backend = "xla"
             # Debug mode's cross-process check talks through a torch.distributed store, which XLA

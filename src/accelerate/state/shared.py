@@ -23,14 +23,19 @@ class SharedStateView:
     the current per-process object through ``current`` each time (a reset empties it at once).
     """
 
-    def __init__(self, current: Callable[[], Any]) -> None:
+    def __init__(
+        self, current: Callable[[], Any], attributes: Callable[[Any], dict[str, Any]] | None = None
+    ) -> None:
         self._current = current
+        # A state whose attributes are not all in its __dict__ (AcceleratorState reads its run's
+        # description) says which it has; the others are their __dict__ itself, as upstream's.
+        self._attributes = attributes
 
     def __get__(self, obj: Any, owner: type | None = None) -> dict[str, Any]:
         state = self._current()
         if state is None or not getattr(state, "_initialized", False):
             return {}
-        return state.__dict__
+        return state.__dict__ if self._attributes is None else self._attributes(state)
 
 
 # Set on a state object that _reset_state() emptied; upstream's states share one dict that a reset clears,

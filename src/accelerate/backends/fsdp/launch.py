@@ -1,4 +1,5 @@
-"""``--use_fsdp --fsdp_*`` and a config file's ``fsdp_config``: checked, turned into the ``FSDP_*`` variables.
+"""``--use_fsdp --fsdp_*`` and a config file's ``fsdp_config``: checked, turned into the ``FSDP_*`` variables,
+and read back into the run's plugin (:func:`plugin_with_launch_env`, the only reader of ``FSDP_*``).
 
 Flags win over the file. Every value is checked here, before anything starts, and the plan notes what
 the settings become on FSDP2 (``--dry_run`` prints it). No torch import: the launcher stays light.
@@ -6,12 +7,15 @@ the settings become on FSDP2 (``--dry_run`` prints it). No torch import: the lau
 
 from __future__ import annotations
 
+import copy
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from accelerate.backends.fsdp.plugin import (
     BACKWARD_PREFETCH,
+    FIELD_ENV,
     FSDP_ENV,
     SHARDING_STRATEGIES,
     USE_FSDP_ENV,
@@ -21,6 +25,7 @@ from accelerate.backends.fsdp.plugin import (
 )
 
 if TYPE_CHECKING:
+    from accelerate.backends.fsdp.plugin import FullyShardedDataParallelPlugin
     from accelerate.config.config_file import LaunchConfig
 
 # Launch flags (besides --use_fsdp), each the config key of the same name.
@@ -168,3 +173,23 @@ def resolve_fsdp(
             "FSDP: one process holds the whole model (nothing to shard); the script runs unsharded."
         )
     return launch
+
+
+def plugin_with_launch_env(
+    plugin: FullyShardedDataParallelPlugin, environ: Mapping[str, str] | None = None
+) -> FullyShardedDataParallelPlugin:
+    """A copy of ``plugin`` whose unset fields take the launcher's ``FSDP_*`` values (``environ``, default
+    ``os.environ``): the runtime half of the translation above, run once when the run is resolved.
+
+    A field counts as unset when it was left ``None`` at construction and still holds the default it
+    got then (a later assignment is the caller's choice, as an argument is). The caller's plugin is
+    not changed.
+    """
+    env = os.environ if environ is None else environ
+    resolved = copy.copy(plugin)
+    unset = plugin._defaulted_fields()
+    if any(FIELD_ENV[name] in env for name in unset):
+        for name in unset:
+            setattr(resolved, name, None)  # back to "not given", so the variable or the default applies
+        resolved._settle(env)
+    return resolved

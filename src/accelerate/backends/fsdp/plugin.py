@@ -3,8 +3,9 @@
 The engine (``accelerate.backends.fsdp.strategy``) always runs FSDP2 (``fully_shard``). FSDP1 settings are
 kept as given and translated there: a sharding strategy becomes ``reshard_after_forward`` and a mesh
 shape (see :func:`fsdp2_layout`). ``accelerate launch --use_fsdp --fsdp_*`` (and a config file's
-``fsdp_config``) write the variables of :data:`FSDP_ENV`; a field left ``None`` here is read from
-them. No torch import at module level: the launcher imports this table.
+``fsdp_config``) write the variables of :data:`FSDP_ENV`; the run's resolution step fills a field
+left ``None`` from them (:func:`accelerate.backends.fsdp.launch.plugin_with_launch_env`), so the
+dataclass itself never reads ``os.environ``. No torch import at module level: the launcher imports this table.
 
 ``state_dict_type`` is always the upper-case name (``"SHARDED_STATE_DICT"`` / ``"FULL_STATE_DICT"``).
 """
@@ -36,6 +37,17 @@ FSDP_ENV: dict[str, str] = {
     "ignored_modules": "FSDP_IGNORED_MODULES",
 }
 USE_FSDP_ENV = "ACCELERATE_USE_FSDP"
+# Each plugin field the launcher can set -> its variable (the flag names differ for two of them).
+FIELD_ENV: dict[str, str] = {
+    "fsdp_version": FSDP_ENV["version"],
+    "transformer_cls_names_to_wrap": FSDP_ENV["transformer_layer_cls_to_wrap"],
+    "cpu_offload": FSDP_ENV["offload_params"],
+    **{
+        key: variable
+        for key, variable in FSDP_ENV.items()
+        if key not in ("version", "transformer_layer_cls_to_wrap", "offload_params")
+    },
+}
 
 SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2")
 WRAP_POLICIES = ("TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP")
@@ -127,8 +139,24 @@ class FullyShardedDataParallelPlugin:
     min_num_params: int | None = None
 
     def __post_init__(self) -> None:
-        env = os.environ
-        self.fsdp_version = int(self.fsdp_version or env.get(FSDP_ENV["version"], "") or 1)
+        # Pure: the launcher's FSDP_* variables are read by the run's resolution step
+        # (:func:`accelerate.backends.fsdp.launch.plugin_with_launch_env`), not here.
+        unset = [name for name in FIELD_ENV if getattr(self, name) is None]
+        self._settle({})
+        # What each unset field became: the resolution step may still fill these from the launcher.
+        self._defaults: dict[str, Any] = {name: getattr(self, name) for name in unset}
+
+    def _defaulted_fields(self) -> list[str]:
+        """The fields left unset at construction that still hold the default they were given."""
+        defaults: dict[str, Any] = getattr(self, "_defaults", {})
+        return [name for name, value in defaults.items() if getattr(self, name) == value]
+
+    def _settle(self, env: Mapping[str, str]) -> None:
+        """Checks and normalises the fields; unset ones take ``env``'s ``FSDP_*`` value, else the default."""
+        # Unset, the version is the launcher's, else the one the settings given imply: only FSDP2 has
+        # reshard_after_forward (so a script written for `launch --fsdp_version 2` also runs as plain python).
+        implied = 2 if self.reshard_after_forward is not None and self.sharding_strategy is None else 1
+        self.fsdp_version = int(self.fsdp_version or env.get(FSDP_ENV["version"], "") or implied)
         if self.fsdp_version not in (1, 2):
             raise ValueError(
                 f"FullyShardedDataParallelPlugin(fsdp_version={self.fsdp_version!r}) must be 1 or 2."
@@ -170,7 +198,8 @@ class FullyShardedDataParallelPlugin:
         )
         self._read_flags(env)
         self._read_wrap_policy(env)
-        self.set_state_dict_type(self.state_dict_type)
+        given = self.state_dict_type
+        self.set_state_dict_type(given if given is not None else env.get(FSDP_ENV["state_dict_type"]) or None)
         if self.ignored_modules is None and env.get(FSDP_ENV["ignored_modules"]):
             self.ignored_modules = env[FSDP_ENV["ignored_modules"]]
         if self.cpu_ram_efficient_loading:
@@ -214,11 +243,10 @@ class FullyShardedDataParallelPlugin:
 
     # ------------------------------------------------------------------ upstream's methods
     def set_state_dict_type(self, state_dict_type: Any = None) -> None:
-        """Sets (and normalises) ``state_dict_type``; ``None`` reads ``FSDP_STATE_DICT_TYPE`` or the default
-        (FULL_STATE_DICT for fsdp_version 1, SHARDED_STATE_DICT for 2)."""
+        """Sets (and normalises) ``state_dict_type``; ``None`` sets the default (FULL_STATE_DICT for
+        fsdp_version 1, SHARDED_STATE_DICT for 2)."""
         if state_dict_type is None:
-            default = "FULL_STATE_DICT" if self.fsdp_version == 1 else "SHARDED_STATE_DICT"
-            state_dict_type = os.environ.get(FSDP_ENV["state_dict_type"]) or default
+            state_dict_type = "FULL_STATE_DICT" if self.fsdp_version == 1 else "SHARDED_STATE_DICT"
         name = _choice(state_dict_type, STATE_DICT_TYPES, "state_dict_type")
         if name == "LOCAL_STATE_DICT":
             raise ValueError(

@@ -10,6 +10,7 @@ translated by the plugin (:func:`accelerate.backends.fsdp.plugin.fsdp2_layout`).
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import weakref
 from collections.abc import Iterable, Iterator
@@ -40,6 +41,9 @@ class FSDPStrategy(Strategy):
         num_processes_per_node: int,
     ) -> None:
         super().__init__(device, DistributedType.FSDP)
+        # The strategy's own copy: the mixed-precision and offload policies are set on it, so the
+        # caller's plugin object stays as they built it (and can configure another Accelerator).
+        plugin = copy.copy(plugin)
         self.plugin = plugin
         plugin.set_mixed_precision(mixed_precision)
         if plugin.cpu_offload:
@@ -69,6 +73,15 @@ class FSDPStrategy(Strategy):
             per_node = self.num_processes_per_node if world % self.num_processes_per_node == 0 else world
             return (world // per_node, per_node), ("dp_replicate", "dp_shard")
         return (world,), ("dp_shard",)
+
+    def data_parallel_ranks(self, process_index: int) -> tuple[int, int]:
+        """(replica, shard) in the mesh: ranks fill the shard dimension first (``(dp_replicate, dp_shard)``).
+
+        Full sharding gives (0, process_index); NO_SHARD (process_index, 0); hybrid (node, rank on node).
+        """
+        shape, names = self.mesh_shape()
+        shard_size = shape[names.index("dp_shard")]
+        return process_index // shard_size, process_index % shard_size
 
     @property
     def mesh(self) -> Any:

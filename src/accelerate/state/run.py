@@ -1,0 +1,157 @@
+"""`RunDescription`: one frozen description of what this process runs, decided once.
+
+``connect()`` (for an Accelerator) builds it through ``backends/resolve.py``'s :func:`describe_run`,
+and ``AcceleratorState`` records it: its public attributes (``distributed_type``, ``mixed_precision``,
+``fsdp_plugin``, ``deepspeed_plugins``, ``dynamo_plugin``, ``parallelism_config``, ``device_mesh`` ...)
+read from here, so nothing re-resolves or re-validates them afterwards. The type is plain data: state/
+knows no backend, the resolver fills in what the chosen strategy decided.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+
+from accelerate.state.distributed_type import DistributedType, is_multi_device
+from accelerate.state.process import PartialState
+from accelerate.utils.errors import NotAvailableYetError
+
+
+@dataclasses.dataclass(frozen=True)
+class Topology:
+    """Where this process sits in the job: world size, ranks and device."""
+
+    num_processes: int
+    process_index: int
+    local_process_index: int
+    num_processes_per_node: int
+    device: torch.device
+
+    @property
+    def node_index(self) -> int:
+        """The machine this process runs on (ranks are numbered node by node)."""
+        return self.process_index // max(1, self.num_processes_per_node)
+
+    @classmethod
+    def of(cls, partial: PartialState) -> Topology:
+        return cls(
+            num_processes=partial.num_processes,
+            process_index=partial.process_index,
+            local_process_index=partial.local_process_index,
+            num_processes_per_node=partial.num_processes_per_node,
+            device=partial.device,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class RunDescription:
+    """The run as resolved once: topology, precision, backend, and the plugins it runs with.
+
+    Plugins are the objects the run uses (a user who edits ``state.fsdp_plugin.<field>`` edits the
+    strategy's settings, as upstream); the description itself is never changed in place: assigning
+    one of its names on ``AcceleratorState`` records a new description (``dataclasses.replace``).
+    """
+
+    topology: Topology
+    mixed_precision: str
+    # The strategy's type (FSDP, DEEPSPEED, XLA ...) or, without a sharding backend, the process's.
+    distributed_type: DistributedType
+    # The strategy's name ("single_device", "ddp", "fsdp", "deepspeed", "xla"); None without an Accelerator.
+    strategy: str | None
+    deepspeed_plugins: dict[str, Any] | None = None
+    fsdp_plugin: Any = None
+    is_fsdp2: bool = False  # True only when FSDP shards (every FSDP setting runs on FSDP2 here)
+    torch_tp_plugin: Any = None
+    megatron_lm_plugin: Any = None
+    dynamo_plugin: Any = None
+    parallelism_config: Any = None
+    device_mesh: Any = None
+    # This process's place among the data-parallel replicas and among the shards of one replica.
+    data_parallel_rank: int = 0
+    data_parallel_shard_rank: int = 0
+
+    @property
+    def multi_device(self) -> bool:
+        """Several processes on accelerator devices (upstream's meaning: not CPU, MPS or a sharding type)."""
+        return is_multi_device(self.distributed_type)
+
+    @property
+    def dynamo_backend(self) -> str:
+        return "no" if self.dynamo_plugin is None else str(self.dynamo_plugin.backend)
+
+    @property
+    def deepspeed_plugin(self) -> Any:
+        """The selected DeepSpeed plugin (None without DeepSpeed)."""
+        plugins = self.deepspeed_plugins
+        return next((p for p in plugins.values() if p.selected), None) if plugins else None
+
+
+def check_unavailable(
+    *,
+    deepspeed_plugin: object,
+    fsdp_plugin: object,
+    megatron_lm_plugin: object,
+    torch_tp_plugin: object = None,
+    deepspeed_plugins: object = None,
+    parallelism_config: object = None,
+) -> None:
+    """Refuses plugin combinations no run can be described with, before anything starts.
+
+    Lives beside the description (not in ``backends/resolve.py``, which re-exports it) so that both
+    ways of describing a run, ``connect()`` and a direct ``AcceleratorState(...)``, apply the same
+    rules without state/ importing a backend.
+    """
+    if fsdp_plugin is not None and (deepspeed_plugin is not None or deepspeed_plugins is not None):
+        raise ValueError(
+            "Accelerator got both fsdp_plugin (FSDP) and deepspeed_plugin (DeepSpeed); they are two ways to shard "
+            "the same model and cannot run together. Keep one (and drop --use_fsdp or --use_deepspeed)."
+        )
+    for name, value, flag in (
+        ("megatron_lm_plugin", megatron_lm_plugin, "--use_megatron_lm"),
+        ("torch_tp_plugin", torch_tp_plugin, "--parallelism_config_tp_size"),
+    ):
+        if value is not None:
+            raise NotAvailableYetError(
+                f"Accelerator({name}=...) is not available yet in this accelerate ({flag} likewise). "
+                "Remove it to train with DistributedDataParallel, which needs no plugin."
+            )
+    check_available = getattr(parallelism_config, "check_available", None)
+    if parallelism_config is not None and check_available is None:
+        raise TypeError(
+            f"Accelerator(parallelism_config=...) needs a ParallelismConfig, got {type(parallelism_config).__name__}."
+        )
+    if check_available is not None:
+        check_available()  # plain data parallelism runs; sharding/TP/CP/SP raise NotAvailableYetError
+
+
+def describe_process(
+    partial: PartialState,
+    *,
+    mixed_precision: str | None,
+    deepspeed_plugins: dict[str, Any] | None = None,
+    fsdp_plugin: Any = None,
+    dynamo_plugin: Any = None,
+    parallelism_config: Any = None,
+    distributed_type: DistributedType | None = None,
+) -> RunDescription:
+    """The run of a process without a strategy: ``AcceleratorState(...)`` called directly.
+
+    Its settings are recorded as given (the resolver's checks and plugin resolution happened in the
+    caller); with DeepSpeed plugins the run is a DeepSpeed one, else the process's own type.
+    ``describe_run`` in ``backends/resolve.py`` starts from this and adds the strategy's facts.
+    """
+    if distributed_type is None:
+        distributed_type = DistributedType.DEEPSPEED if deepspeed_plugins else partial.distributed_type
+    return RunDescription(
+        topology=Topology.of(partial),
+        mixed_precision=mixed_precision or "no",
+        distributed_type=distributed_type,
+        strategy=None,
+        deepspeed_plugins=deepspeed_plugins,
+        fsdp_plugin=fsdp_plugin,
+        dynamo_plugin=dynamo_plugin,
+        parallelism_config=parallelism_config,
+        data_parallel_rank=partial.process_index,
+    )
