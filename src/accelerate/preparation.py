@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from accelerate.backends.registry import object_kind
+
 if TYPE_CHECKING:
     from accelerate.accelerator import Accelerator
 
@@ -49,26 +51,6 @@ def _is_scheduler_class(cls: type) -> bool:
     return issubclass(cls, base | lr_scheduler.ReduceLROnPlateau)
 
 
-def _kind(obj: Any) -> str:
-    if isinstance(obj, torch.nn.Module):
-        return "model"
-    if isinstance(obj, torch.optim.Optimizer):
-        return "optimizer"
-    if isinstance(obj, torch.utils.data.DataLoader):
-        return "dataloader"
-    if _is_scheduler(obj):
-        return "scheduler"
-    return "other"
-
-
-def _is_scheduler(obj: Any) -> bool:
-    from accelerate.scheduler import AcceleratedScheduler
-
-    lr_scheduler = torch.optim.lr_scheduler
-    base = getattr(lr_scheduler, "LRScheduler", None) or lr_scheduler._LRScheduler
-    return isinstance(obj, base | lr_scheduler.ReduceLROnPlateau | AcceleratedScheduler)
-
-
 def remap_optimizer_params(optimizer: torch.optim.Optimizer, mapping: dict[int, torch.nn.Parameter]) -> None:
     """Points ``optimizer`` at new Parameter objects (by the id of the old ones), state included."""
     if not mapping:
@@ -92,7 +74,7 @@ def prepare_all(accelerator: Accelerator, objects: list[Any], placements: list[b
         )
         mark_prepared(accelerator, joint.results)
         return joint.results
-    kinds = [_kind(obj) for obj in objects]
+    kinds = [object_kind(obj) for obj in objects]
     mapping: dict[int, torch.nn.Parameter] = {}
 
     for i, obj in enumerate(objects):

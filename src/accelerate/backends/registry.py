@@ -38,3 +38,28 @@ class Prepared:
         """Forgets every object (``Accelerator.free_memory``); the lists stay the same objects."""
         for objects in (self.models, self.optimizers, self.schedulers, self.dataloaders):
             objects.clear()
+
+
+def object_kind(obj: Any) -> str:
+    """What ``prepare`` sees in ``obj``: "model", "optimizer", "dataloader", "scheduler" or "other"."""
+    import torch
+
+    if isinstance(obj, torch.nn.Module):
+        return "model"
+    if isinstance(obj, torch.optim.Optimizer):
+        return "optimizer"
+    if isinstance(obj, torch.utils.data.DataLoader):
+        return "dataloader"
+    if _is_scheduler(obj):
+        return "scheduler"
+    return "other"
+
+
+def _is_scheduler(obj: Any) -> bool:
+    import torch
+
+    from accelerate.scheduler import AcceleratedScheduler
+
+    lr_scheduler = torch.optim.lr_scheduler
+    base = getattr(lr_scheduler, "LRScheduler", None) or lr_scheduler._LRScheduler
+    return isinstance(obj, base | lr_scheduler.ReduceLROnPlateau | AcceleratedScheduler)

@@ -63,14 +63,14 @@ class DeepSpeedStrategy(Strategy):
         Without a dataloader in this call, the ones ``prepared`` earlier give the batch size; a
         scheduler wrapper follows the optimizers prepared earlier and in this call.
         """
-        from accelerate.preparation import _kind
+        from accelerate.backends.registry import object_kind
 
         kinds = [
             "optimizer"
             if isinstance(o, DummyOptim)
             else "scheduler"
             if isinstance(o, DummyScheduler)
-            else _kind(o)
+            else object_kind(o)
             for o in objects
         ]
         results = list(objects)
