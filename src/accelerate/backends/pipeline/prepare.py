@@ -87,8 +87,10 @@ def prepare_pippy(
     Call it on every process with the same arguments. Afterwards ``model(*inputs)`` (also on every
     process) runs a batch through the stages: the first process's inputs are used, cut into
     ``num_chunks`` micro-batches, and the last process returns the output (the others None, unless
-    ``gather_output``). The model object is returned with its attributes (``config``, ...) intact,
-    plus ``hf_split_points`` and ``pippy_stage`` (the schedule).
+    ``gather_output``). The output is what the last stage computes, flattened by torch's tracer: one
+    tensor, or a tuple of the tensors the model returns (a transformers ``ModelOutput`` comes back as
+    its tensors, e.g. the logits alone). The model object is returned with its attributes
+    (``config``, ...) intact, plus ``hf_split_points`` and ``pippy_stage`` (the schedule).
 
     Args:
         model: the model; put it in eval mode first for inference (tracing records dropout otherwise).
