@@ -24,7 +24,6 @@ FACE_MODULES = [
     "accelerate.utils.bnb",
     "accelerate.utils.transformer_engine",
     "accelerate.utils.ao",
-    "accelerate.inference",
     "accelerate.utils.hardware_dataclasses",
 ]
 # Functions in those modules that work here, and are therefore not faces.
@@ -34,7 +33,6 @@ ANSWERS_HERE = {
     "accelerate.utils.ao": {
         "has_ao_layers", "find_first_last_linear_layers", "filter_linear_layers", "filter_first_and_last_linear_layers",
     },
-    "accelerate.inference": {"find_pippy_batch_size"},
     "accelerate.utils.hardware_dataclasses": {"add_model_config_to_megatron_parser"},
 }  # fmt: skip
 
@@ -77,7 +75,6 @@ def test_faces_were_found() -> None:
     assert len(FACES) > 40
     assert "accelerate.backends.megatron_lm.MegatronEngine()" in labels
     assert "accelerate.utils.hardware_dataclasses.MegatronLMPlugin.set_mixed_precision" in labels
-    assert "accelerate.inference.prepare_pippy" in labels
 
 
 @pytest.mark.parametrize("label, face", FACES, ids=[label for label, _ in FACES])
@@ -106,15 +103,12 @@ def test_every_public_function_is_a_face_or_answers_here(module_name: str) -> No
 
 
 def test_faces_keep_upstreams_signature() -> None:
-    from accelerate.inference import prepare_pippy
     from accelerate.utils.bnb import load_and_quantize_model
     from accelerate.utils.megatron_lm import MegatronLMDummyScheduler, initialize
 
     assert str(inspect.signature(initialize)).startswith(
         "(accelerator: 'Any', extra_args_provider: 'Any' = None"
     )
-    assert list(inspect.signature(prepare_pippy).parameters)[:2] == ["model", "split_points"]
-    assert inspect.signature(prepare_pippy).parameters["split_points"].default == "auto"
     assert inspect.signature(load_and_quantize_model).parameters["offload_state_dict"].default is False
     assert list(inspect.signature(MegatronLMDummyScheduler).parameters) == [
         "optimizer", "total_num_steps", "warmup_num_steps", "kwargs",

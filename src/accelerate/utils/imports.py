@@ -160,8 +160,18 @@ def is_transformer_engine_mxfp8_available() -> bool:
 
 
 def is_pippy_available() -> bool:
-    """Whether torch ships pipeline parallelism (``torch.distributed.pipelining``, torch 2.4+)."""
-    return _version_at_least("torch", "2.4.0")
+    """Whether ``torch.distributed.pipelining`` can be imported (torch 2.4+), which ``prepare_pippy`` uses.
+
+    Answered from the installed files, without importing torch: the version, then the package itself
+    (a torch built without distributed support leaves it out).
+    """
+    if not _version_at_least("torch", "2.4.0"):
+        return False
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("torch")
+    roots = spec.submodule_search_locations if spec is not None else None
+    return any((Path(root) / "distributed" / "pipelining" / "__init__.py").is_file() for root in roots or ())
 
 
 def is_weights_only_available() -> bool:
