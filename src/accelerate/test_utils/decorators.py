@@ -5,9 +5,9 @@ applied and, when the requirement is not met, marks the test skipped with a reas
 missing. They work on unittest methods and classes and on plain pytest functions (pytest treats
 ``unittest.SkipTest`` as a skip).
 
-Features this accelerate does not implement (DeepSpeed, FSDP2, TPU, fp8, pipeline inference, ...)
-skip with that reason even when the third-party package is installed: a test written for them
-would otherwise fail here for a reason that is not the test's.
+A feature whose module this accelerate does not ship skips with that reason even when the
+third-party package is installed (:func:`_feature` asks the probe): a test written for it would
+otherwise fail here for a reason that is not the test's.
 
 Example::
 

@@ -1,7 +1,7 @@
 """The library's own exception types (the rest are the builtins: ValueError, TypeError, ...).
 
 Also the one way a hardware- or service-only feature (fp8 recipes, Megatron-LM, bitsandbytes,
-PiPPy, TPU set-up, ...) says it cannot run here: :func:`requires_hardware` builds the error and
+TPU set-up, ...) says it cannot run here: :func:`requires_hardware` builds the error and
 :func:`hardware_only` turns a function or class with upstream's signature into a face whose use
 raises it. Every such face in the package is made by these two, so the message is the same shape
 everywhere and no module carries its own copy of a stub body.
