@@ -3,8 +3,8 @@
 Modules stay small; ``checkpointing/`` knows no backend (it asks ``Strategy.checkpoint_io()``, see
 checkpointing/checkpoint_io.py), so it neither imports ``accelerate.backends`` nor names FSDP or
 DeepSpeed in its code; torch_xla is imported only by the XLA backend and the few modules listed
-with their reasons; only ``backends/deepspeed/`` imports ``deepspeed``, and its plugin reads no
-environment; and every module imports on its own, so no import cycle hides behind the order in
+with their reasons; only ``backends/deepspeed/`` imports ``deepspeed``; no config dataclass reads the environment;
+``backends/`` imports neither the facade nor the CLI or launcher; and every module imports on its own, so no import cycle hides behind the order in
 which the package happens to load its modules.
 """
 
@@ -141,17 +141,73 @@ def test_only_the_deepspeed_package_imports_deepspeed() -> None:
     )
 
 
-def test_the_deepspeed_plugin_reads_no_environment() -> None:
-    """Config dataclasses are pure: the launcher's settings reach DeepSpeedPlugin through
-    backends/deepspeed/launch.py (resolve_deepspeed_plugins), never from inside the plugin."""
-    path = SRC / "backends" / "deepspeed" / "plugin.py"
-    words = {word for _, word in _code_words(ast.parse(path.read_text()))}
-    imported = {module for _, module in _imported(ast.parse(path.read_text()))}
-    reads = sorted(words & {"environ", "getenv", "read_launch_env"}) + sorted(
-        m for m in imported if m == "os" or m.startswith("accelerate.config.env")
+def _is_dataclass(node: ast.ClassDef) -> bool:
+    names = [d.func if isinstance(d, ast.Call) else d for d in node.decorator_list]
+    return any(
+        (isinstance(d, ast.Name) and d.id == "dataclass") or (isinstance(d, ast.Attribute) and d.attr == "dataclass")
+        for d in names
     )
-    assert reads == [], (
-        f"backends/deepspeed/plugin.py reads the environment ({reads}); fill fields in launch.py"
+
+
+def test_no_config_dataclass_reads_the_environment() -> None:
+    """Config objects are pure data (DeepSpeedPlugin, FullyShardedDataParallelPlugin, ParallelismConfig,
+    TorchDynamoPlugin, the kwargs handlers...): the launcher's settings reach them through the backend's
+    launch translation or the connector, never from inside the class."""
+    found = []
+    for path in _modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and _is_dataclass(node):
+                words = {word for _, word in _code_words(node)}
+                reads = sorted(words & {"environ", "getenv", "read_launch_env", "putenv"})
+                if reads:
+                    found.append(f"{_name(path)}:{node.lineno}: {node.name} uses {reads}")
+    assert found == [], (
+        "a config dataclass reads the environment; fill its unset fields where the run is resolved "
+        f"(backends/<name>/launch.py or connector.py) instead: {found}"
+    )
+
+
+# What sits above backends/: the facade, the CLI and the launcher. A strategy gets what it needs from
+# them as arguments (the Prepared registry, the objects to prepare), so it can be built and tested alone.
+_ABOVE_BACKENDS = (
+    "accelerate.accelerator",
+    "accelerate.accelerator_checkpoints",
+    "accelerate.accelerator_facts",
+    "accelerate.connector",
+    "accelerate.preparation",
+    "accelerate.commands",
+    "accelerate.launch",
+    "accelerate.launchers",
+)
+
+
+def _run_time_imports(tree: ast.AST) -> list[tuple[int, str]]:
+    """Imports outside ``if TYPE_CHECKING:`` blocks (those exist for annotations only)."""
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module is not None and node.level == 0:
+            found += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
+    return found
+
+
+def test_backends_import_nothing_above_them() -> None:
+    found = [
+        f"{_name(path)}:{line}: {module}"
+        for path in sorted((SRC / "backends").rglob("*.py"))
+        for line, module in _run_time_imports(ast.parse(path.read_text()))
+        if any(module == top or module.startswith(top + ".") for top in _ABOVE_BACKENDS)
+    ]
+    assert found == [], (
+        "a backend imports the facade, the CLI or the launcher; pass what it needs in as an argument "
+        f"(see backends/registry.py): {found}"
     )
 
 

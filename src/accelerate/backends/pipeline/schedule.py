@@ -19,10 +19,10 @@ import torch
 from torch import nn
 
 from accelerate.backends.pipeline.inputs import TensorSpec, check_divisible, describe, first_micro_batch
+from accelerate.collectives.agreement import agree_on_failure, agree_on_outcome
+from accelerate.collectives.communicator import current_communicator
+from accelerate.collectives.operations import broadcast, broadcast_object_list
 from accelerate.state import PartialState
-from accelerate.utils.agreement import agree_on_failure, agree_on_outcome
-from accelerate.utils.collectives import broadcast, broadcast_object_list
-from accelerate.utils.comm import current_communicator
 from accelerate.utils.tree import recursively_apply, send_to_device
 
 
