@@ -27,16 +27,24 @@ def test_flags_become_upstreams_variables() -> None:
     assert env["ACCELERATE_USE_PARALLELISM_CONFIG"] == "true"
     sizes = {dim: env[f"PARALLELISM_CONFIG_{dim.upper()}_SIZE"] for dim in MESH_DIMS}
     assert sizes == {"dp_replicate": "1", "dp_shard": "2", "cp": "1", "sp": "1", "tp": "2"}
-    assert env["PARALLELISM_CONFIG_CP_BACKEND"] == "torch" and env["PARALLELISM_CONFIG_SP_BACKEND"] == "deepspeed"
+    assert (
+        env["PARALLELISM_CONFIG_CP_BACKEND"] == "torch"
+        and env["PARALLELISM_CONFIG_SP_BACKEND"] == "deepspeed"
+    )
     # options of a dimension of size 1 stay out (a handler for it would make ParallelismConfig warn)
-    assert "PARALLELISM_CONFIG_CP_COMM_STRATEGY" not in env and "PARALLELISM_CONFIG_SP_ATTN_IMPLEMENTATION" not in env
+    assert (
+        "PARALLELISM_CONFIG_CP_COMM_STRATEGY" not in env
+        and "PARALLELISM_CONFIG_SP_ATTN_IMPLEMENTATION" not in env
+    )
     assert p.settings["parallelism_config_tp_size"].source == "flag --parallelism_config_tp_size"
     assert p.settings["parallelism_config_dp_replicate_size"].source == "default"
 
 
 def test_nothing_is_written_without_the_switch() -> None:
     env = cpu_plan(2).child_env
-    assert not any(k.startswith("PARALLELISM_CONFIG_") or k == "ACCELERATE_USE_PARALLELISM_CONFIG" for k in env)
+    assert not any(
+        k.startswith("PARALLELISM_CONFIG_") or k == "ACCELERATE_USE_PARALLELISM_CONFIG" for k in env
+    )
 
 
 def test_a_size_flag_without_the_switch_is_refused_by_name() -> None:
@@ -48,10 +56,16 @@ def test_the_config_file_section_turns_it_on_and_flags_win() -> None:
     config = LaunchConfig(use_cpu=True, num_processes=4, parallelism_config={
         "parallelism_config_dp_replicate_size": 2, "parallelism_config_tp_size": 2})  # fmt: skip
     p = plan({}, config)
-    assert p.child_env["PARALLELISM_CONFIG_DP_REPLICATE_SIZE"] == "2" and p.child_env["PARALLELISM_CONFIG_TP_SIZE"] == "2"
+    assert (
+        p.child_env["PARALLELISM_CONFIG_DP_REPLICATE_SIZE"] == "2"
+        and p.child_env["PARALLELISM_CONFIG_TP_SIZE"] == "2"
+    )
     assert p.settings["use_parallelism_config"].source.startswith("config file")
     p = plan({"parallelism_config_tp_size": 1, "parallelism_config_dp_shard_size": 2}, config)
-    assert p.child_env["PARALLELISM_CONFIG_TP_SIZE"] == "1" and p.child_env["PARALLELISM_CONFIG_DP_SHARD_SIZE"] == "2"
+    assert (
+        p.child_env["PARALLELISM_CONFIG_TP_SIZE"] == "1"
+        and p.child_env["PARALLELISM_CONFIG_DP_SHARD_SIZE"] == "2"
+    )
 
 
 def test_sizes_must_multiply_to_the_process_count() -> None:
@@ -69,7 +83,10 @@ def test_sizes_must_multiply_to_the_process_count() -> None:
         ({"parallelism_config_tp_size": 0, "parallelism_config_dp_shard_size": 2}, "at least 1"),
         ({"parallelism_config_tp_size": 2, "use_deepspeed": True}, "not with DeepSpeed"),
         ({"parallelism_config_sp_size": 2}, "Add --use_deepspeed"),
-        ({"parallelism_config_tp_size": 2, "parallelism_config_cp_comm_strategy": "ring"}, "allgather, alltoall"),
+        (
+            {"parallelism_config_tp_size": 2, "parallelism_config_cp_comm_strategy": "ring"},
+            "allgather, alltoall",
+        ),
     ],
 )
 def test_bad_input_is_refused_before_anything_starts(flags: dict[str, Any], match: str) -> None:

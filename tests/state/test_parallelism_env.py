@@ -65,7 +65,9 @@ def test_torch_tp_plugin_means_a_tp_size_with_upstreams_warning() -> None:
         config = resolve_parallelism_config(None, TorchTensorParallelPlugin(tp_size=2))
     assert config == ParallelismConfig(tp_size=2)
     with pytest.warns(FutureWarning):  # an explicit config still wins over the plugin, as upstream
-        assert resolve_parallelism_config(ParallelismConfig(), TorchTensorParallelPlugin(tp_size=2)).tp_size == 1
+        assert (
+            resolve_parallelism_config(ParallelismConfig(), TorchTensorParallelPlugin(tp_size=2)).tp_size == 1
+        )
     with pytest.warns(FutureWarning), pytest.raises(TypeError, match="needs a TorchTensorParallelPlugin"):
         resolve_parallelism_config(None, object())
     assert "ParallelismConfig` with `tp_size`" in TP_PLUGIN_DEPRECATION
