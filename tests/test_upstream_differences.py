@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import inspect
 
-import pytest
 import torch
 
 from accelerate import Accelerator, DistributedType
@@ -17,7 +16,6 @@ from accelerate.utils import (
     slice_tensors,
     synchronize_rng_state,
 )
-from accelerate.utils.errors import NotAvailableYetError
 from tests.training_helpers import make_model
 
 
@@ -86,10 +84,5 @@ def test_distributed_type_str_and_members_match_upstream() -> None:
         assert DistributedType[name].value == name
 
 
-# parallelism_config runs plain data parallelism now: tests/state/test_parallelism.py.
-@pytest.mark.parametrize("argument", ["torch_tp_plugin"])  # deepspeed_plugins runs: tests/backends/test_deepspeed*
-def test_newer_accelerator_arguments_are_accepted_and_refused_clearly_when_set(argument: str) -> None:
-    assert argument in inspect.signature(Accelerator).parameters
-    Accelerator(**{argument: None})
-    with pytest.raises(NotAvailableYetError, match=f"Accelerator\\({argument}=...\\) is not available yet"):
-        Accelerator(**{argument: object()})
+# parallelism_config runs plain data parallelism now: tests/state/test_parallelism.py; torch_tp_plugin
+# means ParallelismConfig(tp_size=...) with upstream's FutureWarning: tests/state/test_parallelism_env.py.

@@ -117,8 +117,8 @@ class Accelerator(AcceleratorCheckpoints, AcceleratorFacts):
         self.autocast_handler = setup.autocast_handler
         self.init_handler = setup.init_handler
         self.profile_handler: ProfileKwargs | None = setup.profile_handler
-        # Plain data parallelism only (checked in connect); the mesh is a 1-D one over the process group.
-        self.parallelism_config = parallelism_config
+        # The run's config as connect() resolved it: the script's, else the launcher's (--use_parallelism_config).
+        self.parallelism_config = self.state.parallelism_config
         self._trigger = ProcessTrigger(self.partial_state.device)
         self.device_placement = device_placement
         self.step_scheduler_with_optimizer = step_scheduler_with_optimizer

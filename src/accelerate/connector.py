@@ -30,6 +30,7 @@ from accelerate.precision.amp import Precision
 from accelerate.state import AcceleratorState, GradientState, PartialState
 from accelerate.state.accelerator_state import record_run
 from accelerate.state.parallelism import device_mesh_for
+from accelerate.state.parallelism_env import resolve_parallelism_config
 from accelerate.utils.dataclasses import (
     AutocastKwargs,
     DataLoaderConfiguration,
@@ -92,6 +93,9 @@ def connect(
     dispatch_batches: bool | None,
 ) -> Connection:
     """Validates the arguments (before any process group is created) and builds the Connection."""
+    launch = read_launch_env()
+    # The script's ParallelismConfig, else torch_tp_plugin's, else the launcher's (--use_parallelism_config).
+    parallelism_config = resolve_parallelism_config(parallelism_config, torch_tp_plugin, launch)
     check_unavailable(
         deepspeed_plugin=deepspeed_plugin,
         fsdp_plugin=fsdp_plugin,
@@ -102,7 +106,6 @@ def connect(
     )
     trackers = _trackers(log_with)
     project = _project(project_dir, project_config)
-    launch = read_launch_env()
     handlers = collect_kwargs_handlers(kwargs_handlers)
     pg: InitProcessGroupKwargs | None = handlers.get(InitProcessGroupKwargs)
     partial = _partial_state(cpu, pg)

@@ -49,6 +49,7 @@ def test_fsdp2_on_cpu_processes_writes_upstreams_keys_and_launches(
         "",  # SHARDED_STATE_DICT
         "n",  # no cpu_ram_efficient_loading
         "y",  # activation checkpointing
+        "",  # no parallelism config
         "bf16",
     )  # fmt: skip
     target = home / "fsdp.yaml"
@@ -79,7 +80,7 @@ def test_fsdp1_on_gpus_asks_the_fsdp1_settings(home: Path, capsys: pytest.Captur
         "",  # BACKWARD_PRE
         "2",  # FULL_STATE_DICT
         "n", "y",  # no efficient loading, then sync_module_states is asked
-        "", "",  # no activation checkpointing, mixed precision no
+        "", "", "",  # no activation checkpointing, no parallelism config, mixed precision no
     ).ask(gpu_count=2)  # fmt: skip
     assert data["distributed_type"] == "FSDP" and data["use_cpu"] is False and data["gpu_ids"] == "all"
     assert data["fsdp_config"] == {
@@ -110,7 +111,7 @@ def test_deepspeed_zero3_inline_options(home: Path, capsys: pytest.CaptureFixtur
         "2",  # gradient accumulation steps
         "y", "x", "0.5",  # clipping: a malformed value is asked again
         "y", "y",  # zero3 init, save 16-bit model
-        "",
+        "", "",  # no parallelism config, mixed precision no
     )  # fmt: skip
     data = script.ask(gpu_count=1)
     assert data["distributed_type"] == "DEEPSPEED" and data["use_cpu"] is True and "fsdp_config" not in data
@@ -129,7 +130,7 @@ def test_deepspeed_zero3_inline_options(home: Path, capsys: pytest.CaptureFixtur
 
 
 def test_deepspeed_zero2_matches_what_upstream_writes() -> None:
-    data = Script("DEEPSPEED", "", "", "", "", "", "", "", "", "", "", "").ask()
+    data = Script("DEEPSPEED", "", "", "", "", "", "", "", "", "", "", "", "").ask()
     assert data["deepspeed_config"] == {
         "zero_stage": 2, "offload_optimizer_device": "none", "offload_param_device": "none",
         "gradient_accumulation_steps": 1, "zero3_init_flag": False,
@@ -139,12 +140,38 @@ def test_deepspeed_zero2_matches_what_upstream_writes() -> None:
 def test_deepspeed_json_file(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     ds_json = home / "ds_config.json"
     ds_json.write_text('{"zero_optimization": {"stage": 1}, "train_micro_batch_size_per_gpu": "auto"}')
-    data = Script("5", "", "", "", "", "", "y", str(ds_json), "", "").ask()
+    data = Script("5", "", "", "", "", "", "y", str(ds_json), "", "", "").ask()
     assert data["deepspeed_config"] == {"deepspeed_config_file": str(ds_json), "zero3_init_flag": False}
     from accelerate.config.config_file import config_from_dict, save_config_file
 
     out = _dry_run(save_config_file(config_from_dict(data), home / "ds.yaml"), capsys)
     assert f"ACCELERATE_DEEPSPEED_CONFIG_FILE={ds_json}" in out
+
+
+def test_parallelism_sizes_are_asked_and_launch(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    script = Script(
+        "MULTI_CPU", "", "4",  # CPU processes, 1 machine, 4 processes
+        "", "",  # no debug checks, no dynamo
+        "y",  # a parallelism config
+        "2",  # tp
+        "3", "",  # dp_replicate: 3 does not divide the 2 processes left, asked again; 1
+        "3", "",  # dp_shard: only 2 completes the product, asked again; the default (2)
+        "",  # mixed precision no
+    )  # fmt: skip
+    data = script.ask()
+    assert data["parallelism_config"] == {
+        "parallelism_config_tp_size": 2, "parallelism_config_dp_replicate_size": 1,
+        "parallelism_config_dp_shard_size": 2,
+    }  # fmt: skip
+    screen = script.screen.getvalue()
+    assert "context-parallel" not in screen and "sequence-parallel" not in screen  # not on CPU / without DeepSpeed
+    assert "multiply to the number of processes (4)" in screen and "It must be 2" in screen
+    from accelerate.config.config_file import config_from_dict, save_config_file
+
+    out = _dry_run(save_config_file(config_from_dict(data), home / "nd.yaml"), capsys)
+    for needle in ("ACCELERATE_USE_PARALLELISM_CONFIG=true", "PARALLELISM_CONFIG_TP_SIZE=2",
+                   "PARALLELISM_CONFIG_DP_SHARD_SIZE=2", "mesh dims: dp_shard, tp"):  # fmt: skip
+        assert needle in out, needle
 
 
 def test_xla_is_offered_only_where_torch_xla_is_installed(home: Path) -> None:

@@ -22,7 +22,7 @@ BASE = {
 
 
 def test_plain_prompts_multi_machine(tmp_path: Path) -> None:
-    answers = "2\n2\n1\n10.0.0.1\n29555\ny\nc10d\n5\n4\nn\ny\neager\nn\nfp16\n"  # 5 is rejected: not a multiple of 2
+    answers = "2\n2\n1\n10.0.0.1\n29555\ny\nc10d\n5\n4\nn\ny\neager\nn\nn\nfp16\n"  # 5 is rejected: not a multiple of 2
     result = run_cli("config", stdin=answers, home=tmp_path, CUDA_VISIBLE_DEVICES="")
     assert result.returncode == 0, result.stdout + result.stderr
     path = tmp_path / "accelerate" / "default_config.yaml"
@@ -78,6 +78,7 @@ def test_arrow_key_menus_in_a_pty(tmp_path: Path) -> None:
             ("How many processes in total", enter),  # default 2
             ("Check distributed operations", "n"),
             ("torch dynamo", "n"),
+            ("parallelism config", "n"),
             ("mixed precision", down + down + enter),  # bf16
         ]
         for prompt, keys in steps:

@@ -333,3 +333,26 @@ def test_dry_run_gives_the_same_warning_for_gpu_flags_without_gpus(
         "instead." in result.stdout.splitlines()
     )
     assert "ACCELERATE_USE_CPU=true" in result.stdout and "CUDA_VISIBLE_DEVICES" not in result.stdout
+
+
+@pytest.mark.parametrize("sizes", [("--parallelism_config_tp_size", "2"), ("--parallelism_config_dp_replicate_size", "2")])
+def test_two_processes_get_the_launchers_parallelism_config(tmp_path: Path, sizes: tuple[str, str]) -> None:
+    # Upstream ties these flags to FSDP2; on CPU processes tensor parallelism alone must launch.
+    out = tmp_path / "out"
+    out.mkdir()
+    with reserved_port() as port:
+        result = run_cli("launch", "--cpu", "--num_processes", "2", "--main_process_port", str(port),
+                         "--use_parallelism_config", *sizes, str(SCRIPTS / "report_parallelism.py"), str(out),
+                         home=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    reports = [json.loads((out / f"rank{rank}.json").read_text()) for rank in range(2)]
+    dim = sizes[0].removeprefix("--parallelism_config_").removesuffix("_size")
+    expected = {"dp_replicate": 1, "dp_shard": 1, "cp": 1, "sp": 1, "tp": 1, dim: 2}
+    for report in reports:
+        assert report["world"] == 2 and report["from_env"] == expected
+        # Where this build's runtime runs the topology, the Accelerator holds the same sizes; where it does
+        # not yet (tensor parallelism before the runtime core lands), it refuses by name, never silently.
+        if isinstance(report["accelerator"], str):
+            assert dim == "tp" and "tp_size=2" in report["accelerator"], report["accelerator"]
+        else:
+            assert report["accelerator"] == expected and report["state_tp_size"] == expected["tp"]

@@ -93,3 +93,15 @@ def test_prepare_tpu_sets_torch_xla_bf16_switch() -> None:
     args.downcast_bf16 = True
     assert prepare_tpu(args, {"A": "1"})[1] == {"A": "1", "XLA_DOWNCAST_BF16": "1"}
     assert prepare_tpu(argparse.Namespace(mixed_precision="no"), {})[1] == {}
+
+
+def test_extend_env_parallelism_config_writes_upstreams_variables() -> None:
+    args = launch_command_parser().parse_args(
+        ["--cpu", "--num_processes", "4", "--use_parallelism_config", "--parallelism_config_tp_size", "2",
+         "--parallelism_config_dp_shard_size", "2", "train.py"]
+    )  # fmt: skip
+    env: dict[str, str] = {"KEEP": "1"}
+    assert prepare_extend_env_parallelism_config(args, env) is env
+    assert env["ACCELERATE_USE_PARALLELISM_CONFIG"] == "true" and env["KEEP"] == "1"
+    assert (env["PARALLELISM_CONFIG_TP_SIZE"], env["PARALLELISM_CONFIG_DP_SHARD_SIZE"]) == ("2", "2")
+    assert env["PARALLELISM_CONFIG_DP_REPLICATE_SIZE"] == env["PARALLELISM_CONFIG_CP_SIZE"] == "1"

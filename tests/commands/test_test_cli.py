@@ -38,7 +38,8 @@ def test_self_check_passes(tmp_path: Path, processes: int, precision: str) -> No
 def test_self_check_under_the_fsdp_config_the_questionnaire_writes(tmp_path: Path) -> None:
     data = Script(
         "FSDP", "", "", "", "", "",  # FSDP on 2 CPU processes, no debug checks, no dynamo
-        "", "", "NO_WRAP", "", "n", "", "",  # FSDP2, reshard, one unit, sharded saves, plain loading, fp32
+        "", "", "NO_WRAP", "", "n", "",  # FSDP2, reshard, one unit, sharded saves, plain loading, no checkpointing
+        "", "",  # no parallelism config, fp32
     ).ask()  # fmt: skip
     assert data["distributed_type"] == "FSDP" and data["fsdp_config"]["fsdp_version"] == 2
     config = tmp_path / "fsdp.yaml"

@@ -122,12 +122,19 @@ def test_unknown_sub_keys_are_named() -> None:
 
 def test_off_values_pass_quietly_and_on_values_do_not() -> None:
     quiet = LaunchConfig(downcast_bf16="no", enable_cpu_affinity=False, main_training_function="main", tpu_env=[],
-                         parallelism_config={"parallelism_config_dp_replicate_size": 1},
                          dynamo_config={"dynamo_use_regional_compilation": False})  # fmt: skip
     assert review_config(quiet, "cfg.yaml") == review_config(LaunchConfig(), "cfg.yaml")
-    loud = LaunchConfig(parallelism_config={"parallelism_config_tp_size": 2})
+    loud = LaunchConfig(enable_cpu_affinity=True)
     errors = review_config(loud, "cfg.yaml").errors
-    assert any("parallelism_config.parallelism_config_tp_size: 2" in e for e in errors)
+    assert any("enable_cpu_affinity: True" in e for e in errors)
+
+
+def test_parallelism_config_keys_are_acted_on() -> None:
+    # The section is --use_parallelism_config and its keys the flags (launch/parallelism.py checks them).
+    config = LaunchConfig(parallelism_config={"parallelism_config_tp_size": 2, "parallelism_config_cp_size": 1})
+    assert review_config(config, "cfg.yaml") == review_config(LaunchConfig(), "cfg.yaml")
+    review = review_config(LaunchConfig(parallelism_config={"parallelism_config_tp_sise": 2}), "cfg.yaml")
+    assert review.errors and "parallelism_config.parallelism_config_tp_sise" in review.errors[0]
 
 
 def test_dynamo_and_mpirun_sub_keys_are_acted_on() -> None:

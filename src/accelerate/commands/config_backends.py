@@ -194,3 +194,58 @@ def ask_downcast_bf16(prompter: Prompter) -> str:
         "On the XLA device, store float32 tensors as bfloat16 and float64 as float32 (downcast_bf16)?", False
     )
     return "yes" if down else "no"
+
+
+def ask_parallelism(
+    prompter: Prompter, num_processes: int, use_cpu: bool, deepspeed: bool
+) -> dict[str, Any] | None:
+    """The ``parallelism_config`` section (N-D parallelism), or None when the user wants none.
+
+    The sizes must multiply to ``num_processes``: the data-parallel shard size is asked last, with the
+    size that completes the product as its default, and any other answer is refused on the spot.
+    Context parallelism is not offered on CPU processes (ring attention has no CPU kernel) and
+    sequence parallelism only with DeepSpeed (it is DeepSpeed's Ulysses).
+    """
+    if not prompter.confirm(
+        "Do you want to use a parallelism config (tensor / context parallel, HSDP: several kinds of "
+        "parallelism on one device mesh)?",
+        False,
+    ):
+        return None
+    prefix = "parallelism_config_"
+    config: dict[str, Any] = {}
+
+    def divides(what: str, used: int) -> Callable[[int], str | None]:
+        def check(value: int) -> str | None:
+            if value < 1:
+                return f"Please give at least 1 ({what})."
+            if num_processes % (used * value):
+                return f"The sizes must multiply to the number of processes ({num_processes})."
+            return None
+
+        return check
+
+    used = 1
+    for dim, what in (("tp", "tensor-parallel degree"), ("cp", "context-parallel degree"),
+                      ("sp", "sequence-parallel degree"), ("dp_replicate", "data-parallel replicas")):  # fmt: skip
+        if (dim == "cp" and use_cpu) or (dim == "sp" and not deepspeed):
+            continue
+        config[f"{prefix}{dim}_size"] = prompter.integer(
+            f"What {what} (size of the {dim} dimension)?", 1, divides(what, used)
+        )
+        used *= config[f"{prefix}{dim}_size"]
+    remaining = num_processes // used
+    config[f"{prefix}dp_shard_size"] = prompter.integer(
+        "How many data-parallel shards (dp_shard, FSDP)? The sizes must multiply to the number of processes",
+        remaining,
+        lambda value: (
+            None if value == remaining else f"It must be {remaining}: {num_processes} processes / {used}."
+        ),
+    )
+    if config.get(f"{prefix}cp_size", 1) > 1:
+        config[f"{prefix}cp_comm_strategy"] = prompter.select(
+            "How should ring attention exchange keys and values?",
+            [("allgather", "allgather"), ("alltoall", "alltoall")],
+            default="allgather",
+        )
+    return config

@@ -72,29 +72,22 @@ MEGATRON_BOOL_FLAGS = (
     "megatron_lm_optimizer_cpu_offload", "megatron_lm_overlap_cpu_optimizer_d2h_h2d",
     "megatron_lm_use_custom_fsdp", "megatron_lm_use_precision_aware_optimizer",
 )  # fmt: skip
-PARALLELISM_INT_FLAGS = (
-    "parallelism_config_cp_size", "parallelism_config_dp_replicate_size", "parallelism_config_dp_shard_size",
-    "parallelism_config_sp_size", "parallelism_config_tp_size",
-)  # fmt: skip
 
 
 def _flag_kwargs() -> dict[str, dict[str, Any]]:
     """Every refused flag with its argparse keywords (types and choices as upstream's)."""
     out: dict[str, dict[str, Any]] = {}
-    for name in ("use_fsdp", "use_megatron_lm", "tpu", "enable_cpu_affinity",
-                 "use_parallelism_config", "downcast_bf16",
+    for name in ("use_fsdp", "use_megatron_lm", "tpu", "enable_cpu_affinity", "downcast_bf16",
                  "fp8_use_autocast_during_eval", "tpu_use_sudo", "no_tpu_cluster"):  # fmt: skip
         out[name] = {"action": "store_true"}
-    for name in (*FSDP_FLAGS, *DEEPSPEED_FLAGS, *MEGATRON_STR_FLAGS, "parallelism_config_cp_comm_strategy",
-                 "parallelism_config_sp_attn_implementation", "parallelism_config_sp_seq_length",
-                 "main_training_function", "aws_access_key_id", "aws_secret_access_key", "env", "vm"):  # fmt: skip
+    for name in (*FSDP_FLAGS, *DEEPSPEED_FLAGS, *MEGATRON_STR_FLAGS, "main_training_function",
+                 "aws_access_key_id", "aws_secret_access_key", "env", "vm"):  # fmt: skip
         out[name] = {"type": str}
-    for name in (*MEGATRON_INT_FLAGS, *PARALLELISM_INT_FLAGS, "fsdp_min_num_params",
-                 "fp8_amax_history_len", "fp8_interval", "fp8_margin"):  # fmt: skip
+    for name in (*MEGATRON_INT_FLAGS, "fsdp_min_num_params", "fp8_amax_history_len", "fp8_interval", "fp8_margin"):
         out[name] = {"type": int}
     for name in MEGATRON_FLOAT_FLAGS:
         out[name] = {"type": float}
-    for name in (*MEGATRON_BOOL_FLAGS, "parallelism_config_sp_seq_length_is_variable"):
+    for name in MEGATRON_BOOL_FLAGS:
         out[name] = {"type": _bool}
     out["fsdp_version"] = {"type": str, "choices": ("1", "2")}
     out["fp8_backend"] = {"type": _lower, "choices": ("ao", "te", "msamp")}
@@ -104,8 +97,6 @@ def _flag_kwargs() -> dict[str, dict[str, Any]]:
     out["fp8_override_linear_precision"] = {"type": str, "metavar": "(BOOL,BOOL,BOOL)"}
     out["fp8_enable_fsdp_float8_all_gather"] = {"type": _bool}
     out["fp8_pad_inner_dim"] = {"type": _bool}
-    out["parallelism_config_cp_backend"] = {"type": str, "choices": ("torch",)}
-    out["parallelism_config_sp_backend"] = {"type": str, "choices": ("deepspeed",)}
     return out
 
 
@@ -123,6 +114,26 @@ def _bool(value: str) -> bool:
 
 def _lower(value: str) -> str:
     return value.lower()
+
+
+# N-D parallelism (ParallelismConfig): name -> (argparse keywords, help). Upstream's defaults apply
+# when a flag is not given (launch/parallelism.py); the flags default to None to tell "not given".
+PARALLELISM_FLAGS: dict[str, tuple[dict[str, Any], str]] = {
+    "use_parallelism_config": ({"action": "store_true"}, "Give the script a ParallelismConfig built from these sizes "
+                               "(their product must be --num_processes; --dry_run prints the device mesh)."),
+    "parallelism_config_dp_replicate_size": ({"type": int, "metavar": "N"}, "Data-parallel replicas (DDP; HSDP's outer dimension). Default 1."),
+    "parallelism_config_dp_shard_size": ({"type": int, "metavar": "N"}, "Data-parallel shards (FSDP2, with --use_fsdp). Default 1."),
+    "parallelism_config_tp_size": ({"type": int, "metavar": "N"}, "Tensor-parallel degree (runs on CPU processes too). Default 1."),
+    "parallelism_config_cp_size": ({"type": int, "metavar": "N"}, "Context-parallel degree (GPUs only: ring attention has no CPU kernel). Default 1."),
+    "parallelism_config_cp_backend": ({"choices": ("torch",)}, "Context-parallel backend. Default torch."),
+    "parallelism_config_cp_comm_strategy": ({"metavar": "allgather|alltoall"}, "How ring attention exchanges keys and values. Default allgather."),
+    "parallelism_config_sp_size": ({"type": int, "metavar": "N"}, "Sequence-parallel degree (DeepSpeed Ulysses, with --use_deepspeed). Default 1."),
+    "parallelism_config_sp_backend": ({"choices": ("deepspeed",)}, "Sequence-parallel backend. Default deepspeed."),
+    "parallelism_config_sp_seq_length": ({"metavar": "N"}, "Sequence length under sequence parallelism."),
+    # Text, read as a boolean by the plan: a False here would read as "not given" (flags_of).
+    "parallelism_config_sp_seq_length_is_variable": ({"metavar": "BOOL"}, "Sequence lengths vary between batches. Default true."),
+    "parallelism_config_sp_attn_implementation": ({"metavar": "NAME"}, "Attention kernel under sequence parallelism. Default sdpa."),
+}  # fmt: skip
 
 
 def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
@@ -202,6 +213,9 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
     for name, (kwargs, text) in DEEPSPEED_SETTINGS.items():
         flag(name, help=text, **kwargs)
 
+    group = parser.add_argument_group("N-D parallelism (ParallelismConfig: data, tensor, context, sequence)")
+    for name, (kwargs, text) in PARALLELISM_FLAGS.items():
+        flag(name, help=text, **kwargs)
     group = parser.add_argument_group(
         "Upstream features that cannot run here (accepted, then refused by name with the reason)"
     )
@@ -249,7 +263,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def flags_of(args: argparse.Namespace) -> dict[str, Any]:
     """The setting flags the user gave (store_true switches that were not given count as not given)."""
     out: dict[str, Any] = {}
-    for name in (*SETTING_FLAGS, *DEEPSPEED_SETTINGS, *REFUSED_FLAGS, *FSDP_FLAG_KWARGS):
+    for name in (*SETTING_FLAGS, *DEEPSPEED_SETTINGS, *PARALLELISM_FLAGS, *REFUSED_FLAGS, *FSDP_FLAG_KWARGS):
         value = getattr(args, name, None)
         if value is not None and value is not False:
             out[name] = value

@@ -64,8 +64,18 @@ def prepare_multi_gpu_env(args: argparse.Namespace) -> dict[str, str]:
 
 
 def prepare_extend_env_parallelism_config(args: argparse.Namespace, current_env: dict[str, str]) -> dict[str, str]:
-    """Adds the launcher's parallelism settings to ``current_env``: this release has none beyond data
-    parallelism (the process count), so ``current_env`` comes back unchanged."""
+    """Adds ``args``' parallelism settings to ``current_env`` (in place, and returns it), as the launcher does.
+
+    Without ``args.use_parallelism_config`` nothing is added. Otherwise ``ACCELERATE_USE_PARALLELISM_CONFIG``
+    and the ``PARALLELISM_CONFIG_*`` sizes (upstream's defaults for those ``args`` leaves unset); the
+    checks on them (their product, CPU limits) run in ``accelerate launch`` itself.
+    """
+    from accelerate.config.env import write_launch_env
+    from accelerate.launch.parallelism import SETTINGS, child_env_values
+
+    values = {name: getattr(args, name, None) for name in SETTINGS}
+    given = {name: value for name, value in values.items() if value is not None}
+    current_env.update(write_launch_env(child_env_values(given)))
     return current_env
 
 

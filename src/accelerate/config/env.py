@@ -84,6 +84,21 @@ ENV_CONTRACT: tuple[EnvVar, ...] = (
     EnvVar("ACCELERATE_DEEPSPEED_ZERO3_INIT", "zero3_init_flag", "bool", "build models partitioned (ZeRO-3)"),
     EnvVar("ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL", "zero3_save_16bit_model", "bool", "gather weights on save"),
     EnvVar("ACCELERATE_DEEPSPEED_MOE_LAYER_CLS_NAMES", "deepspeed_moe_layer_cls_names", "str", "MoE layer classes"),
+    # N-D parallelism (--use_parallelism_config, a config file's parallelism_config section): the
+    # children build their ParallelismConfig from these when the script passes none. Upstream's
+    # names (no ACCELERATE_ prefix), so scripts and tools that set them by hand keep working.
+    EnvVar("ACCELERATE_USE_PARALLELISM_CONFIG", "use_parallelism_config", "bool", "build a ParallelismConfig from the PARALLELISM_CONFIG_* sizes"),
+    EnvVar("PARALLELISM_CONFIG_DP_REPLICATE_SIZE", "parallelism_config_dp_replicate_size", "int", "data-parallel replicas (DDP / HSDP's outer dimension)"),
+    EnvVar("PARALLELISM_CONFIG_DP_SHARD_SIZE", "parallelism_config_dp_shard_size", "int", "data-parallel shards (FSDP)"),
+    EnvVar("PARALLELISM_CONFIG_TP_SIZE", "parallelism_config_tp_size", "int", "tensor-parallel degree"),
+    EnvVar("PARALLELISM_CONFIG_CP_SIZE", "parallelism_config_cp_size", "int", "context-parallel degree (GPUs only)"),
+    EnvVar("PARALLELISM_CONFIG_CP_BACKEND", "parallelism_config_cp_backend", "str", "context-parallel backend: torch"),
+    EnvVar("PARALLELISM_CONFIG_CP_COMM_STRATEGY", "parallelism_config_cp_comm_strategy", "str", "ring attention's exchange: allgather | alltoall"),
+    EnvVar("PARALLELISM_CONFIG_SP_SIZE", "parallelism_config_sp_size", "int", "sequence-parallel degree (DeepSpeed Ulysses)"),
+    EnvVar("PARALLELISM_CONFIG_SP_BACKEND", "parallelism_config_sp_backend", "str", "sequence-parallel backend: deepspeed"),
+    EnvVar("PARALLELISM_CONFIG_SP_SEQ_LENGTH", "parallelism_config_sp_seq_length", "str", "sequence length for sequence parallelism"),
+    EnvVar("PARALLELISM_CONFIG_SP_SEQ_LENGTH_IS_VARIABLE", "parallelism_config_sp_seq_length_is_variable", "bool", "sequence lengths vary between batches"),
+    EnvVar("PARALLELISM_CONFIG_SP_ATTN_IMPLEMENTATION", "parallelism_config_sp_attn_implementation", "str", "attention kernel under sequence parallelism"),
 )
 
 _TRUE = {"1", "true", "yes", "on", "y"}
@@ -130,6 +145,18 @@ class LaunchEnv:
     zero3_init_flag: bool | None = None
     zero3_save_16bit_model: bool | None = None
     deepspeed_moe_layer_cls_names: str | None = None
+    use_parallelism_config: bool | None = None
+    parallelism_config_dp_replicate_size: int | None = None
+    parallelism_config_dp_shard_size: int | None = None
+    parallelism_config_tp_size: int | None = None
+    parallelism_config_cp_size: int | None = None
+    parallelism_config_cp_backend: str | None = None
+    parallelism_config_cp_comm_strategy: str | None = None
+    parallelism_config_sp_size: int | None = None
+    parallelism_config_sp_backend: str | None = None
+    parallelism_config_sp_seq_length: str | None = None
+    parallelism_config_sp_seq_length_is_variable: bool | None = None
+    parallelism_config_sp_attn_implementation: str | None = None
 
 
 def read_launch_env(environ: Mapping[str, str] | None = None) -> LaunchEnv:

@@ -31,7 +31,6 @@ DEEPSPEED_MULTINODE = (
 XLA = "TPU/XLA runs through torch_xla"
 MEGATRON = "Megatron-LM needs NVIDIA GPUs and the megatron-core package"
 FP8 = "fp8 training needs an fp8-capable GPU (Hopper/Ada) and Transformer Engine, torchao or MS-AMP"
-PARALLELISM = "N-D parallelism (ParallelismConfig: sharded/tensor/context/sequence parallel) is not available yet in this accelerate"
 SAGEMAKER = "launching on Amazon SageMaker needs the SageMaker SDK and an AWS account"
 TPU_POD = (
     "launching on every worker of a TPU pod from one machine is not available in this accelerate; start "
@@ -145,8 +144,8 @@ RULES: tuple[KeyRule, ...] = (
     *_refused(DEEPSPEED_MULTINODE, *_DEEPSPEED_MULTINODE_KEYS),
     *_refused(MEGATRON, *_MEGATRON_KEYS),
     *_refused(FP8, *_FP8_KEYS),
-    # A parallelism_config of all 1s is plain data parallelism: nothing to refuse.
-    *_refused(PARALLELISM, *_PARALLELISM_KEYS, off=(1, "1", "torch", "allgather", "sdpa", "deepspeed")),
+    # The launcher checks the sizes together (their product, CPU limits) in launch/parallelism.py.
+    *_acts("--{key} (the section itself is --use_parallelism_config)", *_PARALLELISM_KEYS),
     KeyRule("ipex_config.ipex", refusal=IPEX),
     KeyRule("ipex_config.use_xpu", refusal=IPEX),
 )

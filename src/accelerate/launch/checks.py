@@ -37,8 +37,6 @@ _REFUSED_FLAG_RULES: tuple[tuple[str, str | None, str], ...] = (
     ("use_megatron_lm", None, keys.MEGATRON),
     ("megatron_lm_", "use_megatron_lm", keys.MEGATRON),
     ("fp8_", None, keys.FP8),
-    ("use_parallelism_config", None, keys.PARALLELISM),
-    ("parallelism_config_", "use_parallelism_config", keys.PARALLELISM),
     ("tpu", None, keys.XLA),
     ("tpu_use_sudo", "tpu", keys.TPU_POD),
     ("no_tpu_cluster", "tpu", keys.XLA),
@@ -94,7 +92,7 @@ def check_unavailable(flags: Mapping[str, Any], config: LaunchConfig | None, con
             )
         fix = (
             " to run with plain data parallelism (DDP), knowing that it does not shard the model"
-            if name in ("use_fsdp", "use_deepspeed", "use_megatron_lm", "use_parallelism_config")
+            if name in ("use_fsdp", "use_deepspeed", "use_megatron_lm")
             else ""
         )
         raise LaunchError(f"--{name}: {reason}. Drop --{name}{fix}.")

@@ -23,7 +23,7 @@ from typing import Any
 from accelerate.backends.deepspeed import launch as deepspeed_launch
 from accelerate.config.config_file import ConfigLocation, LaunchConfig
 from accelerate.config.env import ENV_CONTRACT, LaunchEnv, read_launch_env, write_launch_env
-from accelerate.launch import commands, xla
+from accelerate.launch import commands, parallelism, xla
 from accelerate.launch.checks import (
     LaunchError,
     check_flag_pairs,
@@ -96,6 +96,8 @@ class LaunchPlan:
             lines.append(f"  {key}={val} (for mpirun itself)")
         how = {"single": "one process", "torchrun": "torch.distributed.run", "mpirun": "mpirun",
                "xla": "torch_xla spawn"}[self.mode]  # fmt: skip
+        mesh = parallelism.mesh_lines(self.settings)
+        lines += ["", *mesh] if mesh else []
         lines += ["", f"Command ({how}):"]
         lines.append("  " + shlex.join(self.command))
         lines += [f"Note: {note}" for note in self.notes]
@@ -202,6 +204,7 @@ _SPECS: tuple[_Spec, ...] = (
     _Spec("use_deepspeed", None, _config_use_deepspeed, "use_deepspeed"),
     *(_Spec(name, None, _deepspeed(name), name) for name in _DEEPSPEED_ENV),
     _Spec("deepspeed_multinode_launcher", None, _deepspeed("deepspeed_multinode_launcher")),
+    *(_Spec(*row) for row in parallelism.SPEC_ROWS),
 )
 # Options of torch.distributed.run's agent: asking for one runs even a single process under torchrun.
 _TORCHRUN_ONLY = commands.TORCHRUN_ONLY
@@ -283,6 +286,7 @@ def build_plan(
     _resolve_num_processes(settings, env, count_gpus)
     check_values(settings)
     warnings = [*config_warnings, *_fall_back_to_cpu(settings, count_gpus)]
+    parallelism.check_parallelism(settings)  # after the CPU fallback: context parallelism needs GPUs
     mode = _mode(settings)
     if mode == "xla":
         xla.check_settings(settings)
@@ -440,6 +444,9 @@ def _child_env(settings: dict[str, Setting], environ: Mapping[str, str], mode: s
     values = {name: s.value for name, s in settings.items() if name in contract_fields}
     if not settings["use_deepspeed"].value:  # its settings reach the children only with DeepSpeed on
         values = {name: v for name, v in values.items() if name not in _DEEPSPEED_ENV}
+    # The parallelism sizes reach the children only with --use_parallelism_config (upstream's rule).
+    values = {name: v for name, v in values.items() if name not in parallelism.SETTINGS}
+    values.update(parallelism.child_env_values({name: settings[name].value for name in parallelism.SETTINGS}))
     if values.get("dynamo_backend") == "no":
         values["dynamo_backend"] = "no"
     out = write_launch_env(values)

@@ -16,6 +16,7 @@ from typing import Any, Generic, TypeVar
 
 from accelerate.state.distributed_type import DistributedType
 from accelerate.state.process import PartialState
+from accelerate.state.parallelism_env import resolve_parallelism_config
 from accelerate.state.run import RunDescription, check_unavailable, describe_process
 from accelerate.state.shared import SharedStateView, mark_reset, was_reset
 
@@ -116,6 +117,8 @@ class AcceleratorState:
         if self._initialized:
             self.check_agrees(mixed_precision=mixed_precision, cpu=cpu, **kwargs)
             return
+        # The older TP plugin means ParallelismConfig(tp_size=...); no launcher settings are read here.
+        parallelism_config = resolve_parallelism_config(parallelism_config, torch_tp_plugin)
         check_unavailable(
             deepspeed_plugin=deepspeed_plugin,
             fsdp_plugin=fsdp_plugin,

@@ -108,15 +108,13 @@ def check_unavailable(
             "Accelerator got both fsdp_plugin (FSDP) and deepspeed_plugin (DeepSpeed); they are two ways to shard "
             "the same model and cannot run together. Keep one (and drop --use_fsdp or --use_deepspeed)."
         )
-    for name, value, flag in (
-        ("megatron_lm_plugin", megatron_lm_plugin, "--use_megatron_lm"),
-        ("torch_tp_plugin", torch_tp_plugin, "--parallelism_config_tp_size"),
-    ):
-        if value is not None:
-            raise NotAvailableYetError(
-                f"Accelerator({name}=...) is not available yet in this accelerate ({flag} likewise). "
-                "Remove it to train with DistributedDataParallel, which needs no plugin."
-            )
+    if megatron_lm_plugin is not None:
+        raise NotAvailableYetError(
+            "Accelerator(megatron_lm_plugin=...) is not available yet in this accelerate (--use_megatron_lm "
+            "likewise). Remove it to train with DistributedDataParallel, which needs no plugin."
+        )
+    # torch_tp_plugin is not refused here: the caller turned it into parallelism_config (tp_size), which
+    # is checked below (state/parallelism_env.resolve_parallelism_config).
     check_available = getattr(parallelism_config, "check_available", None)
     if parallelism_config is not None and check_available is None:
         raise TypeError(

@@ -44,8 +44,9 @@ class DeepSpeedSequenceParallelConfig:
 
 @dataclass
 class TorchTensorParallelPlugin:
-    """The older tensor-parallel plugin (``Accelerator(torch_tp_plugin=...)``); TP is not available yet,
-    so the Accelerator refuses it with that error. Constructing one works (a script still imports)."""
+    """The older tensor-parallel plugin, deprecated as upstream: ``Accelerator(torch_tp_plugin=plugin)``
+    warns (FutureWarning) and runs ``ParallelismConfig(tp_size=plugin.tp_size)`` when no
+    ``parallelism_config`` is given (state/parallelism_env.py). Pure data: it builds no mesh."""
 
     tp_size: int = 1
     torch_device_mesh: Any = None

@@ -17,6 +17,7 @@ from accelerate.commands.config_backends import (
     ask_deepspeed,
     ask_downcast_bf16,
     ask_fsdp,
+    ask_parallelism,
     ask_xla,
     package_available,
 )
@@ -157,6 +158,12 @@ def ask_questions(prompter: Prompter, gpu_count: int, xla_available: bool | None
     elif backend == "DEEPSPEED":
         data["distributed_type"] = "DEEPSPEED"
         data["deepspeed_config"] = ask_deepspeed(prompter)
+    if int(data["num_processes"]) > 1:
+        parallelism = ask_parallelism(
+            prompter, int(data["num_processes"]), bool(data["use_cpu"]), backend == "DEEPSPEED"
+        )
+        if parallelism is not None:
+            data["parallelism_config"] = parallelism
     data["mixed_precision"] = prompter.select(
         "Do you wish to use mixed precision?", [(m, m) for m in AVAILABLE_MIXED_PRECISION_MODES], default="no"
     )

@@ -1,0 +1,249 @@
+"""The launcher's N-D parallelism settings: ``--use_parallelism_config``, its ``--parallelism_config_*``
+flags and a config file's ``parallelism_config`` section, checked and turned into the children's
+``ACCELERATE_USE_PARALLELISM_CONFIG`` / ``PARALLELISM_CONFIG_*`` variables (upstream's names).
+
+In the child, :mod:`accelerate.state.parallelism_env` builds the run's ``ParallelismConfig`` from
+them when the script passes none. ``--dry_run`` prints the device mesh these sizes describe, and
+which process holds which coordinates, by arithmetic alone (no process group is formed).
+
+Pure: no torch, no ``os.environ`` (the plan passes what it read).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from accelerate.launch.checks import LaunchError
+
+if TYPE_CHECKING:
+    from accelerate.config.config_file import LaunchConfig
+    from accelerate.launch.plan import Setting
+
+# The mesh dimensions, outermost first: the order ParallelismConfig lists them in (and hands
+# init_device_mesh), so a rank's coordinates here are the ones its DeviceMesh will report.
+MESH_DIMS = ("dp_replicate", "dp_shard", "cp", "sp", "tp")
+# Every upstream parallelism flag and its default (upstream's argparse defaults). The flag name is
+# the config file's key inside ``parallelism_config`` and the env-contract field.
+DEFAULTS: dict[str, Any] = {
+    "parallelism_config_dp_replicate_size": 1,
+    "parallelism_config_dp_shard_size": 1,
+    "parallelism_config_tp_size": 1,
+    "parallelism_config_cp_size": 1,
+    "parallelism_config_cp_backend": "torch",
+    "parallelism_config_cp_comm_strategy": "allgather",
+    "parallelism_config_sp_size": 1,
+    "parallelism_config_sp_backend": "deepspeed",
+    "parallelism_config_sp_seq_length": None,
+    "parallelism_config_sp_seq_length_is_variable": True,
+    "parallelism_config_sp_attn_implementation": "sdpa",
+}
+SETTINGS = ("use_parallelism_config", *DEFAULTS)
+_CHOICES = {
+    "parallelism_config_cp_backend": ("torch",),
+    "parallelism_config_cp_comm_strategy": ("allgather", "alltoall"),
+    "parallelism_config_sp_backend": ("deepspeed",),
+}
+_CPU_CP = (
+    "context parallelism shards attention with torch's ring attention, which has no CPU kernel (its CPU "
+    "flash-attention op has no sharding strategy)"
+)
+
+
+def size_name(dim: str) -> str:
+    return f"parallelism_config_{dim}_size"
+
+
+def _config_value(key: str) -> Callable[[LaunchConfig], Any]:
+    return lambda config: (config.parallelism_config or {}).get(key)
+
+
+def _config_uses(config: LaunchConfig) -> bool | None:
+    # A config file with a parallelism_config section asks for it (upstream's questionnaire writes the
+    # section only when asked to use one), as --use_parallelism_config does on the command line.
+    return True if config.parallelism_config else None
+
+
+# (name, default, config-file reader, env-contract field): the plan's settings-table rows.
+SPEC_ROWS: tuple[tuple[str, Any, Callable[[LaunchConfig], Any], str], ...] = (
+    ("use_parallelism_config", None, _config_uses, "use_parallelism_config"),
+    *((name, default, _config_value(name), name) for name, default in DEFAULTS.items()),
+)
+
+
+def in_use(settings: Mapping[str, Setting]) -> bool:
+    return bool(settings["use_parallelism_config"].value)
+
+
+def sizes(settings: Mapping[str, Setting]) -> dict[str, int]:
+    """Each mesh dimension's size, outermost first (call after :func:`check_parallelism`)."""
+    return {dim: int(settings[size_name(dim)].value) for dim in MESH_DIMS}
+
+
+def _where(setting: Setting) -> str:
+    return f"{setting.name}={setting.value} (from {setting.source})"
+
+
+def check_parallelism(settings: dict[str, Setting]) -> None:
+    """Refuses parallelism settings that cannot run as given, before any process starts.
+
+    Normalises the values in ``settings`` (sizes to ints, the switch to a bool) as it goes.
+    """
+    from accelerate.config.env import parse_bool
+
+    if not in_use(settings):
+        for name in DEFAULTS:
+            if settings[name].from_flag:
+                raise LaunchError(
+                    f"--{name} sets a ParallelismConfig size, but --use_parallelism_config is off (not given, and "
+                    "the config file has no parallelism_config section), so it would be ignored. Add "
+                    f"--use_parallelism_config, or drop --{name}."
+                )
+        return
+    for dim in MESH_DIMS:
+        setting = settings[size_name(dim)]
+        try:
+            value = int(setting.value)
+        except (TypeError, ValueError):
+            value = 0
+        if isinstance(setting.value, bool) or value < 1:
+            raise LaunchError(f"{_where(setting)} must be a whole number of processes, at least 1.")
+        settings[setting.name] = dataclasses.replace(setting, value=value)
+    for name, allowed in _CHOICES.items():
+        setting = settings[name]
+        if str(setting.value) not in allowed:
+            raise LaunchError(f"{_where(setting)} must be one of: {', '.join(allowed)}.")
+    variable = settings["parallelism_config_sp_seq_length_is_variable"]
+    if isinstance(variable.value, str):
+        try:
+            settings[variable.name] = dataclasses.replace(
+                variable, value=parse_bool(variable.name, variable.value)
+            )
+        except ValueError:
+            raise LaunchError(f"{_where(variable)} must be true or false.") from None
+    _check_combinations(settings)
+
+
+def _check_combinations(settings: dict[str, Setting]) -> None:
+    size = sizes(settings)
+    procs = settings["num_processes"]
+    total = 1
+    for value in size.values():
+        total *= value
+    if total != int(procs.value):
+        named = ", ".join(f"{dim}={value}" for dim, value in size.items())
+        raise LaunchError(
+            f"The parallelism sizes multiply to {total} processes ({named}), but num_processes={procs.value} "
+            f"(from {procs.source}). Their product must be the number of processes: change a size, or launch "
+            f"{total} processes with --num_processes {total}."
+        )
+    cp, sp, tp = (settings[size_name(dim)] for dim in ("cp", "sp", "tp"))
+    cpu = settings["cpu"]
+    if size["cp"] > 1 and cpu.value:
+        raise LaunchError(
+            f"{_where(cp)} on CPU processes (cpu=True, from {cpu.source}): {_CPU_CP}. Run context parallelism on "
+            "GPUs, or set parallelism_config_cp_size to 1 (tensor parallelism and data parallelism run on CPU)."
+        )
+    if size["cp"] > 1 and size["sp"] > 1:
+        raise LaunchError(
+            f"{_where(cp)} and {_where(sp)}: context and sequence parallelism split the same sequence "
+            "dimension; set one of them to 1."
+        )
+    deepspeed = settings["use_deepspeed"]
+    if size["sp"] > 1 and not deepspeed.value:
+        raise LaunchError(
+            f"{_where(sp)}: sequence parallelism runs on DeepSpeed (Ulysses, parallelism_config_sp_backend "
+            "deepspeed), which is off. Add --use_deepspeed, or set parallelism_config_sp_size to 1."
+        )
+    if size["tp"] > 1 and deepspeed.value:
+        raise LaunchError(
+            f"{_where(tp)} with DeepSpeed (use_deepspeed, from {deepspeed.source}): tensor parallelism composes "
+            "with FSDP on one device mesh, not with DeepSpeed's ZeRO. Drop --use_deepspeed (use "
+            "--parallelism_config_dp_shard_size with --use_fsdp to shard as well), or set "
+            "parallelism_config_tp_size to 1."
+        )
+
+
+def child_env_values(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The contract fields a child gets: every parallelism setting with the switch on, none without it.
+
+    Context- and sequence-parallel options go only where that dimension is in use, as upstream does
+    (a handler set for a size-1 dimension makes ParallelismConfig warn).
+    """
+    if not values.get("use_parallelism_config"):
+        return {}
+    out = {name: values.get(name, default) for name, default in DEFAULTS.items()}
+    out["use_parallelism_config"] = True
+    if int(out["parallelism_config_cp_size"]) <= 1:
+        del out["parallelism_config_cp_comm_strategy"]
+    if int(out["parallelism_config_sp_size"]) <= 1:
+        for name in ("sp_seq_length", "sp_seq_length_is_variable", "sp_attn_implementation"):
+            del out[f"parallelism_config_{name}"]
+    return out
+
+
+# --- the mesh, by arithmetic ----------------------------------------------------------------------
+def mesh_coordinates(shape: Mapping[str, int], rank: int) -> dict[str, int]:
+    """``rank``'s coordinate along each dimension of a row-major mesh (the last dimension varies fastest).
+
+    Ranks fill ``init_device_mesh``'s mesh as ``arange(world).view(shape)``: for sizes
+    ``dp_shard=2, tp=2`` rank 1 is ``(dp_shard 0, tp 1)`` and rank 2 is ``(dp_shard 1, tp 0)``.
+
+    Example:
+        >>> mesh_coordinates({"dp_shard": 2, "tp": 2}, 2)
+        {'dp_shard': 1, 'tp': 0}
+    """
+    coords: dict[str, int] = {}
+    rest = rank
+    for dim in reversed(list(shape)):
+        rest, coords[dim] = divmod(rest, shape[dim])
+    if rest:
+        raise ValueError(f"rank {rank} is outside a mesh of {dict(shape)} ({_product(shape)} processes).")
+    return {dim: coords[dim] for dim in shape}
+
+
+def _product(shape: Mapping[str, int]) -> int:
+    total = 1
+    for value in shape.values():
+        total *= value
+    return total
+
+
+_MAX_ROWS = 64  # enough for 8 machines of 8 GPUs; beyond that the pattern is clear and the table long
+
+
+def mesh_lines(settings: Mapping[str, Setting]) -> list[str]:
+    """The ``--dry_run`` report of the device mesh: each dimension's size, and each process's coordinates.
+
+    Every process of one data-parallel rank (the ``dp rank`` column) reads the same batches; the
+    others (tensor, context parallel) split the model or the sequence between them.
+    """
+    if not in_use(settings):
+        return []
+    shape = sizes(settings)
+    active = [dim for dim, value in shape.items() if value > 1]
+    named = "  ".join(f"{dim}={value}" for dim, value in shape.items())
+    lines = [
+        "Device mesh (ParallelismConfig, outermost dimension first):",
+        f"  {named}  ->  mesh dims: {', '.join(active) if active else '(none: one process per replica)'}",
+    ]
+    columns = [dim for dim in MESH_DIMS if dim != "sp" or shape["sp"] > 1]
+    per_machine = int(settings["num_processes"].value) // max(int(settings["num_machines"].value), 1)
+    machines = int(settings["num_machines"].value) > 1
+    header = ["rank", *(["machine"] if machines else []), *columns, "dp rank"]
+    rows = []
+    world = _product(shape)
+    for rank in range(min(world, _MAX_ROWS)):
+        coords = mesh_coordinates(shape, rank)
+        dp_rank = coords["dp_replicate"] * shape["dp_shard"] + coords["dp_shard"]
+        machine = [str(rank // per_machine)] if machines else []
+        rows.append([str(rank), *machine, *(str(coords[dim]) for dim in columns), str(dp_rank)])
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    lines += [
+        "  " + "  ".join(cell.rjust(width) for cell, width in zip(row, widths)).rstrip()
+        for row in [header, *rows]
+    ]
+    if world > _MAX_ROWS:
+        lines.append(f"  ... ({world - _MAX_ROWS} more processes, in the same row-major order)")
+    return lines
