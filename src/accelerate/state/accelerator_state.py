@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from typing import Any, Generic, TypeVar
 
 from accelerate.state.distributed_type import DistributedType
-from accelerate.state.process import PartialState
 from accelerate.state.parallelism_env import resolve_parallelism_config
+from accelerate.state.process import PartialState
 from accelerate.state.run import RunDescription, check_unavailable, describe_process
 from accelerate.state.shared import SharedStateView, mark_reset, was_reset
 
