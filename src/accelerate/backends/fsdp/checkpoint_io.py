@@ -51,8 +51,8 @@ from accelerate.backends.fsdp.state_dict import (
     optimizer_owner,
     raw_optimizer,
 )
-from accelerate.checkpointing.atomic import FileRecord, SyncGroup, save_torch
 from accelerate.checkpointing.checkpoint_io import CheckpointIO
+from accelerate.checkpointing.durable_io import FileRecord, SyncGroup, save_torch
 from accelerate.checkpointing.errors import CheckpointError
 from accelerate.collectives.agreement import agree_on_failure
 
