@@ -30,7 +30,8 @@ class SharedStateView:
         state = self._current()
         if state is None or not getattr(state, "_initialized", False):
             return {}
-        return state.__dict__
+        shared: dict[str, Any] = state.__dict__  # the state is reached through an untyped callable
+        return shared
 
 
 # Set on a state object that _reset_state() emptied; upstream's states share one dict that a reset clears,

@@ -180,7 +180,7 @@ def _dcp_folder(reader: Any, name: str, *, rank: int, world_size: int) -> Path |
     """The DCP folder ``name`` when the checkpoint has it (verified, this process's share), else None."""
     if not reader.has(f"{name}/{METADATA_NAME}"):
         return None
-    folder = reader.path(f"{name}/{METADATA_NAME}").parent
+    folder: Path = reader.path(f"{name}/{METADATA_NAME}").parent
     if reader.manifest is None:
         return folder  # upstream's folders: loaded unverified (the reader warned)
     error: BaseException | None = None
