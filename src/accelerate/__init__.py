@@ -54,9 +54,14 @@ _LAZY: dict[str, str] = {
 
 __all__ = sorted(_LAZY)
 
+# `name as name` marks each import as a re-export for type checkers, which cannot read the
+# computed __all__ above (a user's `mypy --strict` would otherwise reject `from here import name`).
 if TYPE_CHECKING:
-    from accelerate.accelerator import Accelerator  # noqa: F401
-    from accelerate.state import AcceleratorState, DistributedType, GradientState, PartialState  # noqa: F401
+    from accelerate.accelerator import Accelerator as Accelerator
+    from accelerate.state import AcceleratorState as AcceleratorState
+    from accelerate.state import DistributedType as DistributedType
+    from accelerate.state import GradientState as GradientState
+    from accelerate.state import PartialState as PartialState
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -218,7 +218,9 @@ class Accelerator(AcceleratorCheckpoints, AcceleratorFacts):
             scheduler, "_is_accelerate_prepared", False
         ):
             preparation.track_once(scheduler, self._schedulers)
-            return scheduler
+            # An AcceleratedScheduler, or an object a backend marked prepared to stand in for one.
+            prepared: AcceleratedScheduler = scheduler
+            return prepared
         preparation.check_not_a_class(scheduler, "prepare_scheduler() argument 'scheduler'")
         inner = getattr(scheduler, "optimizer", None)
         optimizers = [opt for opt in self._optimizers if opt.optimizer is inner] or list(self._optimizers)
@@ -243,7 +245,7 @@ class Accelerator(AcceleratorCheckpoints, AcceleratorFacts):
 
     def prepare_data_loader(
         self,
-        data_loader: torch.utils.data.DataLoader,
+        data_loader: torch.utils.data.DataLoader[Any],
         device_placement: bool | None = None,
         slice_fn_for_dispatch: Any = None,
     ) -> Any:

@@ -9,10 +9,16 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import MutableMapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+# LoggerAdapter is generic in the type stubs but cannot be subscripted at run time before Python 3.11.
+if TYPE_CHECKING:
+    _LoggerAdapter = logging.LoggerAdapter[logging.Logger]
+else:
+    _LoggerAdapter = logging.LoggerAdapter
 
 
-class MultiProcessAdapter(logging.LoggerAdapter):
+class MultiProcessAdapter(_LoggerAdapter):
     """A LoggerAdapter that knows about processes (created by :func:`get_logger`)."""
 
     def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
@@ -62,7 +68,7 @@ class MultiProcessAdapter(logging.LoggerAdapter):
         seen: set[tuple[str, tuple[Any, ...]]] | None = getattr(self.logger, "_accelerate_warned", None)
         if seen is None:
             seen = set()
-            self.logger._accelerate_warned = seen
+            self.logger._accelerate_warned = seen  # type: ignore[attr-defined]  # ours, stored on the stdlib Logger
         return seen
 
 

@@ -15,14 +15,8 @@ from accelerate.checkpointing import (
     read_manifest,
     verify_checkpoint,
 )
-from accelerate.checkpointing.atomic import (
-    OLD_SUFFIX,
-    read_verified,
-    recover_interrupted_swap,
-    save_torch,
-    sibling,
-    write_bytes,
-)
+from accelerate.checkpointing.atomic import OLD_SUFFIX, recover_interrupted_swap, sibling
+from accelerate.checkpointing.durable_io import read_verified, save_torch, write_bytes
 
 
 def _commit(target: Path, files: dict[str, bytes], step: int = 0) -> Path:
@@ -138,7 +132,7 @@ def test_crash_between_the_two_renames_is_undone(tmp_path: Path) -> None:
 
 def test_crc32_records_still_verify(tmp_path: Path) -> None:
     """Checksums recorded as CRC-32 (no xxhash installed when saved) are verified as such."""
-    from accelerate.checkpointing.atomic import FileRecord, verify_file
+    from accelerate.checkpointing.durable_io import FileRecord, verify_file
 
     path = tmp_path / "x.bin"
     path.write_bytes(b"payload")

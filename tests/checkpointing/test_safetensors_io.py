@@ -8,7 +8,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from accelerate.checkpointing import CheckpointError
-from accelerate.checkpointing.atomic import read_verified, write_file
+from accelerate.checkpointing.durable_io import read_verified, write_file
 from accelerate.checkpointing.safetensors_io import read_safetensors, write_safetensors
 
 

@@ -30,17 +30,21 @@ _LAZY: dict[str, str] = {
 
 __all__ = sorted(_LAZY)
 
+# `name as name` marks each import as a re-export for type checkers, which cannot read the
+# computed __all__ above (a user's `mypy --strict` would otherwise reject `from here import name`).
 if TYPE_CHECKING:
-    from accelerate.big_modeling.casting import attach_layerwise_casting_hooks  # noqa: F401
-    from accelerate.big_modeling.device_map import check_device_map, infer_auto_device_map  # noqa: F401
-    from accelerate.big_modeling.dispatch import (  # noqa: F401
-        cpu_offload,
-        cpu_offload_with_hook,
-        disk_offload,
-        dispatch_model,
-        load_checkpoint_and_dispatch,
+    from accelerate.big_modeling.casting import (
+        attach_layerwise_casting_hooks as attach_layerwise_casting_hooks,
     )
-    from accelerate.big_modeling.empty import init_empty_weights, init_on_device  # noqa: F401
-    from accelerate.big_modeling.loading import load_checkpoint_in_model  # noqa: F401
+    from accelerate.big_modeling.device_map import check_device_map as check_device_map
+    from accelerate.big_modeling.device_map import infer_auto_device_map as infer_auto_device_map
+    from accelerate.big_modeling.dispatch import cpu_offload as cpu_offload
+    from accelerate.big_modeling.dispatch import cpu_offload_with_hook as cpu_offload_with_hook
+    from accelerate.big_modeling.dispatch import disk_offload as disk_offload
+    from accelerate.big_modeling.dispatch import dispatch_model as dispatch_model
+    from accelerate.big_modeling.dispatch import load_checkpoint_and_dispatch as load_checkpoint_and_dispatch
+    from accelerate.big_modeling.empty import init_empty_weights as init_empty_weights
+    from accelerate.big_modeling.empty import init_on_device as init_on_device
+    from accelerate.big_modeling.loading import load_checkpoint_in_model as load_checkpoint_in_model
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)

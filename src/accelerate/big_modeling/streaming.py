@@ -80,7 +80,7 @@ def _existing_weights_file(path: str | os.PathLike[str]) -> Path:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"Weights file {path} does not exist")
-    from accelerate.checkpointing.durable_io import check_regular
+    from accelerate.checkpointing.regular_files import check_regular
 
     check_regular(path)  # raises CheckpointError naming what it is instead
     return path

@@ -37,8 +37,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from accelerate.checkpointing.atomic import AtomicCheckpoint, FileRecord
-from accelerate.checkpointing.durable_io import ensure_helper
+from accelerate.checkpointing.atomic import AtomicCheckpoint
+from accelerate.checkpointing.durable_io import FileRecord, ensure_helper
 from accelerate.checkpointing.errors import CheckpointError
 from accelerate.checkpointing.rng import capture_rng_state
 from accelerate.checkpointing.snapshot import HostBuffers, host_copy, snapshot_objects

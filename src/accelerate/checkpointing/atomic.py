@@ -34,25 +34,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from accelerate.checkpointing.durable_io import (  # noqa: F401 - re-exported: the public home of these names
+from accelerate.checkpointing.durable_io import (
     CHECKSUM_ALGORITHM,
     MANIFEST_NAME,
     SUPPORTED_ALGORITHMS,
-    ChecksumSink,
     FileRecord,
     Hasher,
     SyncGroup,
     fsync_dir,
-    load_verified,
-    open_regular,
-    read_verified,
-    save_torch,
     verify_file,
     write_bytes,
-    write_file,
 )
 from accelerate.checkpointing.entry_names import INNER_STAGING, check_entry_name, entry_path, own_folder
 from accelerate.checkpointing.errors import CheckpointError, UntrustedCheckpointError
+from accelerate.checkpointing.regular_files import open_regular
 
 MANIFEST_FORMAT = "accelerate-checkpoint"
 MANIFEST_VERSION = 1

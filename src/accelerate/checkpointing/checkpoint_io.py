@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from torch import nn
 
-    from accelerate.checkpointing.atomic import FileRecord, Manifest, SyncGroup
+    from accelerate.checkpointing.atomic import Manifest
+    from accelerate.checkpointing.durable_io import FileRecord, SyncGroup
     from accelerate.checkpointing.errors import CheckpointError
 
 

@@ -18,12 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, cast
 
-# Re-exported: their home is in errors.py / regular_files.py, their users import them from here too.
-from accelerate.checkpointing.errors import (
-    CheckpointError,
-    disk_full_error,  # noqa: F401
-)
-from accelerate.checkpointing.regular_files import check_regular, open_regular  # noqa: F401
+from accelerate.checkpointing.errors import CheckpointError, disk_full_error
+from accelerate.checkpointing.regular_files import open_regular
 from accelerate.state.teardown import on_shutdown
 
 _xxhash: Any

@@ -18,21 +18,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from accelerate.checkpointing.atomic import (
-    MANIFEST_NAME,
-    FileRecord,
-    Manifest,
-    checkpoint_file,
-    checkpoint_folder,
-    load_verified,
-    read_manifest,
-)
-from accelerate.checkpointing.durable_io import open_regular
+from accelerate.checkpointing.atomic import Manifest, checkpoint_file, checkpoint_folder, read_manifest
+from accelerate.checkpointing.durable_io import MANIFEST_NAME, FileRecord, load_verified
 from accelerate.checkpointing.errors import CheckpointError
 from accelerate.checkpointing.model_files import (
     _torch_load,
 )
 from accelerate.checkpointing.project import looks_like_checkpoint, own_traces
+from accelerate.checkpointing.regular_files import open_regular
 
 logger = logging.getLogger(__name__)
 

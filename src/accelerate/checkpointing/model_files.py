@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from accelerate.checkpointing.atomic import (
+from accelerate.checkpointing.durable_io import (
     FileRecord,
     SyncGroup,
     fsync_dir,
@@ -31,8 +31,8 @@ from accelerate.checkpointing.atomic import (
     write_bytes,
     write_file,
 )
-from accelerate.checkpointing.durable_io import check_regular, open_regular
 from accelerate.checkpointing.errors import CheckpointError
+from accelerate.checkpointing.regular_files import check_regular, open_regular
 from accelerate.checkpointing.safetensors_io import read_safetensors, write_safetensors
 from accelerate.checkpointing.sizes import parse_size
 from accelerate.utils.xla import xla_to_cpu

@@ -22,7 +22,6 @@ import shutil
 from pathlib import Path
 
 from accelerate.checkpointing.atomic import (
-    MANIFEST_NAME,
     OLD_SUFFIX,
     checkpoint_folder,
     interrupted_merge,
@@ -30,6 +29,7 @@ from accelerate.checkpointing.atomic import (
     remove_tree,
     stale_entries,
 )
+from accelerate.checkpointing.durable_io import MANIFEST_NAME
 
 CHECKPOINTS_DIRNAME = "checkpoints"
 _NAME = re.compile(r"^checkpoint_(\d+)$")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import io
 import os
 import stat
-from typing import cast
 
 from accelerate.checkpointing.errors import CheckpointError
 
@@ -66,7 +65,7 @@ def open_regular(path: str | os.PathLike[str]) -> io.FileIO:
     except BaseException:
         handle.close()
         raise
-    return cast(io.FileIO, handle)
+    return handle
 
 
 def check_regular(path: str | os.PathLike[str]) -> int:

@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from accelerate.checkpointing.durable_io import open_regular
 from accelerate.checkpointing.errors import CheckpointError
+from accelerate.checkpointing.regular_files import open_regular
 
 RNG_STATE_NAME = "random_states"
 # Our files carry this key (upstream ignores unknown keys): a folder holding such a file but no

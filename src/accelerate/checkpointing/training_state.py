@@ -37,13 +37,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
-from accelerate.checkpointing.atomic import (
-    AtomicCheckpoint,
-    FileRecord,
-    SyncGroup,
-    read_manifest,
-    save_torch,
-)
+from accelerate.checkpointing.atomic import AtomicCheckpoint, read_manifest
+from accelerate.checkpointing.durable_io import FileRecord, SyncGroup, save_torch
 from accelerate.checkpointing.errors import CheckpointError, DiskFullError
 from accelerate.checkpointing.model_files import (
     prepare_state_dict,

@@ -23,11 +23,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from accelerate.checkpointing.atomic import (
-    MANIFEST_NAME,
-    load_verified,
-)
 from accelerate.checkpointing.checkpoint_io import CheckpointIO
+from accelerate.checkpointing.durable_io import MANIFEST_NAME, load_verified
 from accelerate.checkpointing.errors import CheckpointError
 from accelerate.checkpointing.load_checks import (
     _check_custom_count,

@@ -272,7 +272,7 @@ def flags_of(args: argparse.Namespace) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     from accelerate.config.config_file import ConfigFileError
-    from accelerate.launch.plan import LaunchError
+    from accelerate.launch.checks import LaunchError
 
     try:
         plan = make_plan(args, os.environ)

@@ -29,7 +29,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     from accelerate.commands import launch as launch_command
     from accelerate.config.config_file import ConfigFileError
-    from accelerate.launch.plan import LaunchError
+    from accelerate.launch.checks import LaunchError
     from accelerate.launch.runner import run_plan
 
     launch_args = argparse.Namespace(

@@ -69,7 +69,7 @@ class GlobalBatchSampler(WrappedBatchSampler):
             yield joined
 
 
-class DataLoaderDispatcher(PreparedLoaderMixin, DataLoader):
+class DataLoaderDispatcher(PreparedLoaderMixin, DataLoader[Any]):
     """A `DataLoader` whose batches are read by process 0 and dispatched (``dispatch_batches=True``).
 
     The wrapped loader's batch is the *total* batch: ``batch_size * num_processes`` samples, or

@@ -30,7 +30,7 @@ def is_sharded_by_rank(dataset: Any) -> bool:
     return getattr(dataset, "_distributed", None) is not None
 
 
-class IterableDatasetShard(IterableDataset):
+class IterableDatasetShard(IterableDataset[Any]):
     """The samples of one process out of ``num_processes`` from an iterable dataset.
 
     A *round* is ``batch_size * num_processes`` samples (``batch_size`` with ``split_batches``);

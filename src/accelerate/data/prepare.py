@@ -27,7 +27,7 @@ class _Unbatched:
         return self.collate_fn(samples[0])
 
 
-def loader_kwargs(dataloader: DataLoader) -> dict[str, Any]:
+def loader_kwargs(dataloader: DataLoader[Any]) -> dict[str, Any]:
     """The arguments of ``dataloader`` that do not decide which samples it reads."""
     kwargs: dict[str, Any] = {
         "num_workers": dataloader.num_workers,
@@ -73,7 +73,7 @@ def _seedable(sampler: Any, data_seed: int | None) -> Any:
 
 
 def prepare_data_loader(
-    dataloader: DataLoader,
+    dataloader: DataLoader[Any],
     device: torch.device | str | None = None,
     num_processes: int | None = None,
     process_index: int | None = None,
@@ -170,7 +170,7 @@ def prepare_data_loader(
 
 
 def _map_shard(
-    dataloader: DataLoader,
+    dataloader: DataLoader[Any],
     num_processes: int,
     process_index: int,
     split_batches: bool,
@@ -213,7 +213,7 @@ def _map_shard(
 
 
 def _iterable_shard(
-    dataloader: DataLoader,
+    dataloader: DataLoader[Any],
     num_processes: int,
     process_index: int,
     split_batches: bool,
@@ -246,7 +246,7 @@ def _iterable_shard(
 
 
 def _dispatcher(
-    dataloader: DataLoader,
+    dataloader: DataLoader[Any],
     num_processes: int,
     process_index: int,
     split_batches: bool,

@@ -57,7 +57,7 @@ class SkipBatchSampler(BatchSampler):
         return max(len(self.batch_sampler) - self.skip_batches, 0)
 
 
-class SkipDataLoader(DataLoaderStateMixin, DataLoader):
+class SkipDataLoader(DataLoaderStateMixin, DataLoader[Any]):
     """A plain `DataLoader` that drops its first ``skip_batches`` batches (for iterable datasets).
 
     It tells ``GradientState`` when it starts and ends and marks its last batch (``end_of_dataloader``),
@@ -103,13 +103,13 @@ class SkipDataLoader(DataLoaderStateMixin, DataLoader):
         return max(super().__len__() - self.skip_batches, 0)
 
     @property
-    def base_dataloader(self) -> DataLoader:
+    def base_dataloader(self) -> DataLoader[Any]:
         """A plain `DataLoader` over the same dataset, sampler and arguments, without the skip.
 
         Upstream's skipping loader wraps such a loader; built on first access (iterating it reads the
         whole epoch and leaves this loader's position and ``GradientState`` alone).
         """
-        base: DataLoader | None = self.__dict__.get("_base_dataloader")
+        base: DataLoader[Any] | None = self.__dict__.get("_base_dataloader")
         if base is None:
             from accelerate.data.prepare import loader_kwargs
 
@@ -147,7 +147,7 @@ class SkipDataLoader(DataLoaderStateMixin, DataLoader):
 _END: Any = object()
 
 
-def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoader:
+def skip_first_batches(dataloader: DataLoader[Any], num_batches: int = 0) -> DataLoader[Any]:
     """A loader that yields the batches of ``dataloader`` after the first ``num_batches`` of the epoch.
 
     Args:
@@ -176,7 +176,9 @@ def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoad
                 "epoch: iterate the loader itself)"
             )
     if isinstance(dataloader, DeviceFeedingLoader):  # skip in the prepared loader, feed the device as before
-        return dataloader.rewrap(skip_first_batches(dataloader.dataloader, num_batches))
+        # The backend's wrapper stands in for the loader it wraps, as the one it was given did.
+        rewrapped: DataLoader[Any] = dataloader.rewrap(skip_first_batches(dataloader.dataloader, num_batches))
+        return rewrapped
     if isinstance(dataloader, DataLoaderShard | DataLoaderDispatcher):
         view = copy.copy(dataloader)  # shares dataset, sampler and (on purpose) the progress record
         view._iterator = None
@@ -186,7 +188,7 @@ def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoad
     return _skip_plain(dataloader, num_batches)
 
 
-def _skip_plain(dataloader: DataLoader, num_batches: int) -> DataLoader:
+def _skip_plain(dataloader: DataLoader[Any], num_batches: int) -> DataLoader[Any]:
     from accelerate.data.prepare import loader_kwargs
 
     kwargs = loader_kwargs(dataloader)

@@ -24,7 +24,7 @@ from accelerate.data.samplers import (
 from accelerate.state.gradient import GradientState
 
 
-class DataLoaderShard(PreparedLoaderMixin, DataLoader):
+class DataLoaderShard(PreparedLoaderMixin, DataLoader[Any]):
     """A `DataLoader` over one process's shard, as returned by ``Accelerator.prepare``.
 
     Build it like a `DataLoader` (usually with a `BatchSamplerShard` as ``batch_sampler`` or an
@@ -209,4 +209,5 @@ def _install_generator(sampler: Any) -> torch.Generator | None:
         sampler, SeedableRandomSampler | TorchOrderRandomSampler
     ):
         return None
-    return sampler.generator
+    generator: torch.Generator | None = sampler.generator  # RandomSampler leaves its attribute untyped
+    return generator

@@ -40,15 +40,18 @@ def reporting_restarts(err: TextIO, ended_at: Mapping[int, float] | None = None)
     if base is None or not all(hasattr(base, name) for name in _HOOKED):
         yield
         return
-    launcher_api.LocalElasticAgent = _reporting_agent(base, err, {} if ended_at is None else ended_at)  # type: ignore[misc]
+    # The launcher imports the agent class without re-exporting it, so mypy sees no such attribute;
+    # replacing the module's binding is the point (launch_agent looks the class up there).
+    launcher_api.LocalElasticAgent = _reporting_agent(base, err, {} if ended_at is None else ended_at)  # type: ignore[attr-defined]
     try:
         yield
     finally:
-        launcher_api.LocalElasticAgent = base  # type: ignore[misc]
+        launcher_api.LocalElasticAgent = base  # type: ignore[attr-defined]
 
 
 def _reporting_agent(base: type[Any], err: TextIO, ended_at: Mapping[int, float]) -> type[Any]:
-    class ReportingAgent(base):
+    # The base is whichever agent class torch's launcher holds, known only at run time.
+    class ReportingAgent(base):  # type: ignore[misc]
         """torch's agent, remembering the latest failures and reporting them when it restarts."""
 
         _accelerate_failures: Mapping[int, Any] | None = None

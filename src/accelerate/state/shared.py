@@ -35,7 +35,10 @@ class SharedStateView:
         state = self._current()
         if state is None or not getattr(state, "_initialized", False):
             return {}
-        return state.__dict__ if self._attributes is None else self._attributes(state)
+        if self._attributes is not None:
+            return self._attributes(state)
+        shared: dict[str, Any] = state.__dict__  # the state is reached through an untyped callable
+        return shared
 
 
 # Set on a state object that _reset_state() emptied; upstream's states share one dict that a reset clears,

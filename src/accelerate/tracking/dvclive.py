@@ -27,7 +27,7 @@ class DVCLiveTracker(GeneralTracker):
     @on_main_process
     def start(self) -> None:
         if self.live is None:
-            from dvclive import Live
+            from dvclive.live import Live
 
             self.live = Live(**self.init_kwargs)
 

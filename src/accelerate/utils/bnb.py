@@ -21,9 +21,10 @@ def has_4bit_bnb_layers(model: torch.nn.Module) -> bool:
     """Whether ``model`` holds bitsandbytes 4-bit linear layers (never, without bitsandbytes)."""
     if not is_bnb_available():
         return False
-    import bitsandbytes as bnb
+    # From its defining module: bitsandbytes.nn imports it without marking it as a re-export.
+    from bitsandbytes.nn.modules import Linear4bit
 
-    return any(isinstance(module, bnb.nn.Linear4bit) for module in model.modules())
+    return any(isinstance(module, Linear4bit) for module in model.modules())
 
 
 def get_parameter_device(parameter: torch.nn.Module) -> torch.device:

@@ -11,15 +11,14 @@ from dataclasses import dataclass, field, fields
 from datetime import timedelta
 from typing import Any, Literal
 
-# The small enums upstream keeps in this module live in utils/enums.py; re-exported here.
-from accelerate.utils.enums import (  # noqa: F401
-    BaseEnum,
-    DynamoBackend,
-    EnumWithContains,
-    LoggerType,
-    RNGType,
-    SageMakerDistributedType,
-)
+# The small enums upstream keeps in this module live in utils/enums.py; re-exported here (`name as
+# name` tells type checkers so). Our own modules import them from utils/enums.py.
+from accelerate.utils.enums import BaseEnum as BaseEnum
+from accelerate.utils.enums import DynamoBackend as DynamoBackend
+from accelerate.utils.enums import EnumWithContains as EnumWithContains
+from accelerate.utils.enums import LoggerType as LoggerType
+from accelerate.utils.enums import RNGType as RNGType
+from accelerate.utils.enums import SageMakerDistributedType as SageMakerDistributedType
 from accelerate.utils.errors import NotAvailableYetError
 
 

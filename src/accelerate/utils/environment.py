@@ -179,7 +179,7 @@ def _purge_class(cls: type) -> type:
             setattr(cls, name, _purged(getattr(cls, name)))
     own_hook = cls.__dict__.get("__init_subclass__")
 
-    def purge_subclass(subclass: type, **kwargs: Any) -> None:
+    def purge_subclass(subclass: type, /, **kwargs: Any) -> None:
         if isinstance(own_hook, classmethod):
             own_hook.__func__(subclass, **kwargs)
         else:

@@ -16,15 +16,9 @@ from typing import Any
 
 import torch
 
-from accelerate.checkpointing.atomic import (
-    CHECKSUM_ALGORITHM,
-    FileRecord,
-    Hasher,
-    Manifest,
-    fsync_dir,
-    verify_file,
-)
+from accelerate.checkpointing.atomic import Manifest
 from accelerate.checkpointing.checkpoint_io import CheckpointIO
+from accelerate.checkpointing.durable_io import CHECKSUM_ALGORITHM, FileRecord, Hasher, fsync_dir, verify_file
 from accelerate.checkpointing.entry_names import entry_path
 from accelerate.checkpointing.errors import CheckpointError
 

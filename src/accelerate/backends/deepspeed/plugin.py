@@ -298,7 +298,7 @@ class DeepSpeedPlugin:
         if not (self.zero3_init_flag and self.zero_stage == 3):
             return
         try:
-            from transformers.integrations import HfDeepSpeedConfig as TransformersConfig
+            from transformers.integrations.deepspeed import HfDeepSpeedConfig as TransformersConfig
         except ImportError:
             return
         self.dschf = TransformersConfig(self.deepspeed_config)

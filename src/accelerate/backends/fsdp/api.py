@@ -5,13 +5,16 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from accelerate.backends.fsdp.plugin import FSDP_ENV, USE_FSDP_ENV
 from accelerate.backends.fsdp.wrap import modules_to_shard, wrap_predicate
+
+if TYPE_CHECKING:  # imported when called: the strategy pulls in FSDP itself
+    from accelerate.backends.fsdp.strategy import FSDPStrategy
 
 
 def enable_fsdp_ram_efficient_loading() -> None:
@@ -24,7 +27,7 @@ def disable_fsdp_ram_efficient_loading() -> None:
     os.environ[FSDP_ENV["cpu_ram_efficient_loading"]] = "false"
 
 
-def _fsdp_strategy(accelerator: Any, call: str) -> Any:
+def _fsdp_strategy(accelerator: Any, call: str) -> FSDPStrategy:
     from accelerate.backends.fsdp.strategy import FSDPStrategy
 
     strategy = getattr(accelerator, "strategy", None)

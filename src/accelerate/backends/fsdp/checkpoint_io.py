@@ -51,8 +51,8 @@ from accelerate.backends.fsdp.state_dict import (
     optimizer_owner,
     raw_optimizer,
 )
-from accelerate.checkpointing.atomic import FileRecord, SyncGroup, save_torch
 from accelerate.checkpointing.checkpoint_io import CheckpointIO
+from accelerate.checkpointing.durable_io import FileRecord, SyncGroup, save_torch
 from accelerate.checkpointing.errors import CheckpointError
 from accelerate.collectives.agreement import agree_on_failure
 
@@ -180,7 +180,7 @@ def _dcp_folder(reader: Any, name: str, *, rank: int, world_size: int) -> Path |
     """The DCP folder ``name`` when the checkpoint has it (verified, this process's share), else None."""
     if not reader.has(f"{name}/{METADATA_NAME}"):
         return None
-    folder = reader.path(f"{name}/{METADATA_NAME}").parent
+    folder: Path = reader.path(f"{name}/{METADATA_NAME}").parent
     if reader.manifest is None:
         return folder  # upstream's folders: loaded unverified (the reader warned)
     error: BaseException | None = None

@@ -22,8 +22,13 @@ import torch
 from torch import nn
 
 from accelerate.backends.fsdp.state_dict import check_shapes, global_shapes, raw_optimizer
-from accelerate.checkpointing.atomic import ChecksumSink, FileRecord, verify_file
-from accelerate.checkpointing.durable_io import file_record, file_record_soon
+from accelerate.checkpointing.durable_io import (
+    ChecksumSink,
+    FileRecord,
+    file_record,
+    file_record_soon,
+    verify_file,
+)
 from accelerate.checkpointing.entry_names import entry_path
 from accelerate.checkpointing.errors import CheckpointError, DiskFullError, disk_full_error
 

@@ -64,7 +64,9 @@ def raw_optimizer(optimizer: Any) -> torch.optim.Optimizer:
     inner = optimizer
     while not isinstance(inner, torch.optim.Optimizer) and hasattr(inner, "optimizer"):
         inner = inner.optimizer
-    return inner
+    # Unchecked: an object that is not an Optimizer and wraps none is taken as one (duck typing).
+    found: torch.optim.Optimizer = inner
+    return found
 
 
 def optimizer_owner(optimizer: Any, models: Sequence[nn.Module]) -> int | None:

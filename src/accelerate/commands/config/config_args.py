@@ -103,7 +103,8 @@ class BaseConfig:
     debug: bool
 
     def __post_init__(self) -> None:
-        from accelerate.utils.dataclasses import ComputeEnvironment, DistributedType, SageMakerDistributedType
+        from accelerate.utils.dataclasses import ComputeEnvironment, DistributedType
+        from accelerate.utils.enums import SageMakerDistributedType
 
         if isinstance(self.compute_environment, str):
             self.compute_environment = ComputeEnvironment(self.compute_environment)
