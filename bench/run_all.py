@@ -15,6 +15,7 @@ if __package__ in (None, ""):
 
 from bench import (
     big_modeling,
+    bnb_loading,
     checkpoint_io,
     collectives,
     data_loading,
@@ -30,7 +31,7 @@ from bench.common import ROOT, Row, format_table, guarded, write_results
 BENCHMARKS = [
     startup, step_overhead, ddp_two_proc, deepspeed_zero2, data_loading, collectives, checkpoint_io, big_modeling,
 ]  # fmt: skip
-BENCHMARKS += [fsdp_two_proc, fsdp_checkpoint]
+BENCHMARKS += [fsdp_two_proc, fsdp_checkpoint, bnb_loading]
 
 
 def main() -> None:

@@ -26,7 +26,7 @@ def _name(path: Path) -> str:
 _OTHER_VOCABULARIES = {
     "backends/deepspeed/plugin.py",  # DeepSpeed's config sections happen to be called "fp16" / "bf16"
     "backends/fsdp/plugin.py",  # dtype names a policy dict may use ("bf16", "bfloat16", "fp32", ...)
-    "utils/hardware_dataclasses.py",  # bitsandbytes compute dtypes ("fp32", "fp16", "bf16")
+    "big_modeling/quantization/config.py",  # bitsandbytes compute dtypes ("fp32", "fp16", "bf16")
     "test_utils/training.py",  # pad-to multiples per mode, upstream's test helper
     "test_utils/self_check.py",  # the self-check's own expectation: an oracle, kept independent
 }

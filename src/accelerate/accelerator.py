@@ -17,6 +17,7 @@ from accelerate import preparation
 from accelerate.accelerator_checkpoints import AcceleratorCheckpoints
 from accelerate.accelerator_facts import AcceleratorFacts
 from accelerate.backends.registry import Prepared
+from accelerate.big_modeling.quantization.checks import check_quantized_placement
 from accelerate.checkpointing import accelerator_io as checkpoint_io
 from accelerate.collectives import operations as collectives
 from accelerate.connector import connect
@@ -178,6 +179,7 @@ class Accelerator(AcceleratorCheckpoints, AcceleratorFacts):
                     "device_map."
                 )
             place = False
+        place = check_quantized_placement(model, self.device, place)  # bitsandbytes models stay where loaded
         self.precision.check_model(model)
         if self.dynamo_plugin.enabled and self.dynamo_plugin.use_regional_compilation:
             # Before the forward wrapper and DDP: both then wrap the compiled copy (see compile_regions).

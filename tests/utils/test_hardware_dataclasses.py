@@ -1,4 +1,4 @@
-"""fp8 / bitsandbytes / Megatron-LM configurations: built like any config, refused when used."""
+"""fp8 / bitsandbytes / Megatron-LM configurations: built like any config; fp8 and Megatron-LM refused when used."""
 
 from __future__ import annotations
 
@@ -28,8 +28,11 @@ HANDLERS = [TERecipeKwargs, MSAMPRecipeKwargs, AORecipeKwargs, FP8RecipeKwargs]
 def test_public_home_reexports_the_same_objects() -> None:
     from accelerate.utils import hardware_dataclasses as home
 
-    for name in ("TERecipeKwargs", "BnbQuantizationConfig", "MegatronLMPlugin", "FP8Format", "OptLevel"):
+    for name in ("TERecipeKwargs", "MegatronLMPlugin", "FP8Format", "OptLevel"):
         assert getattr(public, name) is getattr(home, name)
+    from accelerate.big_modeling.quantization import config as bnb_home
+
+    assert public.BnbQuantizationConfig is bnb_home.BnbQuantizationConfig
     import accelerate.utils as utils
 
     assert utils.BnbQuantizationConfig is BnbQuantizationConfig and utils.MegatronLMPlugin is MegatronLMPlugin
@@ -61,7 +64,7 @@ def test_msamp_fp8_and_ao_recipes() -> None:
 
 def test_bnb_config_validates() -> None:
     config = BnbQuantizationConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", skip_modules=["lm_head"])
-    assert config.bnb_4bit_compute_dtype == "fp16" and config.llm_int8_threshold == 6.0
+    assert config.bnb_4bit_compute_dtype is torch.float16 and config.llm_int8_threshold == 6.0
     with pytest.raises(ValueError, match="not both"):
         BnbQuantizationConfig(load_in_8bit=True, load_in_4bit=True)
     with pytest.raises(ValueError, match="bnb_4bit_quant_type='int3'"):

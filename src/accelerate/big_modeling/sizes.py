@@ -86,7 +86,9 @@ def tensor_nbytes(
 ) -> float:
     """Bytes of ``tensor`` as it will be stored: in ``special_dtypes[name]``, else ``dtype`` if that is smaller."""
     if special_dtypes is not None and name in special_dtypes:
-        special = _as_dtype(special_dtypes[name])
+        given = special_dtypes[name]
+        # A CustomDtype (e.g. INT4 for 4-bit quantized weights) has no torch dtype but a known size.
+        special = given if isinstance(given, CustomDtype) else _as_dtype(given)
         assert special is not None
         return tensor.numel() * dtype_byte_size(special)
     own = dtype_byte_size(tensor.dtype)

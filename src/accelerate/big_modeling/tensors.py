@@ -145,6 +145,11 @@ def _store(owner: nn.Module, name: str, new: torch.Tensor, old: torch.Tensor, is
     param = type(old)(new, requires_grad=old.requires_grad) if isinstance(old, nn.Parameter) else new
     if isinstance(old, nn.Parameter):
         param.__dict__.update(old.__dict__)  # attributes libraries tag parameters with
+        if type(old).to is not torch.Tensor.to:
+            # A parameter class with its own .to() does its work there: bitsandbytes' Int8Params and
+            # Params4bit quantize the value when it reaches its device, so a checkpoint streamed into
+            # their layers is quantized weight by weight.
+            param = param.to(new.device)
     params[name] = param
 
 

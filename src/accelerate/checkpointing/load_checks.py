@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from accelerate.big_modeling.quantization.checks import quantization_mismatches
 from accelerate.checkpointing.errors import CheckpointError
 from accelerate.checkpointing.load_reader import _live_state, _Reader
 from accelerate.checkpointing.training_state import (
@@ -80,6 +81,10 @@ def _model_problems(model: nn.Module, state_dict: Mapping[str, Any], strict: boo
     ``strict`` no key may be missing or unexpected. A model whose loading runs its own code (hooks,
     overridden ``_load_from_state_dict``) is left to torch, which then checks while it copies.
     """
+    # Quantized and unquantized layers can have equal shapes (int8 weights): caught by name first.
+    quantized = quantization_mismatches(model, state_dict)
+    if quantized:
+        return quantized
     if _has_own_loading(model):
         return []
     expected = model.state_dict(keep_vars=True)

@@ -1,85 +1,20 @@
-"""bitsandbytes quantization at upstream's path.
-
-Quantizing needs a CUDA GPU and bitsandbytes, so those functions raise the one hardware error
-(:func:`accelerate.utils.errors.hardware_only`). The questions that can be answered here are:
-a model can only hold bitsandbytes layers when bitsandbytes is installed.
-"""
+"""`accelerate.utils.bnb`: upstream's path for bitsandbytes quantization, which lives in
+``big_modeling/quantization/`` (loaded on first use; bitsandbytes itself only when a function needs it)."""
 
 from __future__ import annotations
 
-from typing import Any
+from accelerate._lazy import lazy_exports
 
-import torch
+_LAZY: dict[str, str] = {
+    "get_keys_to_not_convert": "accelerate.big_modeling.quantization.layers",
+    "has_4bit_bnb_layers": "accelerate.big_modeling.quantization.layers",
+    "replace_with_bnb_layers": "accelerate.big_modeling.quantization.layers",
+    "get_parameter_device": "accelerate.big_modeling.quantization.loading",
+    "get_quantized_model_device_map": "accelerate.big_modeling.quantization.loading",
+    "load_and_quantize_model": "accelerate.big_modeling.quantization.loading",
+    "quantize_and_offload_8bit": "accelerate.big_modeling.quantization.loading",
+}
 
-from accelerate.utils.errors import hardware_only
-from accelerate.utils.imports import is_bnb_available
+__all__ = sorted(_LAZY)
 
-_bnb = hardware_only("bitsandbytes quantization", "a CUDA GPU and `pip install bitsandbytes`")
-
-
-def has_4bit_bnb_layers(model: torch.nn.Module) -> bool:
-    """Whether ``model`` holds bitsandbytes 4-bit linear layers (never, without bitsandbytes)."""
-    if not is_bnb_available():
-        return False
-    # From its defining module: bitsandbytes.nn imports it without marking it as a re-export.
-    from bitsandbytes.nn.modules import Linear4bit
-
-    return any(isinstance(module, Linear4bit) for module in model.modules())
-
-
-def get_parameter_device(parameter: torch.nn.Module) -> torch.device:
-    """The device of the first parameter of ``parameter`` (a module)."""
-    try:
-        return next(parameter.parameters()).device
-    except StopIteration:
-        raise ValueError(
-            f"get_parameter_device: {type(parameter).__name__} has no parameters, so it has no device."
-        ) from None
-
-
-@_bnb
-def load_and_quantize_model(
-    model: torch.nn.Module,
-    bnb_quantization_config: Any,
-    weights_location: Any = None,
-    device_map: Any = None,
-    no_split_module_classes: list[str] | None = None,
-    max_memory: Any = None,
-    offload_folder: Any = None,
-    offload_state_dict: bool = False,
-) -> Any: ...
-
-
-@_bnb
-def get_quantized_model_device_map(
-    model: torch.nn.Module,
-    bnb_quantization_config: Any,
-    device_map: Any = None,
-    max_memory: Any = None,
-    no_split_module_classes: list[str] | None = None,
-) -> Any: ...
-
-
-@_bnb
-def replace_with_bnb_layers(
-    model: torch.nn.Module,
-    bnb_quantization_config: Any,
-    modules_to_not_convert: list[str] | None = None,
-    current_key_name: list[str] | None = None,
-) -> Any: ...
-
-
-@_bnb
-def get_keys_to_not_convert(model: torch.nn.Module) -> Any: ...
-
-
-@_bnb
-def quantize_and_offload_8bit(
-    model: torch.nn.Module,
-    param: Any,
-    param_name: str,
-    new_dtype: Any,
-    offload_folder: Any,
-    offload_index: Any,
-    fp16_statistics: Any,
-) -> Any: ...
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -445,7 +445,7 @@ _ELSEWHERE = {
     "AmaxComputeAlgorithm": "accelerate.utils.hardware_dataclasses",
     "AORecipeKwargs": "accelerate.utils.hardware_dataclasses",
     "Backend": "accelerate.utils.hardware_dataclasses",
-    "BnbQuantizationConfig": "accelerate.utils.hardware_dataclasses",
+    "BnbQuantizationConfig": "accelerate.big_modeling.quantization.config",
     "FP8BackendType": "accelerate.utils.hardware_dataclasses",
     "FP8Format": "accelerate.utils.hardware_dataclasses",
     "FP8RecipeKwargs": "accelerate.utils.hardware_dataclasses",

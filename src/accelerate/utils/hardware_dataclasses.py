@@ -1,4 +1,4 @@
-"""Configuration objects of hardware- or service-only features: fp8 recipes, bitsandbytes, Megatron-LM.
+"""Configuration objects of hardware- or service-only features: fp8 recipes, Megatron-LM.
 
 They can be built, printed and compared like any configuration (a script that creates them still
 imports and runs up to the point of use), but handing one to the ``Accelerator`` raises the one
@@ -25,7 +25,6 @@ Backend = Literal["MSAMP", "TE"]
 _FP8_NEEDS = (
     "an NVIDIA GPU with fp8 support (Ada/Hopper or newer) and one of transformer-engine, msamp or torchao"
 )
-_BNB_NEEDS = "a CUDA GPU and `pip install bitsandbytes`"
 _MEGATRON_NEEDS = "NVIDIA GPUs and `pip install megatron-core`"
 
 
@@ -150,46 +149,6 @@ class FP8RecipeKwargs(_HardwareConfig):
         if self.backend is not None:
             self.backend = self.backend.upper()  # type: ignore[assignment]
             _check_choice(type(self).__name__, "backend", self.backend, ("MSAMP", "TE"))
-
-
-@dataclass
-class BnbQuantizationConfig(_HardwareConfig):
-    """How ``load_and_quantize_model`` quantizes with bitsandbytes: 8-bit (LLM.int8) or 4-bit (fp4/nf4).
-
-    ``bnb_4bit_compute_dtype`` and ``torch_dtype`` may be given as "fp32"/"fp16"/"bf16" or torch dtypes;
-    the compute dtype is kept as a string here and turned into a torch dtype where it is used.
-    """
-
-    feature, needs = "bitsandbytes quantization", _BNB_NEEDS
-
-    load_in_8bit: bool = False
-    llm_int8_threshold: float = 6.0
-    load_in_4bit: bool = False
-    bnb_4bit_quant_type: str = "fp4"
-    bnb_4bit_use_double_quant: bool = False
-    bnb_4bit_compute_dtype: Any = "fp16"
-    torch_dtype: Any = None
-    skip_modules: list[str] | None = None
-    keep_in_fp32_modules: list[str] | None = None
-
-    def __post_init__(self) -> None:
-        owner = type(self).__name__
-        for name in ("load_in_8bit", "load_in_4bit", "bnb_4bit_use_double_quant"):
-            if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"{owner}({name}={getattr(self, name)!r}) must be True or False.")
-        if self.load_in_8bit and self.load_in_4bit:
-            raise ValueError(f"{owner}: choose one of load_in_8bit=True or load_in_4bit=True, not both.")
-        if not isinstance(self.llm_int8_threshold, (int, float)):
-            raise TypeError(f"{owner}(llm_int8_threshold={self.llm_int8_threshold!r}) must be a number.")
-        _check_choice(owner, "bnb_4bit_quant_type", self.bnb_4bit_quant_type, ("fp4", "nf4"))
-        if isinstance(self.bnb_4bit_compute_dtype, str):
-            _check_choice(
-                owner, "bnb_4bit_compute_dtype", self.bnb_4bit_compute_dtype, ("fp32", "fp16", "bf16")
-            )
-        for name in ("skip_modules", "keep_in_fp32_modules"):
-            value = getattr(self, name)
-            if value is not None and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
-                raise TypeError(f"{owner}({name}={value!r}) must be a list of module names or None.")
 
 
 # ---- Megatron-LM. ----

@@ -1,0 +1,76 @@
+"""Training adapters on a 4-bit base (QLoRA) through Accelerator.prepare, and saved state that does not fit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from accelerate import Accelerator, init_empty_weights
+from accelerate.utils import BnbQuantizationConfig
+from accelerate.utils.bnb import load_and_quantize_model
+from tests.big_modeling.bnb_models import Net, reference, save_checkpoint
+
+pytest.importorskip("bitsandbytes")
+peft = pytest.importorskip("peft")
+
+FOUR = BnbQuantizationConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype="fp32")
+
+
+def _quantized(folder: Path, config: BnbQuantizationConfig = FOUR, **kwargs: object) -> nn.Module:
+    with init_empty_weights():
+        model = Net()
+    checkpoint = save_checkpoint(reference(), folder)
+    return load_and_quantize_model(model, config, weights_location=checkpoint, **kwargs)
+
+
+def test_lora_on_a_4bit_base_trains(tmp_path: Path) -> None:
+    base = _quantized(tmp_path)
+    frozen = {name: p.detach().clone() for name, p in base.named_parameters()}
+    lora = peft.LoraConfig(r=8, lora_alpha=16, target_modules=["up", "down"], lora_dropout=0.0)
+    model = peft.get_peft_model(base, lora)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    accelerator = Accelerator(cpu=True)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    torch.manual_seed(0)
+    x, target = torch.randn(64, 32), torch.randn(64, 16)
+    losses = []
+    for _ in range(30):
+        loss = nn.functional.mse_loss(model(x), target)
+        accelerator.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    assert losses[-1] < 0.8 * losses[0]
+    # Only the adapters moved: the quantized base is untouched.
+    unwrapped = accelerator.unwrap_model(model).base_model.model  # type: ignore[union-attr]
+    assert isinstance(unwrapped, nn.Module)
+    for name, p in unwrapped.named_parameters():
+        original = name.replace(".base_layer", "")
+        if "lora_" not in name and original in frozen:
+            assert torch.equal(p.detach(), frozen[original]), name
+
+
+def test_quantized_state_refuses_an_unquantized_model(tmp_path: Path) -> None:
+    accelerator = Accelerator(cpu=True)
+    model = accelerator.prepare(_quantized(tmp_path / "ckpt", BnbQuantizationConfig(load_in_8bit=True)))
+    accelerator.save_state(str(tmp_path / "state"))
+    plain = Accelerator(cpu=True)
+    plain.prepare(Net())
+    for strict in (True, False):
+        mismatch = r"blocks.0.up was saved as a bitsandbytes 8-bit layer but is an unquantized Linear"
+        with pytest.raises(Exception, match=mismatch):
+            plain.load_state(str(tmp_path / "state"), strict=strict)
+    assert model is not None
+
+
+def test_prepare_refuses_a_quantized_model_offloaded_to_disk(tmp_path: Path) -> None:
+    model = _quantized(
+        tmp_path / "ckpt",
+        device_map={"embed": "cpu", "blocks.0": "disk", "blocks.1": "cpu", "head": "cpu"},
+        offload_folder=tmp_path / "offload",
+    )
+    with pytest.raises(ValueError, match="loaded in 4-bit with some blocks offloaded to the disk"):
+        Accelerator(cpu=True).prepare(model)
