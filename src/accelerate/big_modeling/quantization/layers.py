@@ -114,7 +114,8 @@ def _bnb_layer(bnb: ModuleType, linear: nn.Linear, config: BnbQuantizationConfig
     if has_bias:
         layer.bias = nn.Parameter(linear.bias.data, requires_grad=linear.bias.requires_grad)
     layer.train(linear.training)
-    return layer
+    swapped: nn.Module = layer  # bitsandbytes has no type information
+    return swapped
 
 
 def replace_with_bnb_layers(
