@@ -139,3 +139,15 @@ def test_a_mismatched_gather_without_debug_ends_with_gloos_line_in_the_summary(t
     assert f"rank {match.group(1)} (pid" in summary and "signal SIGABRT" in summary
     # The user still sees the worker's own output, as before.
     assert result.stderr.index("Received data size") < result.stderr.index(rule)
+
+
+def test_workers_are_told_where_the_launchers_own_stderr_reopens(tmp_path: Path) -> None:
+    # For the bootstrap's "the launcher is gone" line, once no channel is read any more.
+    read_end, write_end = os.pipe()
+    env = StderrCapture(str(tmp_path), out_fd=write_end).child_env()
+    assert env == {"ACCELERATE_LAUNCHER_STDERR": f"/proc/{os.getpid()}/fd/{write_end}"}
+    fd = os.open(env["ACCELERATE_LAUNCHER_STDERR"], os.O_WRONLY | os.O_APPEND)
+    os.write(fd, b"bye\n")
+    os.close(fd)
+    os.close(write_end)
+    assert _read_all(read_end) == b"bye\n"

@@ -125,10 +125,14 @@ def _run_torchrun(plan: LaunchPlan, err: TextIO) -> int:
     clock = ExitClock()
     # Each rank's hang watchdog writes its report there; one summary is printed from them.
     hang_dir = tempfile.TemporaryDirectory(prefix="accelerate-hang-")
-    child_env = {**plan.child_env, **hang_env(hang_dir.name, {**os.environ, **plan.child_env})}
     # The workers' stderr passes through this process, so that the last words of a worker that
     # crashed without a traceback (gloo's abort on mismatched sizes) reach the failure summary.
     capture = StderrCapture(hang_dir.name)
+    child_env = {
+        **plan.child_env,
+        **hang_env(hang_dir.name, {**os.environ, **plan.child_env}),
+        **capture.child_env(),
+    }
     with (
         hang_dir,
         patched_environ(child_env),

@@ -28,6 +28,8 @@ import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from accelerate.launch.bootstrap import LAUNCHER_STDERR_ENV
+
 TAIL_BYTES = 64 * 1024
 # Lines a process prints on its way down without a Python traceback: C++'s terminate handler and
 # the exception's what(), gloo's enforce failures, the interpreter's fatal errors, CUDA's.
@@ -75,6 +77,13 @@ class StderrCapture:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._made = 0
+
+    def child_env(self) -> dict[str, str]:
+        """For the workers: where this launcher's own stderr can be reopened, for the one message a
+        worker prints after the launcher died (the bootstrap's launcher watch), when no channel is left."""
+        if not self.usable or not os.path.isdir(f"/proc/{os.getpid()}/fd"):
+            return {}
+        return {LAUNCHER_STDERR_ENV: f"/proc/{os.getpid()}/fd/{self.out_fd}"}
 
     def logs_specs(self, inner: Any) -> Any:
         """torch's ``LogsSpecs`` ``inner``, with the console's stderr replaced by a channel per rank."""
