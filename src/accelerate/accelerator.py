@@ -303,7 +303,8 @@ class Accelerator(AcceleratorCheckpoints, AcceleratorFacts):
         if self.gradient_state.num_steps > 1:
             loss = loss / self.gradient_state.num_steps
         self.strategy.before_backward(loss)
-        self.precision.backward(loss, **kwargs)
+        with self.strategy.backward_scope():
+            self.precision.backward(loss, **kwargs)
 
     @property
     def step(self) -> int:

@@ -171,3 +171,24 @@ def test_a_sys_exit_rank_stopped_by_the_agent_while_shutting_down_keeps_its_own_
     assert lines[0].startswith(
         "accelerate launch: rank 0 (pid 100) failed with exit code 3 (the first to fail): it exited"
     )
+
+
+def test_a_crash_without_a_traceback_is_explained_by_the_fatal_lines_the_rank_printed() -> None:
+    failures = {0: _failure(100, -signal.SIGABRT), 1: _failure(101, -signal.SIGTERM)}
+    tails = {
+        0: "step 3\nterminate called after throwing an instance of 'gloo::EnforceNotMet'\n"
+        "  what():  [enforce fail at pair.cc:456] 30 vs 24. Received data size doesn't match expected size.\n",
+        1: "accelerate: leaving the process group failed: Connection reset by peer\n",
+    }
+    out = io.StringIO()
+    code = report_failures(failures, out, {100: 1.0, 101: 2.0}, tails)
+    assert code == 128 + signal.SIGABRT
+    text = out.getvalue()
+    assert (
+        "  rank 0 wrote on stderr before it ended:\n"
+        "    terminate called after throwing an instance of 'gloo::EnforceNotMet'\n"
+        "    what():  [enforce fail at pair.cc:456] 30 vs 24. Received data size doesn't match expected size.\n"
+        + "="
+        * 78
+    ) in text
+    assert "rank 1 wrote" not in text  # nothing fatal in its tail

@@ -16,13 +16,17 @@ from accelerate.diagnostics.rank_report import HANG_EXIT_CODE
 from tests.commands.helpers import accelerate_cmd, cli_env, reserved_port
 
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "hang.py"
+DDP_STALL = Path(__file__).resolve().parent / "scripts" / "ddp_stall.py"
 
 
-def _launch(tmp_path: Path, mode: str, *flags: str) -> subprocess.CompletedProcess[str]:
+def _launch(
+    tmp_path: Path, mode: str, *flags: str, script: Path = SCRIPT
+) -> subprocess.CompletedProcess[str]:
+    args = [mode, "15"] if script == SCRIPT else ["15"]
     with reserved_port() as port:
         return subprocess.run(
             accelerate_cmd("launch", *flags, "--num_processes", "2", "--main_process_port", str(port),
-                           str(SCRIPT), mode, "15"),
+                           str(script), *args),
             env=cli_env(tmp_path), capture_output=True, text=True, timeout=120,
         )  # fmt: skip
 
@@ -66,6 +70,23 @@ def test_a_rank_whose_script_ended_waits_for_the_stuck_one_and_both_are_reported
     head = _summary(result).split("-" * 78)[0]
     assert "waiting: rank 0 waits in `barrier at the end of the script`" in head
     assert "missing: rank 1 is in no accelerate collective" in head and "in stuck_here()" in head
+
+
+def test_a_rank_stalled_before_its_ddp_backward_is_named_not_the_rank_waiting_in_the_all_reduce(
+    tmp_path: Path,
+) -> None:
+    # Before, gloo's receive timeout in rank 0's backward was reported as rank 0's failure.
+    result = _launch(tmp_path, "", "--cpu", script=DDP_STALL)
+    assert result.returncode == HANG_EXIT_CODE, result.stderr[-4000:]
+    assert "unreachable" not in result.stdout
+    summary = _summary(result)
+    head = summary.split("-" * 78)[0]
+    assert "waiting: rank 0 waits in `backward (DDP's gradient all-reduce)`" in head
+    assert "ddp_stall.py:35 in main()" in head  # the line that called accelerator.backward
+    missing = next(line for line in head.splitlines() if "missing: rank 1" in line)
+    assert "is in no accelerate collective" in missing and "in stuck_before_backward()" in missing
+    assert "in stuck_before_backward\n    time.sleep(0.2)" in summary
+    assert "failed with exit code 1" not in result.stderr  # rank 0 is not blamed for waiting
 
 
 @pytest.mark.multi_gpu

@@ -25,6 +25,10 @@ class JointPreparation:
     schedulers: list[Any] = dataclasses.field(default_factory=list)
 
 
+# One shared instance: nullcontext keeps no state, and the hot path then allocates nothing.
+_NO_SCOPE: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+
+
 class Strategy:
     """Base strategy: one process, one device. Subclasses override what their backend changes."""
 
@@ -103,6 +107,10 @@ class Strategy:
 
     def before_backward(self, loss: torch.Tensor) -> None:
         """Called by ``Accelerator.backward`` just before ``loss`` is backpropagated (DDP's sync_in_backward)."""
+
+    def backward_scope(self) -> contextlib.AbstractContextManager[Any]:
+        """Context around ``Accelerator.backward``'s backpropagation (DDP: the hang watchdog's record)."""
+        return _NO_SCOPE
 
     def clip_grad_norm_(
         self, parameters: Iterable[torch.Tensor], max_norm: float, norm_type: float = 2.0

@@ -1,4 +1,15 @@
-"""DistributedDataParallel on gloo (CPU) or NCCL (CUDA)."""
+"""DistributedDataParallel on gloo (CPU) or NCCL (CUDA).
+
+Hang diagnosis: DDP all-reduces the gradients inside ``backward`` (its reducer's bucket hooks), out
+of reach of the collective slot every accelerate collective enters. So ``Accelerator.backward``
+enters the slot around the backpropagation (:meth:`DDPStrategy.backward_scope`): a rank whose peer
+never reaches its backward then waits in a recorded operation, its watchdog reports it and raises
+the flag, and the launcher's summary names the peer that is missing and where it is, instead of
+gloo's receive timeout blaming the rank that waited. It costs the slot's few attribute writes per
+backward: no comm hook (the user's own ``register_comm_hook`` and ``DistributedDataParallelKwargs
+(comm_hook=...)`` are left alone), no communication. Not covered: ``loss.backward()`` called
+directly instead of ``accelerator.backward(loss)``.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +21,13 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from accelerate.backends.base import Strategy
+from accelerate.diagnostics.watchdog import SLOT
 from accelerate.state.distributed_type import DistributedType
 from accelerate.state.teardown import release_at_exit
 from accelerate.utils.dataclasses import DistributedDataParallelKwargs
+
+# The operation the hang report names for a rank in DDP's backward (see the module docstring).
+GRADIENT_ALL_REDUCE = "backward (DDP's gradient all-reduce)"
 
 
 class DDPStrategy(Strategy):
@@ -28,11 +43,14 @@ class DDPStrategy(Strategy):
         self.ddp_kwargs = ddp_kwargs or DistributedDataParallelKwargs()
         # DDP models inside trigger_sync_in_backward that prepare their reducer at the backward.
         self._sync_pending: list[DistributedDataParallel] = []
+        # Whether a model was wrapped in DDP, whose backward then all-reduces (see backward_scope).
+        self._wrapped_any = False
 
     def setup_module(self, model: torch.nn.Module, *, device_placement: bool) -> torch.nn.Module:
         model = super().setup_module(model, device_placement=device_placement)
         if isinstance(model, DistributedDataParallel):
             release_at_exit(model, release_process_group)
+            self._wrapped_any = True
             return model
         if not any(p.requires_grad for p in model.parameters()):
             # DDP refuses modules without trainable parameters (frozen teachers, metrics):
@@ -45,6 +63,7 @@ class DDPStrategy(Strategy):
         ddp = DistributedDataParallel(model, **kwargs)
         self.ddp_kwargs.register_comm_hook(ddp)
         release_at_exit(ddp, release_process_group)
+        self._wrapped_any = True
         return ddp
 
     def unwrap(self, model: torch.nn.Module) -> torch.nn.Module:
@@ -83,6 +102,17 @@ class DDPStrategy(Strategy):
     def before_backward(self, loss: torch.Tensor) -> None:
         for model in self._sync_pending:
             model.reducer.prepare_for_backward([loss])
+
+    def backward_scope(self) -> contextlib.AbstractContextManager[Any]:
+        """The collective slot entered for the backward (see the module docstring).
+
+        Entered for every backward once a model is wrapped, also under ``no_sync`` (which does not
+        communicate): checking each model's sync flag would cost more than it tells, since only a
+        single backward lasting three quarters of the process-group timeout could be misreported.
+        """
+        if not self._wrapped_any:
+            return super().backward_scope()
+        return SLOT.enter(GRADIENT_ALL_REDUCE)
 
 
 def release_process_group(ddp: DistributedDataParallel) -> None:

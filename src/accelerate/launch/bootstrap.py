@@ -23,6 +23,10 @@ from collections.abc import Callable
 from types import TracebackType
 
 ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
+# Where the launcher's own stderr can be opened again (/proc/<pid>/fd/2) when this process's stderr
+# passes through the launcher (accelerate.launch.worker_stderr): the only way left to say why this
+# process stops once the launcher is dead.
+LAUNCHER_STDERR_ENV = "ACCELERATE_LAUNCHER_STDERR"
 # How often the watch looks at the parent: well inside the 2 s in which an orphan must be gone.
 _PARENT_POLL_S = 0.2
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -64,17 +68,29 @@ def write_error_file(exc: BaseException, text: str, exit_code: int = 1) -> None:
         print(f"accelerate: could not write the error file {path}: {err}", file=sys.stderr)
 
 
-def _launcher_gone(launcher: int) -> None:
+def _launcher_gone(launcher: int, out: int = 2) -> None:
     """Ends this process at once, saying why: a worker whose launcher died would train on unseen."""
     rank = os.environ.get("RANK", "?")
     try:
         os.write(
-            2,
+            out,
             f"accelerate: the launcher (pid {launcher}) is gone, so rank {rank} (pid {os.getpid()}) stops "
             "here instead of training on orphaned\n".encode(),
         )
     finally:
         os._exit(1)
+
+
+def _open_launcher_stderr() -> int:
+    """The launcher's own stderr, opened while the launcher lives (see LAUNCHER_STDERR_ENV); else 2."""
+    path = os.environ.get(LAUNCHER_STDERR_ENV)
+    if not path:
+        return 2
+    try:
+        # O_APPEND: a log file the launcher's stderr was redirected to is written at its end.
+        return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:  # a socket (journald) cannot be reopened: the message goes to our own stderr
+        return 2
 
 
 def watch_the_launcher() -> Callable[[], None]:
@@ -93,14 +109,15 @@ def watch_the_launcher() -> Callable[[], None]:
     launcher = os.getppid()
     if launcher <= 1:
         return lambda: None  # started by init (or a container's pid 1): there is no launcher to outlive
+    out = _open_launcher_stderr()
     if sys.platform.startswith("linux"):
-        _set_parent_death_signal(launcher)
+        _set_parent_death_signal(launcher, out)
     stop = threading.Event()
 
     def poll() -> None:
         while not stop.wait(_PARENT_POLL_S):
             if os.getppid() != launcher:
-                _launcher_gone(launcher)
+                _launcher_gone(launcher, out)
 
     thread = threading.Thread(target=poll, name="accelerate-launcher-watch", daemon=True)
     thread.start()
@@ -112,7 +129,7 @@ def watch_the_launcher() -> Callable[[], None]:
     return end
 
 
-def _set_parent_death_signal(launcher: int) -> None:
+def _set_parent_death_signal(launcher: int, out: int) -> None:
     rtmin = getattr(signal, "SIGRTMIN", None)
     if rtmin is None:
         return
@@ -121,7 +138,7 @@ def _set_parent_death_signal(launcher: int) -> None:
 
     def on_parent_death(_signum: int, _frame: object) -> None:
         if os.getpid() == armed_in and os.getppid() != launcher:
-            _launcher_gone(launcher)
+            _launcher_gone(launcher, out)
 
     try:
         import ctypes
@@ -132,7 +149,7 @@ def _set_parent_death_signal(launcher: int) -> None:
     except (OSError, AttributeError, ValueError):  # no prctl: the polling thread alone keeps the promise
         return
     if os.getppid() != launcher:  # died between reading the pid and arming the signal
-        _launcher_gone(launcher)
+        _launcher_gone(launcher, out)
 
 
 def main(argv: list[str]) -> int:

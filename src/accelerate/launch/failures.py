@@ -27,6 +27,8 @@ from collections.abc import Iterator, Mapping
 from types import FrameType, SimpleNamespace
 from typing import Any, TextIO
 
+from accelerate.launch.worker_stderr import fatal_lines
+
 _NO_TRACEBACK = "no Python traceback (os._exit, a crash, or a signal ended it)"
 
 
@@ -130,7 +132,10 @@ def exit_code(code: int) -> int:
 
 
 def report_failures(
-    failures: Mapping[int, Any], err: TextIO, ended_at: Mapping[int, float] | None = None
+    failures: Mapping[int, Any],
+    err: TextIO,
+    ended_at: Mapping[int, float] | None = None,
+    stderr_tails: Mapping[int, str] | None = None,
 ) -> int:
     """Prints the first rank that failed with its traceback or exit status, then the others briefly.
 
@@ -138,6 +143,9 @@ def report_failures(
         failures: global rank -> torch's ProcessFailure (exitcode, pid, error_file_data, ...).
         err: where to print.
         ended_at: pid -> wall-clock time the process ended (from :class:`ExitClock`), when known.
+        stderr_tails: global rank -> the end of its stderr (:mod:`accelerate.launch.worker_stderr`):
+            the fatal lines in it (gloo's abort on a collective mismatch, C++'s ``terminate called``)
+            are printed with the rank that wrote them, since such a crash leaves no traceback.
 
     Returns:
         The exit code the launcher should exit with: the first failure's (1, or 128 + signal).
@@ -162,6 +170,9 @@ def report_failures(
             lines.append(
                 "  SIGKILL: often the kernel's out-of-memory killer (see `dmesg`), or a job manager."
             )
+    for rank, words in fatal_lines(stderr_tails or {}, [rank for rank, _ in ordered]).items():
+        lines.append(f"  rank {rank} wrote on stderr before it ended:")
+        lines += [f"    {line}" for line in words]
     lines.append("=" * 78)
     for rank, failure in ordered[1:]:
         lines.append(_later_line(rank, failure, first_rank))

@@ -23,6 +23,7 @@ from accelerate.launch.failures import ExitClock, describe_code, exit_code, repo
 from accelerate.launch.hang_report import hang_env, report_hang
 from accelerate.launch.plan import LaunchPlan
 from accelerate.launch.restarts import reporting_restarts
+from accelerate.launch.worker_stderr import StderrCapture
 
 
 @contextlib.contextmanager
@@ -124,20 +125,30 @@ def _run_torchrun(plan: LaunchPlan, err: TextIO) -> int:
     clock = ExitClock()
     # Each rank's hang watchdog writes its report there; one summary is printed from them.
     hang_dir = tempfile.TemporaryDirectory(prefix="accelerate-hang-")
-    child_env = {**plan.child_env, **hang_env(hang_dir.name, {**os.environ, **plan.child_env})}
+    # The workers' stderr passes through this process, so that the last words of a worker that
+    # crashed without a traceback (gloo's abort on mismatched sizes) reach the failure summary.
+    capture = StderrCapture(hang_dir.name)
+    child_env = {
+        **plan.child_env,
+        **hang_env(hang_dir.name, {**os.environ, **plan.child_env}),
+        **capture.child_env(),
+    }
     with (
         hang_dir,
         patched_environ(child_env),
         preserved_signals(),
         clock.running(),
         reporting_restarts(err, clock.ended),
+        capture.running(),
     ):
         config, entrypoint, entry_args = config_from_args(args)
+        config.logs_specs = capture.logs_specs(config.logs_specs)
         try:
             elastic_launch(config, entrypoint)(*entry_args)
         except ChildFailedError as failure:
+            tails = capture.finish()  # all the workers wrote is printed before the summary
             hung = report_hang(hang_dir.name, failure.failures, err)
-            code = hung if hung is not None else report_failures(failure.failures, err, clock.ended)
+            code = hung if hung is not None else report_failures(failure.failures, err, clock.ended, tails)
             if config.max_restarts > 0:
                 print(
                     f"accelerate launch: no restarts left (--max_restarts {config.max_restarts} used up).",
