@@ -23,6 +23,7 @@ from bench import (
     deepspeed_zero2,
     fsdp_checkpoint,
     fsdp_two_proc,
+    parallel_nd,
     startup,
     step_overhead,
 )
@@ -31,7 +32,7 @@ from bench.common import ROOT, Row, format_table, guarded, write_results
 BENCHMARKS = [
     startup, step_overhead, ddp_two_proc, deepspeed_zero2, data_loading, collectives, checkpoint_io, big_modeling,
 ]  # fmt: skip
-BENCHMARKS += [fsdp_two_proc, fsdp_checkpoint, bnb_loading]
+BENCHMARKS += [fsdp_two_proc, fsdp_checkpoint, bnb_loading, parallel_nd]
 
 
 def main() -> None:

@@ -62,6 +62,9 @@ def test_deadline_gives_up_on_a_stuck_step(capsys: pytest.CaptureFixture[str]) -
     teardown._run_with_deadline(unblock.wait, 0.05)  # returns without waiting for the step
     assert "did not shut down within" in capsys.readouterr().err
     unblock.set()
+    # The abandoned helper ends once unblocked; wait for it, or the next test sees it still running.
+    for thread in [t for t in threading.enumerate() if t.name == "accelerate-teardown"]:
+        thread.join(5)
 
 
 def test_deadline_leaves_no_helper_thread_behind_a_finished_step() -> None:
