@@ -256,11 +256,13 @@ class Accelerator(AcceleratorCheckpoints, AcceleratorFacts):
             return data_loader
         config = self.dataloader_config
         place = self.device_placement if device_placement is None else device_placement
+        # Sharded by the data-parallel coordinate: one tensor-parallel group reads one batch.
+        shards, shard = self.state.run.data_shards
         prepared = prepare_data_loader(
             data_loader,
             self.device,
-            num_processes=self.num_processes,
-            process_index=self.process_index,
+            num_processes=shards,
+            process_index=shard,
             split_batches=config.split_batches,
             put_on_device=place and not self.strategy.loader_moves_batches,
             rng_types=list(self.rng_types),
@@ -405,6 +407,7 @@ class Accelerator(AcceleratorCheckpoints, AcceleratorFacts):
             gradient_state=self.gradient_state,
             num_processes=self.num_processes,
             use_gather_object=use_gather_object,
+            data_shards=self.state.run.data_shards[0],
         )
 
     def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:

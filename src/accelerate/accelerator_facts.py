@@ -155,10 +155,14 @@ class AcceleratorFacts:
         """Whether this process writes model files: always here (every backend this release runs can)."""
         return True
 
-    # ------------------------------------------------------------------ parallelism (data parallel, FSDP)
+    # ------------------------------------------------------------------ parallelism (the N-D mesh)
     @property
     def torch_device_mesh(self) -> Any:
-        """The device mesh built from ``parallelism_config`` (None without one, or in one process)."""
+        """The named N-D device mesh built from ``parallelism_config`` (None without one, or in one process).
+
+        ``torch_device_mesh["tp"]`` is the tensor-parallel group a plan runs on; ``["dp"]``,
+        ``["dp_shard_cp"]`` and ``["dp_cp"]`` are the flattened data-parallel sub-meshes.
+        """
         return self.state.device_mesh
 
     @property
@@ -180,11 +184,13 @@ class AcceleratorFacts:
 
     @property
     def context_parallel_rank(self) -> int:
-        return 0
+        """This process's index in its context-parallel group (the mesh's ``cp``; 0 without it)."""
+        return self.state.run.context_parallel_rank
 
     @property
     def tensor_parallel_rank(self) -> int:
-        return 0
+        """This process's index in its tensor-parallel group (the mesh's ``tp``; 0 without it)."""
+        return self.state.run.tensor_parallel_rank
 
     @property
     def pipeline_parallel_rank(self) -> int:
@@ -192,7 +198,8 @@ class AcceleratorFacts:
 
     @property
     def is_composable_parallelism_enabled(self) -> bool:
-        return False  # FSDP runs alone: tensor/context parallelism, which it would compose with, are not available yet
+        """Whether the run composes several mesh dimensions through a ParallelismConfig (tp, dp_shard, cp)."""
+        return self.state.run.strategy == "parallel"
 
     @property
     def is_fsdp2(self) -> bool:
@@ -243,8 +250,13 @@ class AcceleratorFacts:
     def maybe_context_parallel(
         self, buffers: Any = None, buffer_seq_dims: Any = None, no_restore_buffers: Any = None
     ) -> contextlib.AbstractContextManager[None]:
-        """Context parallelism's buffer sharding; without it enabled (always, here) the block runs as it is."""
-        return contextlib.nullcontext()
+        """Context parallelism's buffer sharding on the ``cp`` mesh (CUDA); without cp the block runs as it is."""
+        config = self.state.parallelism_config
+        if config is None or not config.cp_enabled:
+            return contextlib.nullcontext()
+        from accelerate.backends.parallel.context import maybe_context_parallel
+
+        return maybe_context_parallel(config, buffers, buffer_seq_dims, no_restore_buffers)
 
     def deepspeed_ulysses_dl_adapter(self, dl: Any, model: Any) -> Any:
         """Sequence parallelism's dataloader adapter; without it enabled (always, here) ``dl`` comes back."""

@@ -132,12 +132,15 @@ def connect(
     )
     ddp_handler = handlers.get(DistributedDataParallelKwargs)
     fsdp_plugin = resolve_fsdp_plugin(fsdp_plugin, ds_plugins or deepspeed_plugin)
+    # Validated once (sizes x world); the strategy composes on this mesh.
+    mesh = device_mesh_for(parallelism_config, partial.num_processes, partial.device.type)
     strategy = resolve_strategy(
         partial,
         ddp_kwargs=ddp_handler,
         fsdp_plugin=fsdp_plugin,
         mixed_precision=mode,
         deepspeed_plugins=ds_plugins,
+        parallelism_config=parallelism_config,
     )
     gradient_state = GradientState(accumulation)
     dynamo = _dynamo_plugin(dynamo_plugin, dynamo_backend, launch)
@@ -150,8 +153,7 @@ def connect(
         fsdp_plugin=fsdp_plugin,
         dynamo_plugin=dynamo,
         parallelism_config=parallelism_config,
-        # Plain data parallelism only (check_unavailable refused the rest): a 1-D mesh over the group.
-        device_mesh=device_mesh_for(parallelism_config, partial.num_processes, partial.device.type),
+        device_mesh=mesh,
     )
     state = record_run(run, partial)
     return Connection(

@@ -78,13 +78,40 @@ def test_invalid_values_are_errors_naming_them(kwargs: dict[str, object], match:
         ParallelismConfig(**kwargs)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("dim", ["dp_shard", "tp", "cp", "sp"])
-def test_other_parallelism_is_not_available_yet(dim: str) -> None:
-    config = ParallelismConfig(**{f"{dim}_size": 2})  # type: ignore[arg-type]
-    with pytest.raises(NotAvailableYetError, match=f"{dim}_size=2"):
-        config.build_device_mesh("cpu")
-    with pytest.raises(NotAvailableYetError, match=f"{dim}_size=2"):
-        Accelerator(cpu=True, parallelism_config=config)
+def test_sequence_parallelism_and_cpu_context_parallelism_are_refused_with_the_reason() -> None:
+    with pytest.raises(NotAvailableYetError, match="sp_size=2"):
+        ParallelismConfig(sp_size=2).build_device_mesh("cpu")
+    with pytest.raises(NotAvailableYetError, match="sp_size=2"):
+        Accelerator(cpu=True, parallelism_config=ParallelismConfig(sp_size=2))
+    with pytest.raises(NotAvailableYetError, match="cp_size=2.*no CPU kernel"):
+        ParallelismConfig(cp_size=2).build_device_mesh("cpu")
+    with pytest.raises(NotAvailableYetError, match=r"cp_size=2\) on cpu"):
+        Accelerator(cpu=True, parallelism_config=ParallelismConfig(cp_size=2))
+
+
+@pytest.mark.parametrize(
+    "sizes", [{"tp_size": 2}, {"dp_shard_size": 2}, {"dp_replicate_size": 2, "tp_size": 2}]
+)
+def test_sizes_that_do_not_multiply_to_the_world_are_errors_naming_each(sizes: dict[str, int]) -> None:
+    with pytest.raises(
+        ValueError,
+        match=r"spans \d processes \(dp_replicate_size=\d, dp_shard_size=\d, cp_size=1, "
+        r"sp_size=1, tp_size=\d.*this run has 1",
+    ):
+        Accelerator(cpu=True, parallelism_config=ParallelismConfig(**sizes))  # type: ignore[arg-type]
+
+
+def test_unset_dp_shard_takes_the_processes_the_other_sizes_leave() -> None:
+    config = ParallelismConfig(tp_size=2)
+    config.validate(8)
+    assert (config.dp_shard_size, config.tp_size, config.total_size) == (4, 2, 8)
+    given = ParallelismConfig(dp_shard_size=1, tp_size=2)
+    with pytest.raises(ValueError, match="dp_shard_size=1.*this run has 8"):
+        given.validate(8)
+    assert ParallelismConfig(dp_replicate_size=2, tp_size=2).coordinates(3) == {
+        "dp_replicate": 1, "dp_shard": 0, "cp": 0, "sp": 0, "tp": 1,
+    }  # fmt: skip
+    assert ParallelismConfig(dp_shard_size=2, tp_size=2).data_parallel_index(3) == 1
 
 
 def test_one_process_needs_no_mesh_and_checks_the_total() -> None:

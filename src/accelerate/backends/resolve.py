@@ -50,9 +50,33 @@ def resolve_strategy(
     fsdp_plugin: Any = None,
     mixed_precision: str = "no",
     deepspeed_plugins: dict[str, Any] | None = None,
+    parallelism_config: Any = None,
 ) -> Strategy:
-    """The strategy for this process: FSDP2 with a plugin, DeepSpeed when it has plugins, XLA on an
-    XLA device, DDP when there are several processes, else one device."""
+    """The strategy for this process: the N-D composition (tensor parallel, FSDP2/HSDP) when a
+    parallelism config shards or splits tensors, FSDP2 with a plugin, DeepSpeed when it has plugins,
+    XLA on an XLA device, DDP when there are several processes, else one device.
+
+    ``parallelism_config`` must have its mesh built (``device_mesh_for``) when it is used here.
+    """
+    if (
+        parallelism_config is not None
+        and parallelism_config.device_mesh is not None
+        and not deepspeed_plugins
+        and (parallelism_config.tp_enabled or parallelism_config.dp_shard_cp_dim_names)
+    ):
+        from accelerate.backends.parallel.strategy import ParallelStrategy
+
+        # fsdp_plugin (if any) carries the FSDP settings (mixed precision, resharding, AC); the
+        # mesh comes from the config.
+        return ParallelStrategy(
+            state.device,
+            parallelism_config,
+            fsdp_plugin,
+            mixed_precision=mixed_precision,
+            num_processes=state.num_processes,
+            num_processes_per_node=state.num_processes_per_node,
+            process_type=state.distributed_type,
+        )
     if fsdp_plugin is not None and state.use_distributed:
         from accelerate.backends.fsdp.strategy import FSDPStrategy
 
@@ -132,6 +156,17 @@ def describe_run(
         parallelism_config=parallelism_config,
         distributed_type=strategy.distributed_type,
     )
+    coordinates: dict[str, Any] = {}
+    if parallelism_config is not None and device_mesh is not None:
+        # The true coordinates on the N-D mesh (validated in device_mesh_for): the data shard a
+        # process reads is its data-parallel coordinate, shared by its tensor/context-parallel group.
+        coords = parallelism_config.coordinates(partial.process_index)
+        coordinates = {
+            "tensor_parallel_rank": coords["tp"],
+            "context_parallel_rank": coords["cp"],
+            "data_parallel_size": parallelism_config.data_parallel_size,
+            "data_parallel_index": parallelism_config.data_parallel_index(partial.process_index),
+        }
     return dataclasses.replace(
         process,
         strategy=strategy.name,
@@ -139,4 +174,5 @@ def describe_run(
         device_mesh=device_mesh,
         data_parallel_rank=replica,
         data_parallel_shard_rank=shard,
+        **coordinates,
     )

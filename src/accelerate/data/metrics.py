@@ -40,6 +40,7 @@ def gather_for_metrics(
     gradient_state: Any,
     num_processes: int,
     use_gather_object: bool = False,
+    data_shards: int | None = None,
 ) -> Any:
     """Gathers ``data`` from every process; on the epoch's last batch, drops the padded duplicates.
 
@@ -50,6 +51,9 @@ def gather_for_metrics(
             how many samples were padded).
         num_processes: processes taking part.
         use_gather_object: gather as python objects even if ``data`` holds only tensors.
+        data_shards: how many different batches the processes read (the data-parallel size; None:
+            one per process). Under tensor/context parallelism the consecutive ranks of one group
+            read the same batch, so only the first rank of each group is kept: each sample once.
 
     Returns:
         The gathered data, with the last ``remainder`` samples removed on the last batch.
@@ -60,7 +64,12 @@ def gather_for_metrics(
         ...     all_preds.append(accelerator.gather_for_metrics(preds))
     """
     as_objects = use_gather_object or not _only_tensors(data)
-    gathered = gather_object(data) if as_objects else gather(data)
+    group = num_processes // data_shards if data_shards else 1
+    if group > 1:
+        gathered = _gather_one_per_group(data, as_objects, num_processes, group)
+        num_processes = num_processes // group
+    else:
+        gathered = gather_object(data) if as_objects else gather(data)
     if num_processes == 1 or not gradient_state.end_of_dataloader:
         return gathered
     duplicates = int(gradient_state.remainder)
@@ -83,3 +92,21 @@ def gather_for_metrics(
         return tensor[: tensor.shape[0] - duplicates]
 
     return recursively_apply(_trim, gathered)
+
+
+def _gather_one_per_group(data: Any, as_objects: bool, num_processes: int, group: int) -> Any:
+    """Gathers from every process, keeping the first of each ``group`` consecutive ranks (the ranks
+    of one tensor-parallel group hold the same samples)."""
+    if as_objects:
+        per_rank = gather_object([data])  # one entry per rank, lists kept whole
+        kept = per_rank[::group]
+        if isinstance(data, list):
+            return [item for part in kept for item in part]
+        return kept
+
+    def _first_of_groups(tensor: torch.Tensor) -> torch.Tensor:
+        per = tensor.shape[0] // num_processes  # gather needs the same shape on every rank
+        chunks = [tensor[rank * per : (rank + 1) * per] for rank in range(0, num_processes, group)]
+        return torch.cat(chunks)
+
+    return recursively_apply(_first_of_groups, gather(data))

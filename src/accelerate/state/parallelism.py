@@ -2,11 +2,12 @@
 
 One value object describes the topology: data-parallel replication (``dp_replicate``, what DDP
 does), data-parallel sharding (``dp_shard``, FSDP), context (``cp``), sequence (``sp``) and tensor
-(``tp``) parallelism. Unset sizes mean 1. A ParallelismConfig here describes pure data parallelism:
-its mesh is a 1-D mesh named ``dp_replicate`` over the whole process group. FSDP itself runs (through
-``Accelerator(fsdp_plugin=...)`` or ``accelerate launch --use_fsdp``, sharding over all processes);
-what is not available yet is setting a ``dp_shard`` degree here, or any model-parallel degree (context,
-sequence, tensor), and building such a mesh raises saying so.
+(``tp``) parallelism. Unset sizes mean 1, except ``dp_shard_size``, which takes the processes the
+other sizes leave. The mesh is one named N-D ``DeviceMesh`` (dims dp_replicate, dp_shard, cp, tp,
+those above 1) with the flattened sub-meshes ``dp``, ``dp_shard_cp`` and ``dp_cp``;
+``backends/parallel/`` composes tensor parallelism, FSDP2/HSDP and replication on it. Sequence
+parallelism is not available, and context parallelism needs CUDA (torch's ring attention has no CPU
+kernel); both raise saying so.
 
 Pure data apart from :meth:`ParallelismConfig.build_device_mesh`; nothing here reads ``os.environ``.
 """
@@ -47,13 +48,18 @@ class ParallelismConfig:
 
     def __post_init__(self) -> None:
         self.device_mesh: Any = None  # built on demand; not a field (not compared, printed or serialised)
+        self._flattened: dict[str, Any] = {}  # "dp", "dp_shard_cp", "dp_cp" sub-meshes of device_mesh
+        # An unset dp_shard_size absorbs the processes the other sizes leave (see validate).
+        self._dp_shard_given = self.dp_shard_size is not None
         for dim in _DIMS:
             name = f"{dim}_size"
             value = getattr(self, name)
             if value is None:
                 setattr(self, name, 1)
             elif not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"ParallelismConfig({name}={value!r}) must be an integer >= 1 (or None for 1).")
+                raise ValueError(
+                    f"ParallelismConfig({name}={value!r}) must be an integer >= 1 (or None for 1)."
+                )
         self.cp_backend = self.cp_backend or "torch"
         self.sp_backend = self.sp_backend or "deepspeed"
         if self.cp_backend != "torch":
@@ -144,44 +150,106 @@ class ParallelismConfig:
         dims = self.active_mesh_dims
         return tuple(dims), tuple(self._size(dim) for dim in dims)
 
-    def check_available(self) -> None:
-        """Raises NotAvailableYetError unless this is plain data parallelism (what a config here can describe)."""
-        unavailable = self._enabled("dp_shard", "cp", "sp", "tp")
-        if unavailable:
-            sizes = ", ".join(f"{dim}_size={self._size(dim)}" for dim in unavailable)
+    def check_available(self, device_type: str | None = None) -> None:
+        """Raises NotAvailableYetError for what cannot run: sequence parallelism (DeepSpeed Ulysses),
+        and context parallelism off CUDA (checked once ``device_type`` is known)."""
+        if self.sp_enabled:
             raise NotAvailableYetError(
-                f"ParallelismConfig({sizes}): a sharding degree set here, and context, sequence and tensor "
-                "parallelism, are not available in this version of accelerate yet. Set only "
-                "dp_replicate_size (plain data parallelism) or leave the config out; to shard the model "
-                "over all processes use Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin()) or "
-                "`accelerate launch --use_fsdp`."
+                f"ParallelismConfig(sp_size={self.sp_size}): sequence parallelism (DeepSpeed Ulysses) is not "
+                "available in this version of accelerate. Leave sp_size unset; context parallelism "
+                "(cp_size, on CUDA) splits the sequence instead."
             )
+        if self.cp_enabled and device_type is not None and device_type != "cuda":
+            raise NotAvailableYetError(
+                f"ParallelismConfig(cp_size={self.cp_size}) on {device_type}: context parallelism runs torch's "
+                "ring attention, which has no CPU kernel (its CPU flash-attention op has no sharding strategy). "
+                "Train on CUDA GPUs for cp_size > 1, or leave cp_size unset (tp_size and dp_shard_size run on CPU)."
+            )
+
+    def _sizes_text(self) -> str:
+        return ", ".join(f"{dim}_size={self._size(dim)}" for dim in _DIMS)
+
+    def validate(self, world_size: int) -> None:
+        """Checks once that the sizes multiply to ``world_size``; an unset ``dp_shard_size`` first takes
+        whatever the other sizes leave (``tp_size=2`` on 8 processes shards data over 4).
+
+        Raises:
+            ValueError: the product is not the world size, naming each size and the world.
+        """
+        others = self.total_size // self._size("dp_shard")
+        if not self._dp_shard_given and world_size % others == 0 and world_size >= others:
+            self.dp_shard_size = world_size // others
+        if self.total_size != world_size:
+            raise ValueError(
+                f"ParallelismConfig spans {self.total_size} processes ({self._sizes_text()}, whose product is "
+                f"the number of processes) but this run has {world_size}. Change the sizes so that they "
+                f"multiply to {world_size}, or launch {self.total_size} processes "
+                f"(`accelerate launch --num_processes {self.total_size}`)."
+            )
+
+    def coordinates(self, rank: int) -> dict[str, int]:
+        """Process ``rank``'s index along every dimension (dims of size 1 give 0).
+
+        Ranks fill the mesh row-major in the order dp_replicate, dp_shard, cp, sp, tp: the tensor-
+        parallel ranks of one group are neighbours, as ``init_device_mesh`` lays them out.
+        """
+        coords: dict[str, int] = {}
+        for dim in reversed(_DIMS):
+            size = self._size(dim)
+            coords[dim] = rank % size
+            rank //= size
+        return coords
+
+    def data_parallel_index(self, rank: int) -> int:
+        """Which data shard process ``rank`` reads: its place on the (dp_replicate x dp_shard) grid."""
+        coords = self.coordinates(rank)
+        return coords["dp_replicate"] * self._size("dp_shard") + coords["dp_shard"]
 
     # --- the mesh --------------------------------------------------------------------------------
     def build_device_mesh(self, device_type: str) -> Any:
-        """A ``torch.distributed.DeviceMesh`` over the current process group for this configuration.
+        """The named N-D ``torch.distributed.DeviceMesh`` over the current process group.
 
-        Pure data parallelism gives a 1-D mesh named ``dp_replicate`` (or a trivial one-process mesh).
-        Raises NotAvailableYetError for sharding, context, sequence or tensor parallelism, and
-        ValueError when the degrees do not multiply to the world size.
+        Dimensions (those above 1) in the order dp_replicate, dp_shard, cp, sp, tp, plus the flattened
+        sub-meshes ``dp`` (replicate x shard), ``dp_shard_cp`` (what FSDP shards over) and ``dp_cp``:
+        ``mesh["tp"]`` is the group a tensor-parallel plan runs on.
+
+        Raises:
+            NotAvailableYetError: sequence parallelism, or context parallelism off CUDA.
+            ValueError: the sizes do not multiply to the world size, or there is no process group.
         """
-        self.check_available()
+        self.check_available(device_type)
         import torch.distributed as dist
         from torch.distributed.device_mesh import init_device_mesh
 
         world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-        if self.total_size != world:
-            raise ValueError(
-                f"ParallelismConfig spans {self.total_size} processes (dp_replicate_size={self.dp_replicate_size}) "
-                f"but this run has {world}. Set dp_replicate_size={world}, or launch {self.total_size} processes."
-            )
+        self.validate(world)
         if not (dist.is_available() and dist.is_initialized()):
             raise ValueError(
                 "ParallelismConfig.build_device_mesh needs a torch.distributed process group; one process "
                 "has none. Create the Accelerator (or PartialState) first in a launched run "
                 "(`accelerate launch --num_processes N`), or leave parallelism_config out in one process."
             )
-        return init_device_mesh(device_type, (world,), mesh_dim_names=("dp_replicate",))
+        names, sizes = self._get_mesh()
+        mesh = init_device_mesh(device_type, sizes, mesh_dim_names=names)
+        for flat, dims in (
+            ("dp", self.dp_dim_names),
+            ("dp_shard_cp", self.dp_shard_cp_dim_names),
+            ("dp_cp", self.dp_cp_dim_names),
+        ):
+            if dims:
+                # Kept here too: slicing a flattened name from the root mesh is deprecated in torch.
+                self._flattened[flat] = mesh[tuple(dims)]._flatten(flat)
+        return mesh
+
+    def submesh(self, name: str) -> Any:
+        """The built mesh's dimension ``name`` or flattened sub-mesh (``"tp"``, ``"dp_shard_cp"``, ...)."""
+        if self.device_mesh is None:
+            raise ValueError(
+                f"ParallelismConfig.submesh({name!r}): no mesh yet; build one with get_device_mesh()."
+            )
+        if name in self._flattened:
+            return self._flattened[name]
+        return self.device_mesh[name]
 
     def get_device_mesh(self, device_type: str | None = None) -> Any:
         """The mesh built earlier, or a new one for ``device_type``."""
@@ -199,21 +267,15 @@ class ParallelismConfig:
         return json.dumps(asdict(self), sort_keys=True, default=repr)
 
 
-
 def device_mesh_for(config: ParallelismConfig | None, num_processes: int, device_type: str) -> Any:
-    """The Accelerator's mesh: None without a config or in one process, else the config's mesh.
+    """The Accelerator's mesh: None without a config or in one process, else the config's N-D mesh.
 
-    A config whose degrees do not multiply to ``num_processes`` is an error naming both.
+    Validated once here: sizes that do not multiply to ``num_processes`` are an error naming each.
     """
     if config is None:
         return None
-    config.check_available()
-    if config.total_size != num_processes:
-        raise ValueError(
-            f"ParallelismConfig spans {config.total_size} processes (dp_replicate_size={config.dp_replicate_size}) "
-            f"but this run has {num_processes}. Set dp_replicate_size={num_processes}, or launch "
-            f"{config.total_size} processes."
-        )
+    config.check_available(device_type)
+    config.validate(num_processes)
     if num_processes == 1:
         return None  # one process: no group to build a mesh over, and nothing to split
     return config.get_device_mesh(device_type)

@@ -71,6 +71,14 @@ class RunDescription:
     # This process's place among the data-parallel replicas and among the shards of one replica.
     data_parallel_rank: int = 0
     data_parallel_shard_rank: int = 0
+    # Its place in its tensor- and context-parallel groups (0 without them).
+    tensor_parallel_rank: int = 0
+    context_parallel_rank: int = 0
+    # How many different batches one step reads, and which one this process reads: the data-parallel
+    # coordinate. Every rank of one tensor/context-parallel group reads the same batch. None: one
+    # batch per process (num_processes, process_index).
+    data_parallel_size: int | None = None
+    data_parallel_index: int | None = None
 
     @property
     def multi_device(self) -> bool:
@@ -80,6 +88,13 @@ class RunDescription:
     @property
     def dynamo_backend(self) -> str:
         return "no" if self.dynamo_plugin is None else str(self.dynamo_plugin.backend)
+
+    @property
+    def data_shards(self) -> tuple[int, int]:
+        """(number of data shards, this process's shard): what prepared dataloaders split by."""
+        if self.data_parallel_size is None or self.data_parallel_index is None:
+            return self.topology.num_processes, self.topology.process_index
+        return self.data_parallel_size, self.data_parallel_index
 
     @property
     def deepspeed_plugin(self) -> Any:
@@ -123,7 +138,16 @@ def check_unavailable(
             f"Accelerator(parallelism_config=...) needs a ParallelismConfig, got {type(parallelism_config).__name__}."
         )
     if check_available is not None:
-        check_available()  # plain data parallelism runs; sharding/TP/CP/SP raise NotAvailableYetError
+        check_available()  # sequence parallelism raises; context parallelism is checked with the device
+        if getattr(parallelism_config, "tp_enabled", False) and (
+            deepspeed_plugin is not None or deepspeed_plugins is not None
+        ):
+            raise ValueError(
+                f"Accelerator got parallelism_config with tp_size={parallelism_config.tp_size} (tensor "  # type: ignore[attr-defined]
+                "parallelism) and deepspeed_plugin (DeepSpeed); DeepSpeed shards the model its own way and "
+                "cannot run on a tensor-parallel mesh. Drop one: tensor parallelism composes with FSDP "
+                "(parallelism_config's dp_shard_size), not with DeepSpeed."
+            )
 
 
 def describe_process(

@@ -1,0 +1,89 @@
+"""`ParallelStrategy`: tensor parallelism, then FSDP2 / HSDP, on one ``ParallelismConfig`` mesh.
+
+A subclass of the FSDP strategy: every FSDP2 piece (blocks then root, mixed-precision policy,
+optimizers pointed at the shards, ``no_sync`` on accumulation's off steps, clipping by the global
+norm over every mesh) is the same code; what changes is the mesh ``fully_shard`` runs over (a
+sub-mesh of the N-D mesh, see :func:`accelerate.backends.parallel.fsdp.fsdp_mesh`), the check that a
+tensor-parallel plan was applied first, and the ranks the run reports.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+from torch import nn
+
+from accelerate.backends.fsdp.plugin import FullyShardedDataParallelPlugin
+from accelerate.backends.fsdp.strategy import FSDPStrategy
+from accelerate.backends.parallel.activation import apply_activation_checkpointing
+from accelerate.backends.parallel.fsdp import fsdp_mesh
+from accelerate.backends.parallel.tp import check_tensor_parallel
+from accelerate.state.distributed_type import DistributedType
+
+
+class ParallelStrategy(FSDPStrategy):
+    """Composes a ``ParallelismConfig``'s dimensions: tp (applied by the user) -> AC -> FSDP2/HSDP.
+
+    Example:
+        >>> accelerator = Accelerator(parallelism_config=ParallelismConfig(dp_shard_size=2, tp_size=2))
+        >>> parallelize_module(model, accelerator.torch_device_mesh["tp"], plan)
+        >>> model, optimizer = accelerator.prepare(model, optimizer)  # FSDP2 over dp_shard
+    """
+
+    name = "parallel"
+
+    def __init__(
+        self,
+        device: torch.device,
+        config: Any,
+        plugin: FullyShardedDataParallelPlugin | None,
+        *,
+        mixed_precision: str,
+        num_processes: int,
+        num_processes_per_node: int,
+        process_type: DistributedType,
+    ) -> None:
+        super().__init__(
+            device,
+            plugin if plugin is not None else FullyShardedDataParallelPlugin(),
+            mixed_precision=mixed_precision,
+            num_processes=num_processes,
+            num_processes_per_node=num_processes_per_node,
+        )
+        self.config = config
+        self._mesh = fsdp_mesh(config)  # None: tensor parallelism alone, nothing to shard
+        # Upstream reports FSDP whenever FSDP2 shards; tensor parallelism alone keeps the process's type.
+        self.distributed_type = DistributedType.FSDP if self._mesh is not None else process_type
+
+    @property
+    def shards(self) -> bool:
+        """Whether FSDP2 shards parameters over a data-parallel dimension."""
+        return self._mesh is not None
+
+    def mesh_shape(self) -> tuple[tuple[int, ...], tuple[str, ...]]:
+        names, sizes = self.config._get_mesh()
+        return tuple(sizes), tuple(names)
+
+    def data_parallel_ranks(self, process_index: int) -> tuple[int, int]:
+        coords = self.config.coordinates(process_index)
+        return coords["dp_replicate"], coords["dp_shard"]
+
+    def describe(self) -> str:
+        shape, names = self.mesh_shape()
+        mesh = " x ".join(f"{n}={s}" for n, s in zip(names, shape, strict=True))
+        fsdp = "FSDP2 over " + "x".join(self._mesh.mesh_dim_names) if self._mesh is not None else "no FSDP"
+        return f"parallelism mesh [{mesh}]: tensor parallel on tp, {fsdp}"
+
+    def setup_module(self, model: nn.Module, *, device_placement: bool) -> nn.Module:
+        check_tensor_parallel(model, self.config)  # step 1: a plan on the tp mesh, applied before prepare
+        if self._mesh is not None:
+            # Steps 2 and 4: activation checkpointing then fully_shard of blocks and root, on the sub-mesh.
+            return super().setup_module(model, device_placement=device_placement)
+        if device_placement:
+            model.to(self.device)
+        apply_activation_checkpointing(model, self.plugin)
+        # No shards: the optimizer keeps the (tensor-parallel) parameters it was built over.
+        self._sharded.update({id(p): weakref.ref(p) for p in model.parameters()})
+        return model
