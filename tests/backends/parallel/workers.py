@@ -81,7 +81,8 @@ def resume(sizes: dict[str, int], folder: str, global_batch: int) -> dict[str, A
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     model, optimizer = accelerator.prepare(model, optimizer)
     accelerator.load_state(folder)
-    loaded = accelerator.get_state_dict(model)
+    # Cloned: a plain (unsharded) parameter's entry is the live tensor, which the step below changes.
+    loaded = {key: value.clone() for key, value in accelerator.get_state_dict(model).items()}
     shards, shard = accelerator.state.run.data_shards
     x, y = dataset(global_batch, seed=7)
     per = global_batch // shards
@@ -92,3 +93,14 @@ def resume(sizes: dict[str, int], folder: str, global_batch: int) -> dict[str, A
     optimizer.step()
     optimizer.zero_grad()
     return {"loaded": loaded, "state": accelerator.get_state_dict(model)}
+
+
+def refusals() -> dict[str, str]:
+    """Each bad input's message, caught on every rank (no rank is left waiting in a collective)."""
+    messages: dict[str, str] = {}
+    accelerator = _accelerator({"tp_size": 2})
+    try:
+        accelerator.prepare(make_model())  # no tensor-parallel plan applied
+    except ValueError as error:
+        messages["no_plan"] = str(error)
+    return messages

@@ -47,7 +47,8 @@ class ParallelStrategy(FSDPStrategy):
     ) -> None:
         super().__init__(
             device,
-            plugin if plugin is not None else FullyShardedDataParallelPlugin(),
+            # Without a plugin: FSDP2's defaults, sharded (DCP) checkpoints that reshard on load.
+            plugin if plugin is not None else FullyShardedDataParallelPlugin(fsdp_version=2),
             mixed_precision=mixed_precision,
             num_processes=num_processes,
             num_processes_per_node=num_processes_per_node,
