@@ -22,6 +22,7 @@ from bench import (
     deepspeed_zero2,
     fsdp_checkpoint,
     fsdp_two_proc,
+    parallel_nd,
     startup,
     step_overhead,
 )
@@ -30,7 +31,7 @@ from bench.common import ROOT, Row, format_table, guarded, write_results
 BENCHMARKS = [
     startup, step_overhead, ddp_two_proc, deepspeed_zero2, data_loading, collectives, checkpoint_io, big_modeling,
 ]  # fmt: skip
-BENCHMARKS += [fsdp_two_proc, fsdp_checkpoint]
+BENCHMARKS += [fsdp_two_proc, fsdp_checkpoint, parallel_nd]
 
 
 def main() -> None:

@@ -232,8 +232,13 @@ class FSDPStrategy(Strategy):
         if not plain and len(meshes) == 1:
             norm = torch.nn.utils.clip_grad_norm_(params, max_norm, norm_type=norm_type)
             return norm.full_tensor() if isinstance(norm, DTensor) else norm
-        # Grads on several meshes, or sharded and plain together: combine the norms by hand.
-        parts = [_full(torch.nn.utils.get_total_norm([g], norm_type)) for g in sharded]
+        # Grads on several meshes (tensor parallel + FSDP), or sharded and plain together: one norm per
+        # (mesh, placements) group, each reduced over its own mesh (one collective per group, not per
+        # gradient), then combined by hand.
+        groups: dict[tuple[int, tuple[Any, ...]], list[torch.Tensor]] = {}
+        for g in sharded:
+            groups.setdefault((id(g.device_mesh), tuple(g.placements)), []).append(g)
+        parts = [_full(torch.nn.utils.get_total_norm(group, norm_type)) for group in groups.values()]
         if plain:
             parts.append(torch.nn.utils.get_total_norm(plain, norm_type))
         stacked = torch.stack([p.to(torch.float32).cpu() for p in parts])
