@@ -59,7 +59,7 @@ class Net(nn.Module):
         return self.head(h)
 
 
-def make_model(tp_mesh: Any) -> Net:
+def make_model(tp_mesh: Any) -> nn.Module:
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
     torch.manual_seed(0)
