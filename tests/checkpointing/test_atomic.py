@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 import zlib
 from pathlib import Path
 
@@ -205,3 +206,25 @@ def test_two_long_names_sharing_a_head_get_different_helpers(tmp_path: Path) -> 
     a, b = tmp_path / ("x" * 250 + "a"), tmp_path / ("x" * 250 + "b")
     assert sibling(a, OLD_SUFFIX) != sibling(b, OLD_SUFFIX)
     assert len(sibling(a, OLD_SUFFIX).name.encode()) <= 255
+
+
+def test_a_folder_name_that_is_not_utf8_saves_and_loads(tmp_path: Path) -> None:
+    """A name of other bytes (Latin-1 from an old system) reaches Python as surrogates; torch's C++
+    reader cannot take it (it failed as "truncated or not a torch.save file?"), so it is read instead."""
+    from accelerate import Accelerator
+
+    folder = tmp_path / os.fsdecode(b"ckpt-\xe9t\xe9")
+    accelerator = Accelerator(cpu=True)
+    model = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    model(torch.ones(1, 2)).sum().backward()
+    optimizer.step()
+    accelerator.save_state(str(folder))
+    saved = {k: v.clone() for k, v in model.state_dict().items()}
+    saved_step = optimizer.state_dict()["state"][0]["step"].clone()
+    with torch.no_grad():
+        model.weight.zero_()
+    accelerator.load_state(str(folder))
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in saved.items())
+    assert torch.equal(optimizer.state_dict()["state"][0]["step"], saved_step)

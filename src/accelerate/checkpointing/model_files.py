@@ -241,10 +241,20 @@ def _remove_stale_weights(directory: Path, stem: str, suffix: str, index_name: s
 
 
 # --- reading ----------------------------------------------------------------------------------------
+def _utf8_name(path: Path) -> bool:
+    """Whether ``path`` can be handed to torch's C++ file reader (it encodes names as UTF-8)."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _torch_load(path: Path, *, mmap: bool = False) -> Any:
     """``torch.load(weights_only=True)`` of a regular file (see ``open_regular``), onto the CPU."""
     try:
-        if mmap:
+        # torch maps a file by a UTF-8 name only; a folder whose name is other bytes is read instead.
+        if mmap and _utf8_name(path):
             check_regular(path)  # torch maps the file by name: check what the name is first
             return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
         with open_regular(path) as handle:

@@ -50,8 +50,9 @@ def check_no_device_mesh(torch_device_mesh: Any, owner: str) -> None:
         from accelerate.utils.errors import NotAvailableYetError
 
         raise NotAvailableYetError(
-            f"{owner}(torch_device_mesh=...) shares batches across a tensor/context-parallel device mesh, which "
-            "this release does not support; leave torch_device_mesh=None (data parallel over all processes)."
+            f"{owner}(torch_device_mesh=...) is not supported: leave it None. With a ParallelismConfig, "
+            "accelerator.prepare(loader) already shards by the data-parallel coordinate (every rank of a "
+            "tensor-parallel group gets the same batches)."
         )
 
 

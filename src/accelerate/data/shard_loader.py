@@ -38,8 +38,8 @@ class DataLoaderShard(PreparedLoaderMixin, DataLoader[Any]):
         synchronized_generator: the sampler's generator, synchronised and saved for exact resume.
         skip_batches: batches to skip at the start of every iteration (see `skip_first_batches`).
         use_stateful_dataloader: `load_state_dict` restores the position, not only the epoch.
-        torch_device_mesh: for tensor/context-parallel data loading, not available in this release
-            (anything but None raises).
+        torch_device_mesh: not supported (anything but None raises); ``accelerator.prepare`` shards
+            by the data-parallel coordinate of a ParallelismConfig instead.
         iteration: the epoch the first iteration is (as `set_epoch` would set it).
         gradient_state: told when iteration starts/ends (defaults to ``GradientState()``).
         **kwargs: the usual `DataLoader` arguments.

@@ -1,7 +1,8 @@
-"""Options of the parallelism styles that are not available yet (tensor, context, sequence parallel).
+"""Options of the parallelism styles (tensor, context, sequence parallel), with upstream's fields.
 
-They exist with upstream's fields so configurations and scripts that build them run; using one with
-the Accelerator is refused there with one clear error. Re-exported by ``accelerate.utils.dataclasses``.
+``TorchTensorParallelPlugin`` becomes ``ParallelismConfig(tp_size=...)`` (with upstream's deprecation
+warning); the context-parallel options reach torch's ring attention on CUDA; DeepSpeed's sequence
+parallelism is refused by the resolver with its reason. Re-exported by ``accelerate.utils.dataclasses``.
 """
 
 from __future__ import annotations
@@ -12,14 +13,14 @@ from typing import Any, Literal
 
 @dataclass
 class TorchTensorParallelConfig:
-    """Tensor-parallel options (``ParallelismConfig(tp_handler=...)``); TP is not available yet."""
+    """Tensor-parallel options (``ParallelismConfig(tp_handler=...)``)."""
 
     enable_async_tp: bool = False
 
 
 @dataclass
 class TorchContextParallelConfig:
-    """Context-parallel options (``ParallelismConfig(cp_handler=...)``); CP is not available yet."""
+    """Context-parallel options (``ParallelismConfig(cp_handler=...)``); context parallelism runs on CUDA only."""
 
     cp_comm_strategy: Literal["allgather", "alltoall"] | None = None
 
