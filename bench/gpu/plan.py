@@ -66,7 +66,7 @@ AREAS: tuple[Area, ...] = (
         "tests/precision/test_cuda_fp8.py",
     ), cap_s=30, optional=True),
     Area("watchdog", "hang watchdog + NCCL flight recorder, one process", (
-        "tests/utils/test_cuda_watchdog.py",
+        "tests/diagnostics/test_cuda_watchdog.py",
     ), cap_s=45),
     Area("cli", "`accelerate test` and `accelerate env` on the GPU", (
         "tests/commands/test_cuda_cli.py",
