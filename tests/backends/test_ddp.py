@@ -33,6 +33,27 @@ def test_accelerator_backward_under_ddp_is_recorded_in_the_slot_and_left(pool2: 
     assert results == [{"during": [GRADIENT_ALL_REDUCE], "after": None, "entered": 1}] * 2
 
 
+def _slot_during_accumulation() -> list[list[str | None]]:
+    from accelerate.utils import GradientAccumulationPlugin
+
+    accelerator = Accelerator(gradient_accumulation_plugin=GradientAccumulationPlugin(num_steps=2))
+    model = accelerator.prepare(torch.nn.Linear(3, 2))
+    per_step: list[list[str | None]] = []
+    for _ in range(2):
+        with accelerator.accumulate(model):
+            seen: list[str | None] = []
+            loss = model(torch.ones(4, 3)).sum()
+            loss.register_hook(lambda grad, seen=seen: seen.append(SLOT.operation))
+            accelerator.backward(loss)
+            per_step.append(seen)
+    return per_step
+
+
+def test_an_off_step_backward_under_no_sync_is_not_recorded(pool2: WorkerPool) -> None:
+    # The first micro-step does not all-reduce (no_sync): a long local backward there is no hang.
+    assert pool2.run(_slot_during_accumulation) == [[[None], [GRADIENT_ALL_REDUCE]]] * 2
+
+
 def _slot_left_when_backward_raises() -> str | None:
     accelerator = Accelerator()
     model = accelerator.prepare(torch.nn.Linear(3, 2))

@@ -5,7 +5,9 @@ of reach of the collective slot every accelerate collective enters. So ``Acceler
 enters the slot around the backpropagation (:meth:`DDPStrategy.backward_scope`): a rank whose peer
 never reaches its backward then waits in a recorded operation, its watchdog reports it and raises
 the flag, and the launcher's summary names the peer that is missing and where it is, instead of
-gloo's receive timeout blaming the rank that waited. It costs the slot's few attribute writes per
+gloo's receive timeout blaming the rank that waited. A backward that will not all-reduce (every
+wrapped model inside ``no_sync``, as on the off steps of ``accumulate()``) is not recorded: a long
+local backward there must not be reported as a hang. It costs the slot's few attribute writes per
 backward: no comm hook (the user's own ``register_comm_hook`` and ``DistributedDataParallelKwargs
 (comm_hook=...)`` are left alone), no communication. Not covered: ``loss.backward()`` called
 directly instead of ``accelerator.backward(loss)``.
@@ -14,6 +16,7 @@ directly instead of ``accelerator.backward(loss)``.
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -43,14 +46,14 @@ class DDPStrategy(Strategy):
         self.ddp_kwargs = ddp_kwargs or DistributedDataParallelKwargs()
         # DDP models inside trigger_sync_in_backward that prepare their reducer at the backward.
         self._sync_pending: list[DistributedDataParallel] = []
-        # Whether a model was wrapped in DDP, whose backward then all-reduces (see backward_scope).
-        self._wrapped_any = False
+        # The DDP models this strategy wrapped, whose backward all-reduces (see backward_scope).
+        self._wrapped: weakref.WeakSet[DistributedDataParallel] = weakref.WeakSet()
 
     def setup_module(self, model: torch.nn.Module, *, device_placement: bool) -> torch.nn.Module:
         model = super().setup_module(model, device_placement=device_placement)
         if isinstance(model, DistributedDataParallel):
             release_at_exit(model, release_process_group)
-            self._wrapped_any = True
+            self._wrapped.add(model)
             return model
         if not any(p.requires_grad for p in model.parameters()):
             # DDP refuses modules without trainable parameters (frozen teachers, metrics):
@@ -63,7 +66,7 @@ class DDPStrategy(Strategy):
         ddp = DistributedDataParallel(model, **kwargs)
         self.ddp_kwargs.register_comm_hook(ddp)
         release_at_exit(ddp, release_process_group)
-        self._wrapped_any = True
+        self._wrapped.add(ddp)
         return ddp
 
     def unwrap(self, model: torch.nn.Module) -> torch.nn.Module:
@@ -106,11 +109,12 @@ class DDPStrategy(Strategy):
     def backward_scope(self) -> contextlib.AbstractContextManager[Any]:
         """The collective slot entered for the backward (see the module docstring).
 
-        Entered for every backward once a model is wrapped, also under ``no_sync`` (which does not
-        communicate): checking each model's sync flag would cost more than it tells, since only a
-        single backward lasting three quarters of the process-group timeout could be misreported.
+        Skipped when no wrapped model will all-reduce: each is inside ``no_sync`` (its
+        ``require_backward_grad_sync`` is off) and none is in ``trigger_sync_in_backward``. A
+        forward run outside ``no_sync`` whose backward runs inside it does all-reduce unrecorded; the
+        process group's own timeout still ends such a hang.
         """
-        if not self._wrapped_any:
+        if not self._sync_pending and not any(m.require_backward_grad_sync for m in self._wrapped):
             return super().backward_scope()
         return SLOT.enter(GRADIENT_ALL_REDUCE)
 
