@@ -128,14 +128,14 @@ def _bracket_items(body: str, text: str) -> list[str]:
     return items
 
 
-def slurm_hosts(nodelist: str, *, which: Callable[[str], str | None] = shutil.which) -> list[str]:
+def slurm_hosts(nodelist: str, *, which: Callable[[str], str | None] | None = None) -> list[str]:
     """The hosts of a Slurm node list: expanded here; by ``scontrol show hostnames`` where this
     expansion rejects the syntax and scontrol is installed (a newer Slurm's syntax, say)."""
     try:
         return expand_hostlist(nodelist)
     except HostListError as exc:
         error = exc
-    scontrol = which("scontrol")
+    scontrol = (which or shutil.which)("scontrol")
     if scontrol is not None:
         try:
             out = subprocess.run(
