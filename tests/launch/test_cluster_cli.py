@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from accelerate.launch.cluster import slurm_port
-from tests.commands.helpers import SCRIPTS, accelerate_cmd, cli_env, reserved_port, run_cli
+from tests.commands.helpers import SCRIPTS, accelerate_cmd, cli_env, reserved_port
 
 TRAIN = str(SCRIPTS / "train_regression.py")
 
@@ -51,15 +51,20 @@ def slurm_job_on_a_free_port() -> Iterator[tuple[int, int]]:
     pytest.skip("no free port in 20000-29999")
 
 
+def launch(*args: str, home: Path, env: dict[str, str], timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(accelerate_cmd("launch", *args), env=cli_env(home, **env), capture_output=True, text=True,
+                          timeout=timeout)  # fmt: skip
+
+
 def test_dry_run_shows_where_each_value_came_from(tmp_path: Path) -> None:
     env = slurm_env(4242, 3, nodes=2, node=1)
-    result = run_cli("launch", "--cpu", "--dry_run", TRAIN, home=tmp_path, **env)
+    result = launch("--cpu", "--dry_run", TRAIN, home=tmp_path, env=env)
     assert result.returncode == 0, result.stderr
     for line in ("slurm: SLURM_STEP_NUM_NODES", "slurm: SLURM_NODEID", "slurm: first host of SLURM_STEP_NODELIST",
                  "slurm: 1 CPU process per machine x 2 machines", "Slurm job 4242, step 3: this is node 1 of 2"):  # fmt: skip
         assert line in result.stdout, result.stdout
     assert "--node_rank 1 --master_addr localhost --master_port 22423" in result.stdout
-    refused = run_cli("launch", "--cpu", "--num_machines", "4", "--dry_run", TRAIN, home=tmp_path, **env)
+    refused = launch("--cpu", "--num_machines", "4", "--dry_run", TRAIN, home=tmp_path, env=env)
     assert refused.returncode == 2
     assert "num_machines=4 (from flag --num_machines)" in refused.stderr
     assert "num_machines=2 (from slurm: SLURM_STEP_NUM_NODES)" in refused.stderr
@@ -68,8 +73,8 @@ def test_dry_run_shows_where_each_value_came_from(tmp_path: Path) -> None:
 def test_one_node_allocation_runs_for_real(tmp_path: Path) -> None:
     out = tmp_path / "params.json"
     with reserved_port() as port:
-        result = run_cli("launch", "--cpu", "--num_processes", "2", "--main_process_port", str(port), TRAIN,
-                         str(out), home=tmp_path, timeout=240, **slurm_env(7, 0, nodes=1, node=0))  # fmt: skip
+        result = launch("--cpu", "--num_processes", "2", "--main_process_port", str(port), TRAIN, str(out),
+                        home=tmp_path, env=slurm_env(7, 0, nodes=1, node=0))  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Slurm job 7, step 0: this is node 0 of 1" in result.stderr
     assert "world_size=2 rank=0 env_world=2" in result.stdout and "world_size=2 rank=1" in result.stdout
