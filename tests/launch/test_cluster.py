@@ -142,7 +142,7 @@ def test_older_variables_and_job_lists_are_read_when_the_step_ones_are_missing()
         "num_machines": (2, "slurm: SLURM_NNODES"),
         "main_process_ip": ("cpu3", "slurm: first host of SLURM_JOB_NODELIST"),
         "num_processes": (2, "slurm: 1 CPU process per machine x 2 machines"),
-        "num_cpu_threads_per_process": (16, "slurm: SLURM_CPUS_ON_NODE=16 // 1 processes per machine"),
+        "num_cpu_threads_per_process": (16, "slurm: SLURM_CPUS_ON_NODE=16 // 1 process per machine"),
     }
 
 

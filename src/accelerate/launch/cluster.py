@@ -471,7 +471,7 @@ def _threads(settings: dict[str, Setting], env: Mapping[str, str], allocation: A
     per_node = max(total // machines, 1)
     _replace(
         settings, "num_cpu_threads_per_process", max(int(cpus.value) // per_node, 1),
-        f"{allocation.scheduler}: {cpus.source}={cpus.value} // {per_node} processes per machine",
+        f"{allocation.scheduler}: {cpus.source}={cpus.value} // {per_node} process{'es' if per_node > 1 else ''} per machine",
     )  # fmt: skip
 
 
