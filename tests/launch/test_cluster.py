@@ -231,6 +231,12 @@ def test_a_batch_script_without_srun_runs_on_one_node_and_says_so() -> None:
     assert len(p.warnings) == 1 and "srun --ntasks-per-node=1 accelerate launch" in p.warnings[0]
     assert plan({"cpu": True}, env={**batch, "SLURM_JOB_NUM_NODES": "1"}).warnings == []
     assert plan({"cpu": True, "num_machines": 1}, env=batch).warnings == []
+    # The way out the disagreement error offers: a launcher placed by hand outside the srun step.
+    with pytest.raises(LaunchError, match="env -u SLURM_STEP_ID"):
+        plan({"cpu": True, "num_machines": 4}, env=slurm())
+    by_hand = {"cpu": True, "num_processes": 4, "num_machines": 4, "machine_rank": 3, "main_process_ip": "n1"}
+    p = plan(by_hand, env=slurm(SLURM_STEP_ID=None))
+    assert (p.value("num_machines"), p.value("machine_rank"), p.notes, p.warnings) == (4, 3, [], [])
 
 
 def test_outside_any_allocation_nothing_changes() -> None:

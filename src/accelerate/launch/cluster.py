@@ -319,7 +319,8 @@ def apply_allocation(
     notes = [allocation.summary]
     name = {"slurm": "Slurm", "mpi": "MPI"}[allocation.scheduler]
     machines_fix = {
-        "slurm": "ask Slurm for that many nodes (sbatch --nodes=N, or srun --nodes=N)",
+        "slurm": "ask Slurm for that many nodes (sbatch --nodes=N, or srun --nodes=N); to place the launchers by "
+        "hand instead, start them outside the srun step (env -u SLURM_STEP_ID accelerate launch ...)",
         "mpi": "start that many launchers, one per machine (mpirun -np N --map-by ppr:1:node)",
     }[allocation.scheduler]
     if allocation.num_machines is None and settings["num_machines"].source == "default":
