@@ -1,12 +1,10 @@
-"""Slurm and MPI allocations as launch settings: host lists, translation with the variables set (no
+"""Slurm and MPI allocations as launch settings: the port rule, translation with the variables set (no
 scheduler needed), provenance, and the errors for allocations that disagree with what was given."""
 
 from __future__ import annotations
 
 import dataclasses
 import shutil
-import stat
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,7 +12,7 @@ import pytest
 from accelerate.config.config_file import LaunchConfig
 from accelerate.launch import cluster
 from accelerate.launch.checks import LaunchError
-from accelerate.launch.cluster import HostListError, expand_hostlist, slurm_hosts, slurm_port
+from accelerate.launch.cluster import slurm_port
 from accelerate.launch.plan import LaunchPlan
 from tests.launch.test_plan import CONFIG_PATH, plan
 
@@ -49,53 +47,6 @@ def slurm(**changes: str | None) -> dict[str, str]:
 
 def sources(p: LaunchPlan, *names: str) -> dict[str, tuple[Any, str]]:
     return {name: (p.value(name), p.settings[name].source) for name in names}
-
-
-# --- host lists ------------------------------------------------------------------------------------
-@pytest.mark.parametrize(
-    ("text", "hosts"),
-    [
-        ("gpu[01-03,07],cpu5", ["gpu01", "gpu02", "gpu03", "gpu07", "cpu5"]),
-        ("node1", ["node1"]),
-        ("a[8-10]", ["a8", "a9", "a10"]),
-        ("a[08-10]", ["a08", "a09", "a10"]),
-        ("x[001-002]-ib", ["x001-ib", "x002-ib"]),
-        ("r[1-2]n[1-2]", ["r1n1", "r1n2", "r2n1", "r2n2"]),
-        (" a , b[3] ", ["a", "b3"]),
-        ("node-a,node-b", ["node-a", "node-b"]),
-    ],
-)
-def test_host_lists_expand(text: str, hosts: list[str]) -> None:
-    assert expand_hostlist(text) == hosts
-
-
-@pytest.mark.parametrize(
-    ("text", "why"),
-    [
-        ("gpu[01-03", "leaves a bracket open"),
-        ("gpu]1", "closes a bracket"),
-        ("gpu[a-b]", "must hold numbers"),
-        ("gpu[1-]", "must hold numbers"),
-        ("gpu[5-3]", "runs backwards"),
-        ("gpu[1[2]]", "nests brackets"),
-        ("", "names no host"),
-        (" , ", "names no host"),
-        ("n[0-99999999]", "longer than any cluster"),
-    ],
-)
-def test_bad_host_lists_say_why(text: str, why: str) -> None:
-    with pytest.raises(HostListError, match=why):
-        expand_hostlist(text)
-
-
-def test_scontrol_expands_what_the_parser_refuses(tmp_path: Path) -> None:
-    scontrol = tmp_path / "scontrol"
-    scontrol.write_text('#!/bin/sh\n[ "$1 $2" = "show hostnames" ] && printf "weird1\\nweird2\\n"\n')
-    scontrol.chmod(scontrol.stat().st_mode | stat.S_IEXEC)
-    assert slurm_hosts("weird[1-2;x]", which=lambda name: str(scontrol)) == ["weird1", "weird2"]
-    assert slurm_hosts("gpu[1-2]", which=lambda name: str(scontrol)) == ["gpu1", "gpu2"]  # parsed here first
-    with pytest.raises(HostListError, match="scontrol is not installed"):
-        slurm_hosts("weird[1-2;x]", which=lambda name: None)
 
 
 def test_the_slurm_port_rule() -> None:
@@ -191,9 +142,9 @@ def test_slurm_gpus_without_a_visible_gpu_run_one_cpu_process_per_node() -> None
         ({"num_machines": 4}, None, ("num_machines=4 (from flag --num_machines)",
                                      "num_machines=2 (from slurm: SLURM_STEP_NUM_NODES)", "drop --num_machines")),
         ({"machine_rank": 0}, None, ("machine_rank=0 (from flag --machine_rank)",
-                                     "machine_rank=1 (from slurm: SLURM_NODEID)", "Slurm numbers the machines")),
+                                     "machine_rank=1 (from slurm: SLURM_NODEID)", "Drop --machine_rank so that 1 is used (Slurm gives")),
         ({}, LaunchConfig(machine_rank=0, num_machines=2), (f"machine_rank=0 (from config file {CONFIG_PATH})",
-                                                             f"remove machine_rank from the config file {CONFIG_PATH}")),
+                                                             f"Remove machine_rank from the config file {CONFIG_PATH}")),
         ({"num_processes": 16}, None, ("num_processes=16 (from flag --num_processes)", "8 processes",
                                        "4 GPUs per node (SLURM_GPUS_ON_NODE)")),
     ],

@@ -23,131 +23,25 @@ num_processes      SLURM_GPUS_ON_NODE per node (visible GPUs  visible GPUs per n
 threads            SLURM_CPUS_PER_TASK (else SLURM_CPUS_ON_NODE) // processes per node
 =================  ============================================================================
 
-The address and port are derived only for several machines: on one, the launcher's own defaults
-(127.0.0.1, 29500 or a free port) are the safe choice. A script started by ``srun`` or ``mpirun``
-as every rank, without ``accelerate launch``, is a different case, read by
-:mod:`accelerate.state.environment`; here several launchers on one machine are refused, since each
-would start all of that machine's processes.
+Address and port are derived for several machines only (on one, 127.0.0.1 and 29500 or a free port
+are safest). A script that srun or mpirun starts as every rank, without a launcher, is read by
+:mod:`accelerate.state.environment`; here several launchers on one machine are refused.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import shutil
-import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from accelerate.launch.checks import LaunchError
+from accelerate.launch.hostlist import HostListError, slurm_hosts
 
 if TYPE_CHECKING:
     from accelerate.launch.plan import Setting
 
 SLURM_PORT_BASE = 20000  # below Linux's ephemeral range (32768+), so no outgoing connection holds it
-MAX_HOSTS = 100_000  # a host list longer than any cluster: a typo such as [1-9999999], not a job
-
-
-class HostListError(ValueError):
-    """A Slurm host list (``gpu[01-03,07],cpu5``) that cannot be expanded."""
-
-
-# --- Slurm's compressed host lists --------------------------------------------------------------
-def expand_hostlist(text: str) -> list[str]:
-    """Every host of a Slurm host list, in order: ``"gpu[01-03,07],cpu5"`` gives ``gpu01, gpu02,
-    gpu03, gpu07, cpu5``.
-
-    A bracket holds numbers and ranges; a range keeps the width of its first bound (``[08-10]`` gives
-    ``08, 09, 10``). Several brackets in one name combine (``r[1-2]n[1-2]`` gives four hosts).
-
-    Raises:
-        HostListError: unbalanced or nested brackets, a range that is not ``LOW-HIGH`` with
-            ``LOW <= HIGH``, an empty list, or more than ``MAX_HOSTS`` hosts.
-    """
-    hosts: list[str] = []
-    for token in _split_top_level(text):
-        hosts.extend(_expand_token(token, text))
-        if len(hosts) > MAX_HOSTS:
-            raise HostListError(f"host list {text!r} names more than {MAX_HOSTS} hosts; is a range mistyped?")
-    if not hosts:
-        raise HostListError(f"host list {text!r} names no host.")
-    return hosts
-
-
-def _split_top_level(text: str) -> list[str]:
-    """Splits at the commas outside brackets (those inside separate numbers, not hosts)."""
-    parts: list[str] = []
-    current: list[str] = []
-    depth = 0
-    for char in text.strip():
-        if char == "[":
-            depth += 1
-            if depth > 1:
-                raise HostListError(f"host list {text!r} nests brackets; Slurm's syntax does not.")
-        elif char == "]":
-            depth -= 1
-            if depth < 0:
-                raise HostListError(f"host list {text!r} closes a bracket it never opened.")
-        if char == "," and depth == 0:
-            parts.append("".join(current))
-            current = []
-        else:
-            current.append(char)
-    if depth != 0:
-        raise HostListError(f"host list {text!r} leaves a bracket open.")
-    parts.append("".join(current))
-    return [part.strip() for part in parts if part.strip()]
-
-
-def _expand_token(token: str, text: str) -> list[str]:
-    start = token.find("[")
-    if start < 0:
-        return [token]
-    end = token.index("]", start)  # balanced: checked by _split_top_level
-    prefix, body, rest = token[:start], token[start + 1 : end], token[end + 1 :]
-    tails = _expand_token(rest, text)
-    return [prefix + item + tail for item in _bracket_items(body, text) for tail in tails]
-
-
-def _bracket_items(body: str, text: str) -> list[str]:
-    items: list[str] = []
-    for part in body.split(","):
-        low, dash, high = part.strip().partition("-")
-        if not low.isdigit() or (dash and not high.isdigit()):
-            raise HostListError(
-                f"host list {text!r}: [{body}] must hold numbers and LOW-HIGH ranges, not {part.strip()!r}."
-            )
-        if not dash:
-            items.append(low)
-            continue
-        if int(low) > int(high):
-            raise HostListError(f"host list {text!r}: range {part.strip()} runs backwards.")
-        if int(high) - int(low) >= MAX_HOSTS:
-            raise HostListError(f"host list {text!r}: range {part.strip()} is longer than any cluster.")
-        items.extend(str(n).zfill(len(low)) for n in range(int(low), int(high) + 1))
-    return items
-
-
-def slurm_hosts(nodelist: str, *, which: Callable[[str], str | None] | None = None) -> list[str]:
-    """The hosts of a Slurm node list: expanded here; by ``scontrol show hostnames`` where this
-    expansion rejects the syntax and scontrol is installed (a newer Slurm's syntax, say)."""
-    try:
-        return expand_hostlist(nodelist)
-    except HostListError as exc:
-        error = exc
-    scontrol = (which or shutil.which)("scontrol")
-    if scontrol is not None:
-        try:
-            out = subprocess.run(
-                [scontrol, "show", "hostnames", nodelist], capture_output=True, text=True, timeout=30
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            out = None
-        if out is not None and out.returncode == 0 and out.stdout.split():
-            return out.stdout.split()
-    raise HostListError(
-        f"{error} (scontrol {'could not read it either' if scontrol else 'is not installed'})"
-    )
 
 
 def slurm_port(job_id: int, step_id: int) -> int:
@@ -318,18 +212,23 @@ def apply_allocation(
         return [], _outside_srun(settings, env)
     notes = [allocation.summary]
     name = {"slurm": "Slurm", "mpi": "MPI"}[allocation.scheduler]
-    machines_fix = {
-        "slurm": "ask Slurm for that many nodes (sbatch --nodes=N, or srun --nodes=N); to place the launchers by "
-        "hand instead, start them outside the srun step (env -u SLURM_STEP_ID accelerate launch ...)",
-        "mpi": "start that many launchers, one per machine (mpirun -np N --map-by ppr:1:node)",
-    }[allocation.scheduler]
+    machines_fix = (
+        "Either {drop} so that {value} is used, or "
+        + {
+            "slurm": "ask Slurm for that many nodes (sbatch --nodes=N, or srun --nodes=N); to place the launchers by "
+            "hand instead, start them outside the srun step (env -u SLURM_STEP_ID accelerate launch ...)",
+            "mpi": "start that many launchers, one per machine (mpirun -np N --map-by ppr:1:node)",
+        }[allocation.scheduler]
+    )
     if allocation.num_machines is None and settings["num_machines"].source == "default":
         raise LaunchError(
             f"{allocation.machine_rank.source.split(': ')[1]} gives this launcher's rank but no variable gives the "
             "number of machines; pass --num_machines N."
         )
-    _take(settings, "num_machines", allocation.num_machines, f"{name} allocation", machines_fix)
-    _take(settings, "machine_rank", allocation.machine_rank, name, f"{name} numbers the machines itself")
+    what = f"{name} allocation"
+    _take(settings, "num_machines", allocation.num_machines, what, machines_fix)
+    rank_fix = f"{{drop}} so that {{value}} is used ({name} gives each launcher its rank)"
+    _take(settings, "machine_rank", allocation.machine_rank, what, rank_fix)
     machines = _as_int(settings["num_machines"].value)
     if machines != 1:
         _main_endpoint(settings, env, allocation)
@@ -359,7 +258,8 @@ def _drop(setting: Setting) -> str:
 
 
 def _take(settings: dict[str, Setting], name: str, derived: Derived | None, what: str, fix: str) -> None:
-    """Uses ``derived`` where the setting was not given; refuses a given value that differs."""
+    """Uses ``derived`` where the setting was not given; refuses a given value that differs, saying
+    ``fix`` (a template: ``{drop}`` is how to stop giving it, ``{value}`` the allocation's value)."""
     current = settings[name]
     if derived is None:
         return
@@ -368,9 +268,10 @@ def _take(settings: dict[str, Setting], name: str, derived: Derived | None, what
         return
     given = _as_int(current.value)
     if given is not None and given != int(derived.value):
+        how = fix.format(drop=_drop(current), value=derived.value)
         raise LaunchError(
             f"{name}={current.value} (from {current.source}) disagrees with the {what}: {name}={derived.value} "
-            f"(from {derived.source}). Either {_drop(current)} so that {derived.value} is used, or {fix}."
+            f"(from {derived.source}). {how[0].upper()}{how[1:]}."
         )
 
 
