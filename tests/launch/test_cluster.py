@@ -76,6 +76,10 @@ def test_a_slurm_step_gives_machines_rank_address_port_processes_and_threads() -
     assert "slurm: SLURM_NODEID" in report and "Slurm job 123456, step 1: this is node 1 of 2" in report
 
 
+def test_a_step_id_that_is_not_a_number_counts_as_step_0() -> None:
+    assert plan(env=slurm(SLURM_STEP_ID="interactive"), gpus=4).value("main_process_port") == 24560
+
+
 def test_every_node_of_the_step_agrees_on_the_endpoint() -> None:
     node0 = plan(env=slurm(SLURM_NODEID="0", SLURM_PROCID="0"), gpus=4)
     node1 = plan(env=slurm(), gpus=4)

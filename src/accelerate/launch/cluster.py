@@ -120,7 +120,8 @@ def slurm_allocation(env: Mapping[str, str]) -> Allocation | None:
     rank = _first_int(env, ("SLURM_NODEID",))
     if rank is None:
         raise LaunchError("srun set SLURM_STEP_ID but not SLURM_NODEID; pass --machine_rank.")
-    job, step = _int_var(env, "SLURM_JOB_ID") or 0, _int_var(env, "SLURM_STEP_ID") or 0
+    # Only the port uses the ids; a step id that is not a number (Slurm's named steps) counts as 0.
+    job, step = _as_int(env["SLURM_JOB_ID"]) or 0, _as_int(env["SLURM_STEP_ID"]) or 0
     gpus = _first_int(env, ("SLURM_GPUS_ON_NODE",))
     cpus = _first_int(env, ("SLURM_CPUS_PER_TASK",))
     on_node = _leading_int(env.get("SLURM_CPUS_ON_NODE", ""))
