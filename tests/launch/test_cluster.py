@@ -174,6 +174,8 @@ def test_an_unreadable_node_list_asks_for_the_address(monkeypatch: pytest.Monkey
     assert "leaves a bracket open" in str(info.value)
     with pytest.raises(LaunchError, match="SLURM_NODEID='x' in the environment must be an integer"):
         plan(env=slurm(SLURM_NODEID="x"))
+    with pytest.raises(LaunchError, match="SLURM_STEP_ID is set but not SLURM_NODEID"):
+        plan(env=slurm(SLURM_NODEID=None))
 
 
 def test_a_batch_script_without_srun_runs_on_one_node_and_says_so() -> None:

@@ -119,7 +119,10 @@ def slurm_allocation(env: Mapping[str, str]) -> Allocation | None:
         )
     rank = _first_int(env, ("SLURM_NODEID",))
     if rank is None:
-        raise LaunchError("srun set SLURM_STEP_ID but not SLURM_NODEID; pass --machine_rank.")
+        raise LaunchError(
+            "SLURM_STEP_ID is set but not SLURM_NODEID, which srun always sets (were the variables copied by hand?). "
+            "Unset SLURM_STEP_ID and pass --num_machines, --machine_rank and --main_process_ip yourself."
+        )
     # Only the port uses the ids; a step id that is not a number (Slurm's named steps) counts as 0.
     job, step = _as_int(env["SLURM_JOB_ID"]) or 0, _as_int(env["SLURM_STEP_ID"]) or 0
     gpus = _first_int(env, ("SLURM_GPUS_ON_NODE",))
