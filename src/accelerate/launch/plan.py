@@ -23,7 +23,7 @@ from typing import Any
 from accelerate.backends.deepspeed import launch as deepspeed_launch
 from accelerate.config.config_file import ConfigLocation, LaunchConfig
 from accelerate.config.env import ENV_CONTRACT, LaunchEnv, read_launch_env, write_launch_env
-from accelerate.launch import commands, parallelism, xla
+from accelerate.launch import cluster, commands, parallelism, xla
 from accelerate.launch.checks import (
     LaunchError,
     check_flag_pairs,
@@ -267,7 +267,8 @@ def build_plan(
         flags: the launch flags the user gave, by setting name; ``None`` values mean "not given".
         config: the loaded config file, if any, and ``config_location`` where it was found.
         environ: the launcher's environment (default ``os.environ``); only the ACCELERATE_* contract
-            variables and OMP_NUM_THREADS / CUDA_VISIBLE_DEVICES are read from it.
+            variables, OMP_NUM_THREADS / CUDA_VISIBLE_DEVICES and, for a launcher that Slurm's srun or
+            MPI started on each machine, their variables (:mod:`accelerate.launch.cluster`) are read.
         gpu_count: how many GPUs are visible (injected by tests); called only when needed.
         check_port: whether a port is free on this machine; ``None`` skips the check.
 
@@ -281,11 +282,12 @@ def build_plan(
     check_flag_pairs(flags, module, no_python)
 
     settings = _resolve(flags, config, config_path, read_launch_env(env))
-    notes: list[str] = []
     count_gpus = functools.cache(gpu_count or (lambda: visible_gpu_count(env)))
+    # Under Slurm or MPI (one launcher per machine) the allocation answers what nothing else gave.
+    notes, cluster_warnings = cluster.apply_allocation(settings, env, count_gpus)
     _resolve_num_processes(settings, env, count_gpus)
     check_values(settings)
-    warnings = [*config_warnings, *_fall_back_to_cpu(settings, count_gpus)]
+    warnings = [*config_warnings, *cluster_warnings, *_fall_back_to_cpu(settings, count_gpus)]
     parallelism.check_parallelism(settings)  # after the CPU fallback: context parallelism needs GPUs
     mode = _mode(settings)
     if mode == "xla":
