@@ -18,7 +18,8 @@ class Block(nn.Module):
         self.down = nn.Linear(2 * dim, dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.down(torch.relu(self.up(self.norm(x))))
+        out: torch.Tensor = x + self.down(torch.relu(self.up(self.norm(x))))
+        return out
 
 
 class Net(nn.Module):
@@ -34,7 +35,8 @@ class Net(nn.Module):
         x = self.embed(x)
         for block in self.blocks:
             x = block(x)
-        return self.head(x)
+        out: torch.Tensor = self.head(x)
+        return out
 
 
 def reference(seed: int = 0) -> Net:

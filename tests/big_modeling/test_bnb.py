@@ -36,7 +36,7 @@ def _empty() -> Net:
     ids=["8bit", "4bit-nf4"],
 )
 def test_quantized_model_is_close_to_fp32_and_small(
-    tmp_path: Path, settings: dict, layer_name: str, tolerance: float, memory_share: float
+    tmp_path: Path, settings: dict[str, object], layer_name: str, tolerance: float, memory_share: float
 ) -> None:
     ref = reference()
     x = torch.randn(8, 32)
@@ -83,22 +83,24 @@ def test_sharded_checkpoint_loads_the_same(tmp_path: Path) -> None:
         torch.testing.assert_close(sharded(x), whole(x))
 
 
-def test_disk_offload_keeps_offloaded_blocks_unquantized(tmp_path: Path) -> None:
+def test_4bit_disk_offload_keeps_offloaded_blocks_unquantized(tmp_path: Path) -> None:
+    # bitsandbytes' 4-bit weights cannot be written to an offload folder and read back, so a dict
+    # device map's disk blocks stay in torch_dtype (as upstream documents).
     ref = reference()
     x = torch.randn(4, 32)
     device_map = {"embed": "cpu", "blocks.0": "disk", "blocks.1": "cpu", "head": "cpu"}
     model = load_and_quantize_model(
         _empty(),
-        BnbQuantizationConfig(**EIGHT),
+        BnbQuantizationConfig(**FOUR),
         weights_location=save_checkpoint(ref, tmp_path / "ckpt"),
         device_map=device_map,
         offload_folder=tmp_path / "offload",
     )
     assert type(model.blocks[0].up) is nn.Linear and model.blocks[0].up.weight.device.type == "meta"
-    assert type(model.blocks[1].up).__name__ == "Linear8bitLt"
+    assert type(model.blocks[1].up).__name__ == "Linear4bit"
     assert model.hf_device_map == device_map
     with torch.no_grad():
-        assert relative_error(model(x), ref(x)) < 0.05
+        assert relative_error(model(x), ref(x)) < 0.3
 
 
 def test_a_loaded_model_is_quantized_in_place() -> None:
@@ -143,10 +145,10 @@ def test_bad_input() -> None:
         load_and_quantize_model(_empty(), BnbQuantizationConfig(**EIGHT))
     with pytest.raises(TypeError, match="BnbQuantizationConfig"):
         load_and_quantize_model(Net(), {"load_in_8bit": True})
-    model = replace_with_bnb_layers(_empty(), BnbQuantizationConfig(**EIGHT), modules_to_not_convert=["head"])
-    with pytest.raises(ValueError, match=r"quantized layers \['blocks.0.up'.*skip_modules"):
+    model = replace_with_bnb_layers(_empty(), BnbQuantizationConfig(**FOUR), modules_to_not_convert=["head"])
+    with pytest.raises(ValueError, match=r"4-bit layers \['blocks.0.up'.*to \['disk'\].*load_in_8bit"):
         get_quantized_model_device_map(
-            model, BnbQuantizationConfig(**EIGHT), {"embed": "cpu", "blocks": "disk", "head": "cpu"}
+            model, BnbQuantizationConfig(**FOUR), {"embed": "cpu", "blocks": "disk", "head": "cpu"}
         )
 
 
