@@ -63,16 +63,18 @@ def test_8bit_layers_go_to_disk_with_their_scales_and_match_the_in_memory_model(
         torch.testing.assert_close(model(x), expected, rtol=0, atol=0)
 
 
-def test_an_inferred_map_sends_8bit_layers_to_disk(tmp_path: Path) -> None:
-    checkpoint = save_checkpoint(reference(), tmp_path / "ckpt")
+def _with_little_memory(config: BnbQuantizationConfig, folder: Path, cpu_bytes: int) -> tuple[Any, Path]:
+    """The model loaded with a map inferred for ``cpu_bytes`` of CPU memory (the rest goes to the disk)."""
+    checkpoint = save_checkpoint(reference(), folder / "ckpt")
+    memory = {"cpu": cpu_bytes}
     model = load_and_quantize_model(
-        _empty(),
-        EIGHT,
-        weights_location=checkpoint,
-        device_map="sequential",
-        max_memory={"cpu": 60_000},
-        offload_folder=tmp_path / "offload",
+        _empty(), config, checkpoint, "sequential", max_memory=memory, offload_folder=folder / "offload"
     )
+    return model, checkpoint
+
+
+def test_an_inferred_map_sends_8bit_layers_to_disk(tmp_path: Path) -> None:
+    model, checkpoint = _with_little_memory(EIGHT, tmp_path, 60_000)
     # A whole block and single 8-bit layers (hooked on their own) go to the disk, quantized.
     on_disk = {name for name, device in model.hf_device_map.items() if device == "disk"}
     assert {"blocks.0.up", "blocks.1"} <= on_disk, model.hf_device_map
@@ -83,16 +85,8 @@ def test_an_inferred_map_sends_8bit_layers_to_disk(tmp_path: Path) -> None:
 
 
 def test_4bit_layers_are_refused_on_the_disk(tmp_path: Path) -> None:
-    checkpoint = save_checkpoint(reference(), tmp_path / "ckpt")
     with pytest.raises(ValueError, match=r"4-bit layers \[.*to \['disk'\].*dict device_map.*load_in_8bit"):
-        load_and_quantize_model(
-            _empty(),
-            FOUR,
-            weights_location=checkpoint,
-            device_map="sequential",
-            max_memory={"cpu": 30_000},
-            offload_folder=tmp_path / "offload",
-        )
+        _with_little_memory(FOUR, tmp_path, 30_000)
 
 
 def test_a_loaded_model_is_quantized_and_offloaded_in_place(tmp_path: Path) -> None:
