@@ -44,21 +44,29 @@ def reference(seed: int = 0) -> Net:
     return Net().eval()
 
 
-def save_checkpoint(model: nn.Module, folder: Path, shards: int = 1) -> Path:
-    """Writes ``model`` as ``model.safetensors``, or as ``shards`` files with an index."""
+def save_checkpoint(model: nn.Module, folder: Path, shards: int = 1, fmt: str = "safetensors") -> Path:
+    """Writes ``model`` as one file, or as ``shards`` files with an index, in ``fmt`` ("safetensors" or "bin")."""
     folder.mkdir(parents=True, exist_ok=True)
     state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    stem, suffix = ("model", "safetensors") if fmt == "safetensors" else ("pytorch_model", "bin")
+
+    def write(part: dict[str, torch.Tensor], file: str) -> None:
+        if fmt == "safetensors":
+            save_file(part, str(folder / file))
+        else:
+            torch.save(part, folder / file)
+
     if shards == 1:
-        save_file(state, str(folder / "model.safetensors"))
+        write(state, f"{stem}.{suffix}")
         return folder
     names = list(state)
     weight_map: dict[str, str] = {}
     for index in range(shards):
         part = names[index::shards]
-        file = f"model-{index + 1:05d}-of-{shards:05d}.safetensors"
-        save_file({k: state[k] for k in part}, str(folder / file))
+        file = f"{stem}-{index + 1:05d}-of-{shards:05d}.{suffix}"
+        write({k: state[k] for k in part}, file)
         weight_map.update(dict.fromkeys(part, file))
-    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    (folder / f"{stem}.{suffix}.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
     return folder
 
 

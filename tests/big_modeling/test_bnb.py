@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unittest
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ import torch
 from torch import nn
 
 from accelerate import init_empty_weights
+from accelerate.test_utils import require_bnb
 from accelerate.utils import BnbQuantizationConfig
 from accelerate.utils.bnb import (
     get_keys_to_not_convert,
@@ -71,16 +73,17 @@ def test_skip_and_keep_in_fp32_modules(tmp_path: Path) -> None:
     assert type(model.embed).__name__ == "Linear4bit"
 
 
-def test_sharded_checkpoint_loads_the_same(tmp_path: Path) -> None:
+@pytest.mark.parametrize("fmt, shards", [("safetensors", 3), ("bin", 1), ("bin", 3)])
+def test_sharded_and_bin_checkpoints_load_the_same(tmp_path: Path, fmt: str, shards: int) -> None:
     ref = reference()
     x = torch.randn(4, 32)
     whole = load_and_quantize_model(
         _empty(), BnbQuantizationConfig(**EIGHT), weights_location=save_checkpoint(ref, tmp_path / "one")
     )
-    three = save_checkpoint(ref, tmp_path / "three", shards=3)
-    sharded = load_and_quantize_model(_empty(), BnbQuantizationConfig(**EIGHT), weights_location=three)
+    other = save_checkpoint(ref, tmp_path / "other", shards=shards, fmt=fmt)
+    loaded = load_and_quantize_model(_empty(), BnbQuantizationConfig(**EIGHT), weights_location=other)
     with torch.no_grad():
-        torch.testing.assert_close(sharded(x), whole(x))
+        torch.testing.assert_close(loaded(x), whole(x))
 
 
 def test_4bit_disk_offload_keeps_offloaded_blocks_unquantized(tmp_path: Path) -> None:
@@ -150,6 +153,39 @@ def test_bad_input() -> None:
         get_quantized_model_device_map(
             model, BnbQuantizationConfig(**FOUR), {"embed": "cpu", "blocks": "disk", "head": "cpu"}
         )
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"load_in_8bit": "yes"}, r"load_in_8bit='yes'\) must be True or False"),
+        ({"load_in_4bit": True, "bnb_4bit_use_double_quant": 1}, r"bnb_4bit_use_double_quant=1\) must be True"),
+        ({"load_in_8bit": True, "llm_int8_threshold": "6"}, r"llm_int8_threshold='6'\) must be a number"),
+        ({"load_in_8bit": True, "skip_modules": "head"}, r"skip_modules='head'\) must be a list of module names"),
+        ({"load_in_8bit": True, "keep_in_fp32_modules": [1]}, r"keep_in_fp32_modules=\[1\]\) must be a list"),
+    ],
+)
+def test_config_field_types_are_checked(settings: dict[str, object], message: str) -> None:
+    with pytest.raises(TypeError, match=message):
+        BnbQuantizationConfig(**settings)  # type: ignore[arg-type]
+
+
+def test_int8_threshold_with_4bit_warns() -> None:
+    with pytest.warns(UserWarning, match="llm_int8_threshold only applies to 8-bit"):
+        BnbQuantizationConfig(load_in_4bit=True, llm_int8_threshold=3.0)
+
+
+def test_require_bnb_runs_where_bitsandbytes_is_installed() -> None:
+    ran: list[bool] = []
+
+    class Case(unittest.TestCase):
+        @require_bnb
+        def test_it(self) -> None:
+            ran.append(True)
+
+    result = unittest.TestResult()
+    unittest.defaultTestLoader.loadTestsFromTestCase(Case).run(result)
+    assert ran == [True] and not result.skipped
 
 
 def test_config_converts_dtype_names() -> None:

@@ -116,3 +116,23 @@ def test_set_module_tensor_to_device_takes_8bit_scales() -> None:
     torch.testing.assert_close(quantized(x), expected, rtol=0, atol=0)
     with pytest.raises(ValueError, match=r"fp16_statistics.*'weight'.*Linear.*bitsandbytes 8-bit"):
         set_module_tensor_to_device(linear, "weight", "cpu", value=torch.zeros(8, 16), fp16_statistics=scales)
+
+
+def test_whole_blocks_and_a_parked_state_dict(tmp_path: Path) -> None:
+    checkpoint = save_checkpoint(reference(), tmp_path / "ckpt")
+    model = load_and_quantize_model(
+        _empty(),
+        EIGHT,
+        weights_location=checkpoint,
+        device_map="sequential",
+        no_split_module_classes=["Block"],
+        max_memory={"cpu": 100_000},
+        offload_folder=tmp_path / "offload",
+        offload_state_dict=True,  # CPU weights wait on the disk while the checkpoint streams in
+    )
+    assert model.hf_device_map == {"embed": "cpu", "blocks": "disk", "head": "disk"}  # no block split
+    # The 8-bit input layer was parked unquantized, then quantized when it reached the CPU.
+    assert type(model.embed.weight).__name__ == "Int8Params" and model.embed.weight.dtype == torch.int8
+    x = torch.randn(4, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), _in_memory(checkpoint)(x), rtol=0, atol=0)

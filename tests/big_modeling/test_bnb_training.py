@@ -53,14 +53,17 @@ def test_lora_on_a_4bit_base_trains(tmp_path: Path) -> None:
             assert torch.equal(p.detach(), frozen[original]), name
 
 
-def test_quantized_state_refuses_an_unquantized_model(tmp_path: Path) -> None:
+@pytest.mark.parametrize("width, config", [("8-bit", BnbQuantizationConfig(load_in_8bit=True)), ("4-bit", FOUR)])
+def test_quantized_state_refuses_an_unquantized_model(
+    tmp_path: Path, width: str, config: BnbQuantizationConfig
+) -> None:
     accelerator = Accelerator(cpu=True)
-    model = accelerator.prepare(_quantized(tmp_path / "ckpt", BnbQuantizationConfig(load_in_8bit=True)))
+    model = accelerator.prepare(_quantized(tmp_path / "ckpt", config))
     accelerator.save_state(str(tmp_path / "state"))
     plain = Accelerator(cpu=True)
     plain.prepare(Net())
     for strict in (True, False):
-        mismatch = r"blocks.0.up was saved as a bitsandbytes 8-bit layer but is an unquantized Linear"
+        mismatch = rf"blocks.0.up was saved as a bitsandbytes {width} layer but is an unquantized Linear"
         with pytest.raises(Exception, match=mismatch):
             plain.load_state(str(tmp_path / "state"), strict=strict)
     assert model is not None
