@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from accelerate import init_empty_weights
-from accelerate.test_utils import require_bnb
+from accelerate.test_utils.decorators import require_bnb
 from accelerate.utils import BnbQuantizationConfig
 from accelerate.utils.bnb import (
     get_keys_to_not_convert,
@@ -167,7 +167,7 @@ def test_bad_input() -> None:
 )
 def test_config_field_types_are_checked(settings: dict[str, object], message: str) -> None:
     with pytest.raises(TypeError, match=message):
-        BnbQuantizationConfig(**settings)  # type: ignore[arg-type]
+        BnbQuantizationConfig(**settings)
 
 
 def test_int8_threshold_with_4bit_warns() -> None:

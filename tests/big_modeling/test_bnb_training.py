@@ -23,7 +23,8 @@ def _quantized(folder: Path, config: BnbQuantizationConfig = FOUR, **kwargs: obj
     with init_empty_weights():
         model = Net()
     checkpoint = save_checkpoint(reference(), folder)
-    return load_and_quantize_model(model, config, weights_location=checkpoint, **kwargs)
+    quantized: nn.Module = load_and_quantize_model(model, config, weights_location=checkpoint, **kwargs)
+    return quantized
 
 
 def test_lora_on_a_4bit_base_trains(tmp_path: Path) -> None:
