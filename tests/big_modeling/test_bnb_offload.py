@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from accelerate import init_empty_weights
+from accelerate.big_modeling.loading import get_state_dict_offloaded_model
 from accelerate.big_modeling.tensors import set_module_tensor_to_device
 from accelerate.utils import BnbQuantizationConfig
 from accelerate.utils.bnb import load_and_quantize_model
@@ -71,6 +72,18 @@ def _with_little_memory(config: BnbQuantizationConfig, folder: Path, cpu_bytes: 
         _empty(), config, checkpoint, "sequential", max_memory=memory, offload_folder=folder / "offload"
     )
     return model, checkpoint
+
+
+def test_the_state_dict_of_an_offloaded_8bit_model_holds_the_scales(tmp_path: Path) -> None:
+    checkpoint = save_checkpoint(reference(), tmp_path / "ckpt")
+    model = load_and_quantize_model(
+        _empty(), EIGHT, weights_location=checkpoint, device_map=DISK_MAP, offload_folder=tmp_path / "offload"
+    )
+    ours = get_state_dict_offloaded_model(model)
+    expected = _in_memory(checkpoint).state_dict()
+    assert sorted(ours) == sorted(expected)  # blocks.0.up.SCB and weight_format included
+    for key, value in expected.items():
+        assert torch.equal(ours[key], value), key
 
 
 def test_an_inferred_map_sends_8bit_layers_to_disk(tmp_path: Path) -> None:

@@ -378,6 +378,12 @@ def get_state_dict_from_offload(
         for name, tensor in named_module_tensors(module, recurse=whole, remove_non_persistent=True):
             full = f"{module_name}.{name}" if module_name else name
             state_dict[full] = tensor.detach().to("cpu").clone()
+            if name.endswith("weight") and is_int8_parameter(tensor):
+                # A bitsandbytes 8-bit weight keeps its scales beside it (weight.SCB), not as a tensor of
+                # the module; its layer's own state dict names them (``SCB``, ``weight_format``).
+                layer = module.get_submodule(name.rpartition(".")[0]) if "." in name else module
+                for key, value in layer.state_dict().items():
+                    state_dict.setdefault(f"{full[: -len('weight')]}{key}", value.detach().to("cpu").clone())
     return state_dict
 
 
