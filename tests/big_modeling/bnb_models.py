@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import save_file
@@ -77,3 +78,24 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
 def stored_bytes(module: nn.Module) -> int:
     """Bytes of everything the module stores (its state dict: weights, scales, quantization state)."""
     return sum(t.numel() * t.element_size() for t in module.state_dict().values() if isinstance(t, torch.Tensor))
+
+
+def train_lora(base: nn.Module, accelerator: Any, steps: int = 30) -> tuple[Any, list[float]]:
+    """LoRA adapters on ``base`` (peft, the QLoRA pattern) trained through ``accelerator.prepare``:
+    the prepared model and the loss of each step."""
+    import peft
+
+    lora = peft.LoraConfig(r=8, lora_alpha=16, target_modules=["up", "down"], lora_dropout=0.0)
+    model = peft.get_peft_model(base, lora)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    torch.manual_seed(0)
+    x, target = torch.randn(64, 32, device=accelerator.device), torch.randn(64, 16, device=accelerator.device)
+    losses = []
+    for _ in range(steps):
+        loss = nn.functional.mse_loss(model(x), target)
+        accelerator.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    return model, losses

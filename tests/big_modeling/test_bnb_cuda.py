@@ -16,7 +16,7 @@ from torch import nn
 from accelerate import Accelerator, init_empty_weights
 from accelerate.utils import BnbQuantizationConfig
 from accelerate.utils.bnb import load_and_quantize_model
-from tests.big_modeling.bnb_models import Net, reference, relative_error, save_checkpoint
+from tests.big_modeling.bnb_models import Net, reference, relative_error, save_checkpoint, train_lora
 
 pytest.importorskip("bitsandbytes")
 pytestmark = pytest.mark.cuda
@@ -67,20 +67,7 @@ def test_8bit_disk_offload_on_the_gpu_matches_the_in_memory_model(tmp_path: Path
 
 
 def test_lora_on_a_4bit_base_trains_on_the_gpu(tmp_path: Path) -> None:
-    peft = pytest.importorskip("peft")
+    pytest.importorskip("peft")
     base = _load(tmp_path, FOUR, device_map={"": 0})
-    lora = peft.LoraConfig(r=8, lora_alpha=16, target_modules=["up", "down"], lora_dropout=0.0)
-    model = peft.get_peft_model(base, lora)
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
-    accelerator = Accelerator()
-    model, optimizer = accelerator.prepare(model, optimizer)
-    torch.manual_seed(0)
-    x, target = torch.randn(64, 32, device="cuda"), torch.randn(64, 16, device="cuda")
-    losses = []
-    for _ in range(30):
-        loss = nn.functional.mse_loss(model(x), target)
-        accelerator.backward(loss)
-        optimizer.step()
-        optimizer.zero_grad()
-        losses.append(loss.item())
+    _, losses = train_lora(base, Accelerator())
     assert losses[-1] < 0.8 * losses[0]
