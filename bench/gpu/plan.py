@@ -55,6 +55,9 @@ AREAS: tuple[Area, ...] = (
     Area("big_model", "dispatch_model / cpu_offload / disk offload GPU<->host", (
         "tests/big_modeling/test_cuda_big_model.py",
     ), cap_s=60),
+    Area("bnb", "bitsandbytes 8/4-bit loading, disk offload, QLoRA (where installed)", (
+        "tests/big_modeling/test_bnb_cuda.py",
+    ), cap_s=60, optional=True),
     Area("oom_batch_size", "find_executable_batch_size on a real CUDA OOM", (
         "tests/utils/test_cuda_memory.py",
     ), cap_s=45),

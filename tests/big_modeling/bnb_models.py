@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import save_file
@@ -18,7 +19,8 @@ class Block(nn.Module):
         self.down = nn.Linear(2 * dim, dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.down(torch.relu(self.up(self.norm(x))))
+        out: torch.Tensor = x + self.down(torch.relu(self.up(self.norm(x))))
+        return out
 
 
 class Net(nn.Module):
@@ -34,7 +36,8 @@ class Net(nn.Module):
         x = self.embed(x)
         for block in self.blocks:
             x = block(x)
-        return self.head(x)
+        out: torch.Tensor = self.head(x)
+        return out
 
 
 def reference(seed: int = 0) -> Net:
@@ -42,21 +45,29 @@ def reference(seed: int = 0) -> Net:
     return Net().eval()
 
 
-def save_checkpoint(model: nn.Module, folder: Path, shards: int = 1) -> Path:
-    """Writes ``model`` as ``model.safetensors``, or as ``shards`` files with an index."""
+def save_checkpoint(model: nn.Module, folder: Path, shards: int = 1, fmt: str = "safetensors") -> Path:
+    """Writes ``model`` as one file, or as ``shards`` files with an index, in ``fmt`` ("safetensors" or "bin")."""
     folder.mkdir(parents=True, exist_ok=True)
     state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    stem, suffix = ("model", "safetensors") if fmt == "safetensors" else ("pytorch_model", "bin")
+
+    def write(part: dict[str, torch.Tensor], file: str) -> None:
+        if fmt == "safetensors":
+            save_file(part, str(folder / file))
+        else:
+            torch.save(part, folder / file)
+
     if shards == 1:
-        save_file(state, str(folder / "model.safetensors"))
+        write(state, f"{stem}.{suffix}")
         return folder
     names = list(state)
     weight_map: dict[str, str] = {}
     for index in range(shards):
         part = names[index::shards]
-        file = f"model-{index + 1:05d}-of-{shards:05d}.safetensors"
-        save_file({k: state[k] for k in part}, str(folder / file))
+        file = f"{stem}-{index + 1:05d}-of-{shards:05d}.{suffix}"
+        write({k: state[k] for k in part}, file)
         weight_map.update(dict.fromkeys(part, file))
-    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    (folder / f"{stem}.{suffix}.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
     return folder
 
 
@@ -67,3 +78,24 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
 def stored_bytes(module: nn.Module) -> int:
     """Bytes of everything the module stores (its state dict: weights, scales, quantization state)."""
     return sum(t.numel() * t.element_size() for t in module.state_dict().values() if isinstance(t, torch.Tensor))
+
+
+def train_lora(base: nn.Module, accelerator: Any, steps: int = 30) -> tuple[Any, list[float]]:
+    """LoRA adapters on ``base`` (peft, the QLoRA pattern) trained through ``accelerator.prepare``:
+    the prepared model and the loss of each step."""
+    import peft
+
+    lora = peft.LoraConfig(r=8, lora_alpha=16, target_modules=["up", "down"], lora_dropout=0.0)
+    model = peft.get_peft_model(base, lora)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    torch.manual_seed(0)
+    x, target = torch.randn(64, 32, device=accelerator.device), torch.randn(64, 16, device=accelerator.device)
+    losses = []
+    for _ in range(steps):
+        loss = nn.functional.mse_loss(model(x), target)
+        accelerator.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    return model, losses

@@ -11,7 +11,7 @@ from torch import nn
 from accelerate import Accelerator, init_empty_weights
 from accelerate.utils import BnbQuantizationConfig
 from accelerate.utils.bnb import load_and_quantize_model
-from tests.big_modeling.bnb_models import Net, reference, save_checkpoint
+from tests.big_modeling.bnb_models import Net, reference, save_checkpoint, train_lora
 
 pytest.importorskip("bitsandbytes")
 peft = pytest.importorskip("peft")
@@ -23,26 +23,15 @@ def _quantized(folder: Path, config: BnbQuantizationConfig = FOUR, **kwargs: obj
     with init_empty_weights():
         model = Net()
     checkpoint = save_checkpoint(reference(), folder)
-    return load_and_quantize_model(model, config, weights_location=checkpoint, **kwargs)
+    quantized: nn.Module = load_and_quantize_model(model, config, weights_location=checkpoint, **kwargs)
+    return quantized
 
 
 def test_lora_on_a_4bit_base_trains(tmp_path: Path) -> None:
     base = _quantized(tmp_path)
     frozen = {name: p.detach().clone() for name, p in base.named_parameters()}
-    lora = peft.LoraConfig(r=8, lora_alpha=16, target_modules=["up", "down"], lora_dropout=0.0)
-    model = peft.get_peft_model(base, lora)
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
     accelerator = Accelerator(cpu=True)
-    model, optimizer = accelerator.prepare(model, optimizer)
-    torch.manual_seed(0)
-    x, target = torch.randn(64, 32), torch.randn(64, 16)
-    losses = []
-    for _ in range(30):
-        loss = nn.functional.mse_loss(model(x), target)
-        accelerator.backward(loss)
-        optimizer.step()
-        optimizer.zero_grad()
-        losses.append(loss.item())
+    model, losses = train_lora(base, accelerator)
     assert losses[-1] < 0.8 * losses[0]
     # Only the adapters moved: the quantized base is untouched.
     unwrapped = accelerator.unwrap_model(model).base_model.model  # type: ignore[union-attr]
@@ -53,14 +42,17 @@ def test_lora_on_a_4bit_base_trains(tmp_path: Path) -> None:
             assert torch.equal(p.detach(), frozen[original]), name
 
 
-def test_quantized_state_refuses_an_unquantized_model(tmp_path: Path) -> None:
+@pytest.mark.parametrize("width, config", [("8-bit", BnbQuantizationConfig(load_in_8bit=True)), ("4-bit", FOUR)])
+def test_quantized_state_refuses_an_unquantized_model(
+    tmp_path: Path, width: str, config: BnbQuantizationConfig
+) -> None:
     accelerator = Accelerator(cpu=True)
-    model = accelerator.prepare(_quantized(tmp_path / "ckpt", BnbQuantizationConfig(load_in_8bit=True)))
+    model = accelerator.prepare(_quantized(tmp_path / "ckpt", config))
     accelerator.save_state(str(tmp_path / "state"))
     plain = Accelerator(cpu=True)
     plain.prepare(Net())
     for strict in (True, False):
-        mismatch = r"blocks.0.up was saved as a bitsandbytes 8-bit layer but is an unquantized Linear"
+        mismatch = rf"blocks.0.up was saved as a bitsandbytes {width} layer but is an unquantized Linear"
         with pytest.raises(Exception, match=mismatch):
             plain.load_state(str(tmp_path / "state"), strict=strict)
     assert model is not None

@@ -17,6 +17,7 @@ from accelerate.big_modeling.hooks import ModelHook
 from accelerate.big_modeling.tensors import (
     DeviceLike,
     TiedParamsMap,
+    is_int8_parameter,
     named_module_tensors,
     set_module_tensor_to_device,
 )
@@ -79,6 +80,9 @@ class AlignDevicesHook(ModelHook):
         # name -> (owning module's tensor dict, attribute, its meta tensor): post_forward puts the
         # meta tensor back directly instead of building a new one every forward.
         self._meta_slots: dict[str, tuple[dict[str, Any], str, torch.Tensor]] = {}
+        # Offloaded bitsandbytes 8-bit weights: name -> (their layer, the key of their scales in
+        # weights_map, or None where the weights map holds them unquantized).
+        self._int8: dict[str, tuple[nn.Module, str | None]] | None = None
 
     def __repr__(self) -> str:
         return (
@@ -105,11 +109,27 @@ class AlignDevicesHook(ModelHook):
             )
         ]
 
+    def _int8_weights(self, module: nn.Module) -> dict[str, tuple[nn.Module, str | None]]:
+        # Found once per hook, like the names: most modules have none and pay one type check per tensor.
+        if self._int8 is None:
+            self._int8 = {}
+            params = dict(module.named_parameters(recurse=self.place_submodules))
+            names = [
+                n for n in self._offloaded(module) if n.endswith("weight") and is_int8_parameter(params.get(n))
+            ]
+            keys = set(self.weights_map or ()) if names else set()
+            for name in names:
+                layer = module.get_submodule(name.rpartition(".")[0]) if "." in name else module
+                scales = f"{name[: -len('weight')]}SCB"  # how bitsandbytes names them in a state dict
+                self._int8[name] = (layer, scales if scales in keys else None)
+        return self._int8
+
     def init_hook(self, module: nn.Module) -> nn.Module:
         # Listed afresh for the module this hook is attached to: a hook can be moved to another module
         # (transformers does so when it resizes embeddings), and the slots point into the old one.
         self._offload_names = None
         self._meta_slots = {}
+        self._int8 = None
         if self.execution_device is not None and torch.device(_as_device(self.execution_device)).type == "meta":
             # Nothing runs on meta; the module stays as it is (hooks on skeleton models).
             return module
@@ -147,13 +167,23 @@ class AlignDevicesHook(ModelHook):
                 raise RuntimeError(f"AlignDevicesHook on {type(module).__name__}: offload=True but no weights_map")
             device = self.execution_device if self.execution_device is not None else "cpu"
             self.tied_pointers_to_remove = set()
+            int8 = self._int8_weights(module)
             for name in self._offloaded(module):
                 value = self.weights_map[name]
                 if self.tied_params_map is not None:
                     pointer = value.data_ptr()
                     if pointer in self.tied_params_map and device not in self.tied_params_map[pointer]:
                         self.tied_pointers_to_remove.add((pointer, device))
-                set_module_tensor_to_device(module, name, device, value=value, tied_params_map=self.tied_params_map)
+                # An 8-bit weight offloaded quantized comes back with its per-row scales.
+                scales = int8[name][1] if name in int8 else None
+                set_module_tensor_to_device(
+                    module,
+                    name,
+                    device,
+                    value=value,
+                    tied_params_map=self.tied_params_map,
+                    fp16_statistics=None if scales is None else self.weights_map[scales],
+                )
         if self.execution_device is None:
             return args, kwargs
         return (
@@ -175,6 +205,11 @@ class AlignDevicesHook(ModelHook):
                 attr = name.rpartition(".")[2]
                 table = owner._buffers if attr in owner._buffers else owner._parameters
                 slots[name] = (table, attr, table[attr])  # type: ignore[assignment]
+            for layer, _ in self._int8_weights(module).values():
+                # bitsandbytes moves an 8-bit weight's values and scales onto the layer's state when it
+                # runs; dropped here, or the offloaded weight would stay in memory after all.
+                state: Any = layer.state
+                state.CB = state.SCB = None
             # Drop the copies this hook made for tied weights so their memory is released too.
             if self.tied_params_map is not None:
                 for pointer, device in self.tied_pointers_to_remove:

@@ -29,6 +29,7 @@ from accelerate.big_modeling.streaming import StoredWeight, iter_weights, open_w
 from accelerate.big_modeling.tensors import (
     DeviceLike,
     find_tied_parameters,
+    is_int8_parameter,
     named_module_tensors,
     retie_parameters,
     set_module_tensor_to_device,
@@ -151,7 +152,9 @@ def load_checkpoint_in_model(
             at the end, so a checkpoint larger than RAM can still be split across CPU and disk.
         offload_buffers: write the buffers of disk blocks to the offload folder too.
         keep_in_fp32_modules: module names whose weights stay float32 whatever ``dtype`` says.
-        offload_8bit_bnb: bitsandbytes 8-bit offload; not available (must be False).
+        offload_8bit_bnb: the weights of bitsandbytes 8-bit layers that go to the disk are quantized
+            first and written as int8 values with their per-row scales (``<layer>.SCB``), which the
+            offload hooks hand back to the layer on each forward.
         strict: raise if the checkpoint lacks weights of the model or has extra ones (otherwise
             they are logged).
         full_state_dict, broadcast_from_rank0: distributed loading of sharded (DTensor) models;
@@ -171,10 +174,6 @@ def load_checkpoint_in_model(
         ...     model = MyModel()
         >>> load_checkpoint_in_model(model, "ckpt/", device_map={"embed": "cpu", "blocks": "disk"}, offload_folder="off")
     """
-    if offload_8bit_bnb:
-        raise NotImplementedError(
-            "load_checkpoint_in_model(offload_8bit_bnb=True) needs bitsandbytes: not available"
-        )
     if broadcast_from_rank0:
         raise NotImplementedError(
             "load_checkpoint_in_model(broadcast_from_rank0=True) loads into sharded DTensor models: not available; "
@@ -232,6 +231,13 @@ def load_checkpoint_in_model(
                         else ("cpu" if current.device.type == "meta" else current.device)
                     )
                     if device == "disk" and (name not in buffers or offload_buffers):
+                        if offload_8bit_bnb and name.endswith(".weight") and is_int8_parameter(current):
+                            from accelerate.big_modeling.quantization.loading import quantize_and_offload_8bit
+
+                            folder: Any = offload_folder  # checked above: a disk map needs one
+                            value = weight.tensor(mapped=False)
+                            quantize_and_offload_8bit(model, value, name, target_dtype, folder, disk_index, None)
+                            continue
                         if in_place and (target_dtype in (None, weight.dtype) or not floating):
                             # A safetensors checkpoint is read where it is: the index points into the file,
                             # nothing is read or written (the checkpoint must stay in place while the model
@@ -372,6 +378,12 @@ def get_state_dict_from_offload(
         for name, tensor in named_module_tensors(module, recurse=whole, remove_non_persistent=True):
             full = f"{module_name}.{name}" if module_name else name
             state_dict[full] = tensor.detach().to("cpu").clone()
+            if name.endswith("weight") and is_int8_parameter(tensor):
+                # A bitsandbytes 8-bit weight keeps its scales beside it (weight.SCB), not as a tensor of
+                # the module; its layer's own state dict names them (``SCB``, ``weight_format``).
+                layer = module.get_submodule(name.rpartition(".")[0]) if "." in name else module
+                for key, value in layer.state_dict().items():
+                    state_dict.setdefault(f"{full[: -len('weight')]}{key}", value.detach().to("cpu").clone())
     return state_dict
 
 

@@ -51,7 +51,8 @@ def set_module_tensor_to_device(
             on the meta device now. Cast to the current dtype unless ``dtype`` is given (integer and bool
             values are never cast to ``dtype``).
         dtype: dtype for floating ``value``.
-        fp16_statistics: quantisation statistics (bitsandbytes); not supported, must be ``None``.
+        fp16_statistics: the per-row scales of a bitsandbytes 8-bit weight (its ``SCB``), given with
+            the int8 ``value`` of that weight: the layer computes with both.
         tied_params_map: copies already made per ``value`` data pointer and device; a tied weight
             reuses the copy instead of making a second one.
         non_blocking: asynchronous host-to-device copy.
@@ -62,14 +63,26 @@ def set_module_tensor_to_device(
         ...     layer = nn.Linear(2, 2)
         >>> set_module_tensor_to_device(layer, "weight", "cpu", value=torch.ones(2, 2))
     """
-    if fp16_statistics is not None:
-        raise NotImplementedError(
-            "set_module_tensor_to_device(fp16_statistics=...) is for bitsandbytes 8-bit weights, which are not "
-            "available; pass fp16_statistics=None."
-        )
     owner, name = _split(module, tensor_name)
+    if fp16_statistics is not None and not is_int8_parameter(owner._parameters.get(name)):
+        raise ValueError(
+            f"set_module_tensor_to_device(fp16_statistics=...): {tensor_name!r} of {type(owner).__name__} is not "
+            "the weight of a bitsandbytes 8-bit layer (an Int8Params), the only tensor that takes quantization "
+            "statistics; pass fp16_statistics=None."
+        )
     set_owned_tensor(
         owner, name, tensor_name, device, value, dtype, tied_params_map, non_blocking, clear_cache
+    )
+    if fp16_statistics is not None:
+        # The int8 values are the weight itself; the layer finds its scales beside them (bitsandbytes
+        # reads ``weight.SCB`` on the next forward).
+        owner._parameters[name].SCB = fp16_statistics.to(_torch_device(device))  # type: ignore[union-attr]
+
+
+def is_int8_parameter(tensor: torch.Tensor | None) -> bool:
+    """Whether ``tensor`` is bitsandbytes' ``Int8Params``, told by name (no bitsandbytes import here)."""
+    return any(
+        cls.__name__ == "Int8Params" and cls.__module__.startswith("bitsandbytes") for cls in type(tensor).__mro__
     )
 
 

@@ -1,12 +1,14 @@
 """``load_and_quantize_model``: a checkpoint loaded straight into bitsandbytes layers, then dispatched.
 
 The steps, each reusing big_modeling: pick the layers to leave alone (the head, tied weights,
-``skip_modules``, ``keep_in_fp32_modules``, and what the device map sends to the disk); swap the
-other linears for bitsandbytes layers while the model is still empty; size a device map with the
-quantized sizes (``infer_auto_device_map``); stream the checkpoint in with
-``load_checkpoint_in_model`` (each weight is quantized as it lands: bitsandbytes' parameters
-quantize in ``.to()``, so peak memory stays one fp weight above the quantized model); and place
-the result with ``dispatch_model``.
+``skip_modules``, ``keep_in_fp32_modules``, and the offloaded blocks bitsandbytes cannot run
+quantized: see :func:`offloaded_kept_unquantized`); swap the other linears for bitsandbytes layers
+while the model is still empty; size a device map with the quantized sizes
+(``infer_auto_device_map``); stream the checkpoint in with ``load_checkpoint_in_model`` (each
+weight is quantized as it lands: bitsandbytes' parameters quantize in ``.to()``, so peak memory
+stays one fp weight above the quantized model; 8-bit weights bound for the disk are quantized and
+written with their scales); and place the result with ``dispatch_model``, whose offload hooks read
+8-bit weights and scales back for each forward.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from torch import nn
 from accelerate.big_modeling.device_map import device_of
 from accelerate.big_modeling.quantization.config import BnbQuantizationConfig
 from accelerate.big_modeling.quantization.layers import (
+    _is_bnb_layer,
     cast_unquantized,
     get_keys_to_not_convert,
     import_bitsandbytes,
@@ -47,12 +50,28 @@ def _is_accelerator(device: DeviceLike) -> bool:
     return str(device) not in ("cpu", "disk", "meta")
 
 
-def _left_unquantized_by_map(device_map: Mapping[str, DeviceLike]) -> list[str]:
-    """Blocks a device map keeps in full precision: those on the disk (offloaded weights are reloaded
-    per forward as plain tensors), and those on the CPU when accelerators run the rest (their
-    weights would be copied to the accelerator per forward)."""
-    offloaded = ("cpu", "disk") if any(_is_accelerator(d) for d in device_map.values()) else ("disk",)
-    return [name for name, device in device_map.items() if str(device) in offloaded]
+def offloaded_kept_unquantized(
+    config: BnbQuantizationConfig, device_map: Mapping[str, DeviceLike]
+) -> set[str]:
+    """The offload targets ("cpu", "disk") whose blocks stay in ``torch_dtype`` instead of being quantized.
+
+    8-bit weights go to the disk quantized: int8 values and per-row scales are written to the
+    offload folder and handed back to the layer per forward. 4-bit weights carry a quantization
+    state that is not written to an offload folder, so 4-bit blocks on the disk stay unquantized.
+    Blocks on the CPU while accelerators run the rest are copied to the accelerator per forward;
+    that path is kept unquantized for both widths (it is not exercised without a GPU).
+    """
+    kept = set() if config.load_in_8bit else {"disk"}
+    if any(_is_accelerator(d) for d in device_map.values()):
+        kept.add("cpu")
+    return kept
+
+
+def _left_unquantized_by_map(
+    config: BnbQuantizationConfig, device_map: Mapping[str, DeviceLike]
+) -> list[str]:
+    kept = offloaded_kept_unquantized(config, device_map)
+    return [name for name, device in device_map.items() if str(device) in kept]
 
 
 def get_quantized_model_device_map(
@@ -74,8 +93,9 @@ def get_quantized_model_device_map(
         max_memory, no_split_module_classes: as for ``infer_auto_device_map``.
 
     Raises:
-        ValueError: an unknown mode, or a quantized layer sent to the disk (or to the CPU while
-            accelerators run the rest): bitsandbytes layers run where they are loaded.
+        ValueError: an unknown mode, or a quantized layer sent where it cannot run quantized: a
+            4-bit layer to the disk, or any quantized layer to the CPU while accelerators run the
+            rest (8-bit layers may go to the disk).
     """
     from accelerate.big_modeling.budgets import get_balanced_memory
     from accelerate.big_modeling.device_map import infer_auto_device_map
@@ -111,16 +131,24 @@ def get_quantized_model_device_map(
             special_dtypes=special,
         )
     device_map = dict(device_map)
-    offloaded = {"cpu", "disk"} if any(_is_accelerator(d) for d in device_map.values()) else {"disk"}
+    kept = offloaded_kept_unquantized(config, device_map)
     misplaced = [
-        name for name in quantized_module_names(model) if str(device_of(f"{name}.weight", device_map)) in offloaded
+        name for name in quantized_module_names(model) if str(device_of(f"{name}.weight", device_map)) in kept
     ]
     if misplaced:
+        width = "8-bit" if config.load_in_8bit else "4-bit"
+        places = sorted({str(device_of(f"{n}.weight", device_map)) for n in misplaced})
+        why = (
+            "4-bit weights cannot be written to an offload folder and read back (their quantization state is not "
+            "serialized there)"
+            if places == ["disk"]
+            else "quantized layers are not copied from the CPU to the accelerator per forward"
+        )
+        eight = "; or use load_in_8bit=True, whose layers can be offloaded to the disk" if places == ["disk"] else ""
         raise ValueError(
-            f"The device map sends the quantized layers {misplaced[:10]} to "
-            f"{sorted({str(device_of(f'{n}.weight', device_map)) for n in misplaced})}: bitsandbytes layers run "
-            "where they are loaded and cannot be offloaded. Give the quantized layers more room with max_memory, "
-            "or keep them unquantized with BnbQuantizationConfig(skip_modules=[...])."
+            f"The device map sends the {width} layers {misplaced[:10]} to {places}: {why}. Give them more room with "
+            "max_memory; or pass a dict device_map, whose offloaded blocks stay unquantized in torch_dtype; or keep "
+            f"them unquantized with BnbQuantizationConfig(skip_modules=[...]){eight}."
         )
     return device_map
 
@@ -142,9 +170,11 @@ def load_and_quantize_model(
             model with its weights (quantized in place; ``weights_location`` then optional).
         bnb_quantization_config: a :class:`BnbQuantizationConfig`.
         weights_location: a ``.safetensors`` / ``.bin`` file, a shard index, or a folder holding them.
-        device_map: a dict (module name -> device; blocks on ``"disk"`` stay unquantized and are
-            offloaded to ``offload_folder``), "auto" / "balanced" / "balanced_low_0" / "sequential",
-            or None (everything on the current GPU, or on the CPU without one).
+        device_map: a dict (module name -> device), "auto" / "balanced" / "balanced_low_0" /
+            "sequential", or None (everything on the current GPU, or on the CPU without one). Blocks
+            on ``"disk"`` go to ``offload_folder``: 8-bit layers quantized (int8 values and their
+            scales, read back per forward), 4-bit ones unquantized in ``torch_dtype`` (a dict map
+            only; an inferred map that needs the disk is refused for 4-bit).
         no_split_module_classes, max_memory: for inferring the device map.
         offload_folder: where disk-offloaded weights go.
         offload_state_dict: park CPU weights on disk while loading (see ``load_checkpoint_in_model``).
@@ -156,8 +186,9 @@ def load_and_quantize_model(
     Raises:
         ImportError: bitsandbytes missing or too old (names the pip command).
         TypeError: ``bnb_quantization_config`` is not a ``BnbQuantizationConfig``.
-        ValueError: an empty model without ``weights_location``; a device map that offloads
-            quantized layers; a checkpoint that does not fit the model.
+        ValueError: an empty model without ``weights_location``; a device map that sends quantized
+            layers where they cannot run (4-bit layers to the disk, any to the CPU beside
+            accelerators); a checkpoint that does not fit the model.
 
     Example:
         >>> with init_empty_weights():
@@ -188,7 +219,7 @@ def load_and_quantize_model(
     keep_in_fp32 = [*(config.keep_in_fp32_modules or ()), *(getattr(model, "_keep_in_fp32_modules", None) or ())]
     skip = list(config.skip_modules) if config.skip_modules is not None else get_keys_to_not_convert(model)
     if isinstance(device_map, Mapping):
-        skip += _left_unquantized_by_map(device_map)
+        skip += _left_unquantized_by_map(config, device_map)
     replace_with_bnb_layers(model, config, modules_to_not_convert=[*skip, *keep_in_fp32])
     model.is_loaded_in_8bit = config.load_in_8bit  # type: ignore[assignment]
     model.is_loaded_in_4bit = config.load_in_4bit  # type: ignore[assignment]
@@ -203,11 +234,14 @@ def load_and_quantize_model(
             dtype=config.torch_dtype,
             offload_state_dict=offload_state_dict,
             keep_in_fp32_modules=keep_in_fp32,
+            offload_8bit_bnb=config.load_in_8bit,
         )
     else:
         cast_unquantized(model, config.torch_dtype, keep_in_fp32)
         for name in quantized_module_names(model):
             device = device_of(f"{name}.weight", device_map)
+            # Quantized here; a disk block's int8 weights and scales are written by dispatch_model.
+            device = "cpu" if str(device) == "disk" else device
             model.get_submodule(name).to(f"cuda:{device}" if isinstance(device, int) else device)  # quantizes
     return dispatch_model(model, device_map=device_map, offload_dir=offload_folder)
 
@@ -231,7 +265,7 @@ def quantize_and_offload_8bit(
     from accelerate.big_modeling.offload import offload_weight
 
     owner = model.get_submodule(param_name.rpartition(".")[0]) if "." in param_name else model
-    is_8bit_weight = param_name.endswith("weight") and type(owner).__name__ == "Linear8bitLt"
+    is_8bit_weight = param_name.endswith("weight") and _is_bnb_layer(owner, "Linear8bitLt")
     scales_name = f"{param_name.rpartition('.')[0]}.SCB" if "." in param_name else "SCB"
     if fp16_statistics is not None:
         offload_weight(param, param_name, offload_folder, index=offload_index)
