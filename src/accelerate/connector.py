@@ -135,7 +135,7 @@ def connect(
         partial.device,
         autocast_kwargs=handlers.get(AutocastKwargs),
         scaler_kwargs=handlers.get(GradScalerKwargs),
-        fp8=resolve_fp8(mode, fp8_recipes, launch),
+        fp8=resolve_fp8(mode, fp8_recipes, launch, deepspeed=bool(ds_plugins)),
     )
     ddp_handler = handlers.get(DistributedDataParallelKwargs)
     fsdp_plugin = resolve_fsdp_plugin(fsdp_plugin, ds_plugins or deepspeed_plugin)

@@ -34,6 +34,11 @@ def test_only_fp8_resolves_and_one_recipe_at_most() -> None:
         resolve_fp8("fp8", [], LaunchEnv(fp8_backend="XLA"))
 
 
+def test_fp8_with_deepspeed_is_named() -> None:
+    with pytest.raises(ValueError, match="with DeepSpeed is not supported.*DDP or FSDP2"):
+        resolve_fp8("fp8", [AORecipeKwargs()], LaunchEnv(), deepspeed=True)
+
+
 def test_the_launchers_settings_build_the_recipe() -> None:
     setup = resolve_fp8("fp8", [], LaunchEnv(fp8_backend="ao", fp8_enable_fsdp_float8_all_gather=False))
     assert setup is not None and setup.backend is FP8BackendType.AO and setup.given is None

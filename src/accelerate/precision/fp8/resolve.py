@@ -126,13 +126,16 @@ def _backend_of(recipe: Any) -> FP8BackendType:
     return FP8BackendType(backend)
 
 
-def resolve_fp8(mode: str, recipes: Sequence[Any], launch: Any) -> Fp8Setup | None:
+def resolve_fp8(
+    mode: str, recipes: Sequence[Any], launch: Any, *, deepspeed: bool = False
+) -> Fp8Setup | None:
     """The fp8 set-up of a run in ``mode`` (None unless ``mode`` is ``"fp8"``), or a named error.
 
     Args:
         mode: the resolved mixed-precision mode.
         recipes: the fp8 recipes among ``Accelerator(kwargs_handlers=...)`` (see :func:`split_recipes`).
         launch: the launcher's variables (``accelerate.config.env.LaunchEnv``).
+        deepspeed: the run uses DeepSpeed, whose engine builds the model's wrapper itself.
     """
     if len(recipes) > 1:
         names = ", ".join(type(r).__name__ for r in recipes)
@@ -158,6 +161,13 @@ def resolve_fp8(mode: str, recipes: Sequence[Any], launch: Any) -> Fp8Setup | No
         backend = FP8BackendType(named) if named and named != "NO" else _auto_backend()
         where = f"fp8_backend={backend.value} from the launcher" if named else "mixed_precision='fp8'"
         recipe = _from_launch(backend, launch)
+    if deepspeed:
+        # DeepSpeed's engine wraps and steps the model itself; no fp8 conversion is wired into it here.
+        raise ValueError(
+            f"mixed_precision='fp8' ({where}, fp8_backend={backend.value}) with DeepSpeed is not supported in "
+            "this accelerate: train fp8 with DDP or FSDP2 (fsdp_plugin=...), or keep DeepSpeed with "
+            "mixed_precision='bf16'."
+        )
     if backend is FP8BackendType.TE:
         te.require_transformer_engine(where)
     elif backend is FP8BackendType.MSAMP:
