@@ -21,14 +21,17 @@ def require_msamp(where: str) -> None:
 def initialize_together(objects: list[Any], opt_level: str, device: torch.device) -> list[Any]:
     """``objects`` with its one model and one optimizer replaced by MS-AMP's fp8 versions.
 
-    Raises ``ValueError`` unless exactly one model and one optimizer are among them (MS-AMP
-    converts a pair; prepare them in the same ``prepare()`` call).
+    A call with neither (a dataloader alone) comes back as it is; otherwise raises ``ValueError``
+    unless exactly one model and one optimizer are among them (MS-AMP converts a pair; prepare them
+    in the same ``prepare()`` call).
     """
+    models = [i for i, obj in enumerate(objects) if isinstance(obj, torch.nn.Module)]
+    optimizers = [i for i, obj in enumerate(objects) if isinstance(obj, torch.optim.Optimizer)]
+    if not models and not optimizers:
+        return objects
     require_msamp("prepare()")
     import msamp  # type: ignore[import-not-found]  # optional, GPU-only; no stubs
 
-    models = [i for i, obj in enumerate(objects) if isinstance(obj, torch.nn.Module)]
-    optimizers = [i for i, obj in enumerate(objects) if isinstance(obj, torch.optim.Optimizer)]
     if len(models) != 1 or len(optimizers) != 1:
         raise ValueError(
             f"fp8 with MS-AMP converts one model and its optimizer together: pass both to one prepare() "
