@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from accelerate import Accelerator
+from accelerate.precision.fp8.recipes import FP8BackendType
 from accelerate.utils.dataclasses import DataLoaderConfiguration, GradScalerKwargs
-from accelerate.utils.hardware_dataclasses import FP8BackendType
 from tests.helpers.pool import WorkerPool
 
 

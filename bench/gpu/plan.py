@@ -65,8 +65,8 @@ AREAS: tuple[Area, ...] = (
         "tests/backends/test_cuda_fsdp.py",
         "tests/backends/test_fsdp_launch.py::test_cpu_offload_is_accepted_on_a_gpu",
     ), cap_s=60),
-    Area("fp8", "fp8 (torchao) where supported", (
-        "tests/precision/test_cuda_fp8.py",
+    Area("fp8", "fp8: torchao float8 matmuls; Transformer Engine / MS-AMP where installed", (
+        "tests/precision/fp8/test_cuda_fp8.py",
     ), cap_s=30, optional=True),
     Area("watchdog", "hang watchdog + NCCL flight recorder, one process", (
         "tests/diagnostics/test_cuda_watchdog.py",

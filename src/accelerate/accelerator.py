@@ -180,6 +180,8 @@ class Accelerator(AcceleratorCheckpoints, AcceleratorFacts):
                 )
             place = False
         place = check_quantized_placement(model, self.device, place)  # bitsandbytes models stay where loaded
+        # fp8: the library's layers go in before any wrapper (FSDP2 then shards the float8 linears).
+        model = self.precision.convert_model(model, sharded=bool(self.state.is_fsdp2))
         self.precision.check_model(model)
         if self.dynamo_plugin.enabled and self.dynamo_plugin.use_regional_compilation:
             # Before the forward wrapper and DDP: both then wrap the compiled copy (see compile_regions).

@@ -17,10 +17,10 @@ from accelerate.utils.lomo import is_lomo_optimizer, lomo_backward
 if TYPE_CHECKING:
     from accelerate.optimizer import AcceleratedOptimizer
     from accelerate.precision.amp import Precision
+    from accelerate.precision.fp8.recipes import FP8BackendType
     from accelerate.state import AcceleratorState, GradientState, PartialState
     from accelerate.state.trigger import ProcessTrigger
     from accelerate.utils.dataclasses import DataLoaderConfiguration, ProjectConfiguration
-    from accelerate.utils.hardware_dataclasses import FP8BackendType
 
 
 class AcceleratorFacts:
@@ -215,20 +215,51 @@ class AcceleratorFacts:
         """The :meth:`set_trigger` flag of this process (None when not set)."""
         return self._trigger.flag_tensor
 
-    # ------------------------------------------------------------------ fp8 (not available here) and LOMO
-    fp8_enabled = False
-    has_fp8_handler = False
+    # ------------------------------------------------------------------ fp8 (precision/fp8) and LOMO
+    # Transformer Engine's fp8 autocast wraps the forward at prepare() here, never later.
     delayed_fp8_autocast = False
-    fp8_recipe_handler: Any = None
-    te_recipe_handler: Any = None
-    msamp_recipe_handler: Any = None
-    ao_recipe_handler: Any = None
+
+    @property
+    def fp8_enabled(self) -> bool:
+        """Whether this run trains in fp8 (``mixed_precision="fp8"``)."""
+        return self.precision.fp8 is not None
 
     @property
     def fp8_backend(self) -> FP8BackendType:
-        from accelerate.utils.hardware_dataclasses import FP8BackendType  # many dataclasses: not at start-up
+        """The fp8 library in use: ``AO`` (torchao), ``TE``, ``MSAMP``; ``NO`` without fp8."""
+        from accelerate.precision.fp8.recipes import FP8BackendType  # many dataclasses: not at start-up
 
-        return FP8BackendType.NO
+        fp8 = self.precision.fp8
+        return FP8BackendType.NO if fp8 is None else fp8.backend
+
+    @property
+    def has_fp8_handler(self) -> bool:
+        """Whether the script passed an fp8 recipe in ``kwargs_handlers``."""
+        return self.precision.fp8 is not None and self.precision.fp8.given is not None
+
+    def _fp8_recipe(self, kind: str) -> Any:
+        fp8 = self.precision.fp8
+        if fp8 is None:
+            return None
+        if kind == "fp8":  # upstream's older FP8RecipeKwargs, only when the script passed one
+            return fp8.given if type(fp8.given).__name__ == "FP8RecipeKwargs" else None
+        return fp8.recipe if fp8.backend.value == kind else None
+
+    @property
+    def fp8_recipe_handler(self) -> Any:
+        return self._fp8_recipe("fp8")
+
+    @property
+    def te_recipe_handler(self) -> Any:
+        return self._fp8_recipe("TE")
+
+    @property
+    def msamp_recipe_handler(self) -> Any:
+        return self._fp8_recipe("MSAMP")
+
+    @property
+    def ao_recipe_handler(self) -> Any:
+        return self._fp8_recipe("AO")
 
     @property
     def has_lomo_optimizer(self) -> bool:

@@ -27,6 +27,7 @@ from accelerate.backends.resolve import (
 )
 from accelerate.config.env import LaunchEnv, read_launch_env
 from accelerate.precision.amp import Precision
+from accelerate.precision.fp8.resolve import resolve_fp8, split_recipes
 from accelerate.state import AcceleratorState, GradientState, PartialState
 from accelerate.state.accelerator_state import record_run
 from accelerate.state.parallelism import device_mesh_for
@@ -106,6 +107,8 @@ def connect(
     )
     trackers = _trackers(log_with)
     project = _project(project_dir, project_config)
+    # fp8 recipes (AORecipeKwargs, ...) configure the precision, not a torch object: resolved below.
+    fp8_recipes, kwargs_handlers = split_recipes(kwargs_handlers)
     handlers = collect_kwargs_handlers(kwargs_handlers)
     pg: InitProcessGroupKwargs | None = handlers.get(InitProcessGroupKwargs)
     partial = _partial_state(cpu, pg)
@@ -132,6 +135,7 @@ def connect(
         partial.device,
         autocast_kwargs=handlers.get(AutocastKwargs),
         scaler_kwargs=handlers.get(GradScalerKwargs),
+        fp8=resolve_fp8(mode, fp8_recipes, launch, deepspeed=bool(ds_plugins)),
     )
     ddp_handler = handlers.get(DistributedDataParallelKwargs)
     fsdp_plugin = resolve_fsdp_plugin(fsdp_plugin, ds_plugins or deepspeed_plugin)

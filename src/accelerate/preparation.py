@@ -64,9 +64,10 @@ def remap_optimizer_params(optimizer: torch.optim.Optimizer, mapping: dict[int, 
 
 
 def prepare_all(accelerator: Accelerator, objects: list[Any], placements: list[bool | None]) -> list[Any]:
-    results: list[Any] = list(objects)
     for position, obj in enumerate(objects, start=1):
         check_not_a_class(obj, f"prepare() argument {position}")
+    objects = accelerator.precision.prepare_jointly(objects)  # fp8 with MS-AMP: model and optimizer together
+    results: list[Any] = list(objects)
     if accelerator.strategy.prepares_jointly:  # DeepSpeed: one engine from model, optimizer, scheduler
         joint = accelerator.strategy.prepare_jointly(accelerator, objects, placements, accelerator._prepared)
         accelerator._register_prepared(

@@ -115,7 +115,7 @@ def test_a_tuning_flag_names_the_switch_that_is_off() -> None:
     [
         (["--use_deepspeed", "--deepspeed_hostfile", "h"], ["--deepspeed_hostfile", "multi-machine launcher"]),
         (["--tpu"], ["--tpu", "torch_xla, which is not installed here", "pip install torch_xla"]),
-        (["--fp8_backend", "te"], ["--fp8_backend", "needs an fp8-capable GPU"]),
+        (["--mixed_precision", "fp8", "--fp8_backend", "te"], ["fp8_backend=TE", "transformer-engine", "--fp8_backend AO"]),
         (["--use_megatron_lm"], ["--use_megatron_lm", "needs NVIDIA GPUs and the megatron-core package"]),
         (["--aws_access_key_id", "k"], ["--aws_access_key_id", "SageMaker"]),
     ],

@@ -13,7 +13,6 @@ from accelerate.utils.dataclasses import (
     PrecisionType,
     check_mixed_precision,
 )
-from accelerate.utils.errors import NotAvailableYetError
 
 
 def test_the_public_faces_are_the_one_enum() -> None:
@@ -23,7 +22,7 @@ def test_the_public_faces_are_the_one_enum() -> None:
     assert accelerate.state.PrecisionType is PrecisionType
     assert accelerate.utils.PrecisionType is PrecisionType
     assert MIXED_PRECISION_MODES == ("no", "fp16", "bf16", "fp8")
-    assert AVAILABLE_MIXED_PRECISION_MODES == ("no", "fp16", "bf16")
+    assert AVAILABLE_MIXED_PRECISION_MODES == ("no", "fp16", "bf16", "fp8")
 
 
 @pytest.mark.parametrize("value", ["no", "FP16", "bf16", PrecisionType.BF16, None])
@@ -31,9 +30,8 @@ def test_check_accepts_every_available_spelling(value: object) -> None:
     assert check_mixed_precision(value) == ("no" if value is None else str(value).lower())
 
 
-def test_check_refuses_fp8_as_not_available_and_others_as_unknown() -> None:
-    with pytest.raises(NotAvailableYetError, match="where: fp8 mixed precision is not available"):
-        check_mixed_precision(PrecisionType.FP8, origin="where")
+def test_check_accepts_fp8_and_refuses_others_as_unknown() -> None:
+    assert check_mixed_precision(PrecisionType.FP8, origin="where") == "fp8"
     with pytest.raises(
         ValueError, match="where: 'fp32' is not a mixed-precision mode; use one of 'no', 'fp16'"
     ):
@@ -73,10 +71,12 @@ def test_one_mode_to_dtype_table_for_autocast_and_the_fsdp_policy() -> None:
     from accelerate.precision.amp import Precision
     from accelerate.utils.dataclasses import mixed_precision_dtype
 
-    expected = {"no": None, "fp16": torch.float16, "bf16": torch.bfloat16}
+    # fp8 keeps fp32 parameters (its layers cast themselves); its autocast is bf16, as upstream's.
+    expected = {"no": None, "fp16": torch.float16, "bf16": torch.bfloat16, "fp8": None}
     assert {mode: mixed_precision_dtype(mode) for mode in AVAILABLE_MIXED_PRECISION_MODES} == expected
     for mode in ("no", "bf16"):  # fp16 on CPU works too, but builds a GradScaler this check does not need
         assert Precision(mode, torch.device("cpu")).dtype == expected[mode]
+    assert Precision("fp8", torch.device("cpu")).dtype == torch.bfloat16
     plugin = FullyShardedDataParallelPlugin(fsdp_version=2)
     plugin.set_mixed_precision(PrecisionType.BF16)
     assert plugin.mixed_precision_policy.param_dtype == torch.bfloat16

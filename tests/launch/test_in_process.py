@@ -100,10 +100,6 @@ def test_bad_arguments_fail_through_the_launch_checks() -> None:
     # The same checks (and LaunchError, a ValueError) as `accelerate launch`, naming the argument.
     with pytest.raises(LaunchError, match=r"notebook_launcher\(mixed_precision=...\).*'fp32' is not a mixed"):
         notebook_launcher(train, ("unused",), mixed_precision="fp32")
-    with pytest.raises(
-        LaunchError, match=r"fp8 \(from notebook_launcher\(mixed_precision=...\)\).*not available"
-    ):
-        notebook_launcher(train, ("unused",), mixed_precision="fp8")
     with pytest.raises(ValueError, match=r"num_processes=0 \(from debug_launcher\(num_processes=...\)\)"):
         debug_launcher(train, num_processes=0)
 

@@ -1,4 +1,5 @@
-"""fp8 / bitsandbytes / Megatron-LM configurations: built like any config; fp8 and Megatron-LM refused when used."""
+"""fp8 / bitsandbytes / Megatron-LM configurations: built like any config; Megatron-LM refused when used,
+fp8's Transformer Engine and MS-AMP recipes refused where their package or an fp8 GPU is missing."""
 
 from __future__ import annotations
 
@@ -26,10 +27,12 @@ HANDLERS = [TERecipeKwargs, MSAMPRecipeKwargs, AORecipeKwargs, FP8RecipeKwargs]
 
 
 def test_public_home_reexports_the_same_objects() -> None:
+    from accelerate.precision.fp8 import recipes as fp8_home
     from accelerate.utils import hardware_dataclasses as home
 
-    for name in ("TERecipeKwargs", "MegatronLMPlugin", "FP8Format", "OptLevel"):
-        assert getattr(public, name) is getattr(home, name)
+    assert public.MegatronLMPlugin is home.MegatronLMPlugin
+    for name in ("TERecipeKwargs", "AORecipeKwargs", "FP8BackendType", "FP8Format", "OptLevel"):
+        assert getattr(public, name) is getattr(fp8_home, name)
     from accelerate.big_modeling.quantization import config as bnb_home
 
     assert public.BnbQuantizationConfig is bnb_home.BnbQuantizationConfig
@@ -102,11 +105,19 @@ def test_megatron_parser_registry() -> None:
 
 
 @pytest.mark.parametrize("handler", HANDLERS, ids=lambda h: h.__name__)
-def test_accelerator_refuses_hardware_only_kwargs_handlers(handler: type) -> None:
-    with pytest.raises(NotAvailableYetError) as info:
+def test_fp8_recipe_without_fp8_mixed_precision_is_named(handler: type) -> None:
+    with pytest.raises(ValueError, match=f"{handler.__name__}, an fp8 recipe, but mixed_precision is 'no'"):
         Accelerator(cpu=True, kwargs_handlers=[handler()])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without an fp8 GPU")
+@pytest.mark.parametrize("handler", [TERecipeKwargs, MSAMPRecipeKwargs, FP8RecipeKwargs], ids=lambda h: h.__name__)
+def test_gpu_only_fp8_recipes_name_what_is_missing_and_the_torchao_way(handler: type) -> None:
+    with pytest.raises(NotAvailableYetError) as info:
+        Accelerator(cpu=True, mixed_precision="fp8", kwargs_handlers=[handler()])
     message = str(info.value)
     assert "kwargs_handlers" in message and handler.__name__ in message and "fp8" in message
+    assert "NVIDIA GPU with fp8 support" in message and "fp8_backend='AO'" in message
 
 
 def test_accelerator_refuses_a_megatron_plugin() -> None:

@@ -21,16 +21,10 @@ from accelerate.utils.errors import NotAvailableYetError, hardware_only, require
 
 FACE_MODULES = [
     "accelerate.backends.megatron_lm",
-    "accelerate.utils.transformer_engine",
-    "accelerate.utils.ao",
     "accelerate.utils.hardware_dataclasses",
 ]
 # Functions in those modules that work here, and are therefore not faces.
 ANSWERS_HERE = {
-    "accelerate.utils.transformer_engine": {"has_transformer_engine_layers"},
-    "accelerate.utils.ao": {
-        "has_ao_layers", "find_first_last_linear_layers", "filter_linear_layers", "filter_first_and_last_linear_layers",
-    },
     "accelerate.utils.hardware_dataclasses": {"add_model_config_to_megatron_parser"},
 }  # fmt: skip
 

@@ -95,8 +95,9 @@ def _flag_kwargs() -> dict[str, dict[str, Any]]:
     out["fp8_amax_compute_algo"] = {"type": str, "choices": ("max", "most_recent")}
     out["fp8_opt_level"] = {"type": str, "choices": ("O1", "O2")}
     out["fp8_override_linear_precision"] = {"type": str, "metavar": "(BOOL,BOOL,BOOL)"}
-    out["fp8_enable_fsdp_float8_all_gather"] = {"type": _bool}
-    out["fp8_pad_inner_dim"] = {"type": _bool}
+    # Text, read as a boolean by the plan: a False here would read as "not given" (flags_of).
+    out["fp8_enable_fsdp_float8_all_gather"] = {"metavar": "BOOL"}
+    out["fp8_pad_inner_dim"] = {"metavar": "BOOL"}
     return out
 
 
@@ -213,6 +214,11 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
     for name, (kwargs, text) in DEEPSPEED_SETTINGS.items():
         flag(name, help=text, **kwargs)
 
+    group = parser.add_argument_group("fp8 training (with --mixed_precision fp8)")
+    from accelerate.launch.fp8 import FLAG_HELP as FP8_HELP
+
+    for name, kwargs in FP8_FLAG_KWARGS.items():
+        flag(name, help=FP8_HELP[name], **kwargs)
     group = parser.add_argument_group("N-D parallelism (ParallelismConfig: data, tensor, context, sequence)")
     for name, (kwargs, text) in PARALLELISM_FLAGS.items():
         flag(name, help=text, **kwargs)
@@ -229,6 +235,8 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
 REFUSED_FLAGS.update(_flag_kwargs())
 # FSDP runs (on FSDP2): its flags leave the refused table for their own group.
 FSDP_FLAG_KWARGS = {name: REFUSED_FLAGS.pop(name) for name in ("use_fsdp", *FSDP_FLAGS, "fsdp_min_num_params", "fsdp_version")}
+# fp8 runs (torchao anywhere; Transformer Engine / MS-AMP on fp8 GPUs): its flags get their own group too.
+FP8_FLAG_KWARGS = {name: REFUSED_FLAGS.pop(name) for name in list(REFUSED_FLAGS) if name.startswith("fp8_")}
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -263,7 +271,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def flags_of(args: argparse.Namespace) -> dict[str, Any]:
     """The setting flags the user gave (store_true switches that were not given count as not given)."""
     out: dict[str, Any] = {}
-    for name in (*SETTING_FLAGS, *DEEPSPEED_SETTINGS, *PARALLELISM_FLAGS, *REFUSED_FLAGS, *FSDP_FLAG_KWARGS):
+    for name in (*SETTING_FLAGS, *DEEPSPEED_SETTINGS, *PARALLELISM_FLAGS, *REFUSED_FLAGS, *FSDP_FLAG_KWARGS,
+                 *FP8_FLAG_KWARGS):  # fmt: skip
         value = getattr(args, name, None)
         if value is not None and value is not False:
             out[name] = value

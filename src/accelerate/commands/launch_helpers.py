@@ -7,8 +7,8 @@ command (``utils.launch`` re-exports them lazily; utils may not import the CLI).
 ``accelerate.commands.launch.launch_command_parser()`` parses and return what ``accelerate launch``
 would run: they build the same launch plan (``accelerate.launch.plan``), so nothing is decided twice.
 ``PrepareForLaunch`` sets a started process's rank variables, then calls the function.
-``prepare_tpu`` adds torch_xla's bf16 switch; TPU pod, SageMaker and fp8 set-up raise the one
-"not available" error.
+``prepare_tpu`` adds torch_xla's bf16 switch; ``setup_fp8_env`` writes the ``ACCELERATE_FP8_*``
+variables; TPU pod and SageMaker set-up raise the one "not available" error.
 """
 
 from __future__ import annotations
@@ -113,8 +113,14 @@ def prepare_tpu(
 def prepare_sagemager_args_inputs(sagemaker_config: Any, args: argparse.Namespace) -> Any: ...
 
 
-@hardware_only("fp8 training", "an NVIDIA GPU with fp8 support and transformer-engine, msamp or torchao")
-def setup_fp8_env(args: argparse.Namespace, current_env: dict[str, str]) -> Any: ...
+def setup_fp8_env(args: argparse.Namespace, current_env: dict[str, str]) -> dict[str, str]:
+    """``current_env`` with an ``ACCELERATE_FP8_*`` variable for each ``fp8_*`` argument that is set
+    (upstream's names; ``fp8_backend`` upper-cased), as the launcher writes them for an fp8 run."""
+    for name, value in vars(args).items():
+        if name.startswith("fp8_") and value is not None:
+            text = str(value).upper() if name == "fp8_backend" else str(value)
+            current_env[f"ACCELERATE_{name.upper()}"] = text
+    return current_env
 
 
 class PrepareForLaunch:

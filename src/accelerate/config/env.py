@@ -84,6 +84,19 @@ ENV_CONTRACT: tuple[EnvVar, ...] = (
     EnvVar("ACCELERATE_DEEPSPEED_ZERO3_INIT", "zero3_init_flag", "bool", "build models partitioned (ZeRO-3)"),
     EnvVar("ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL", "zero3_save_16bit_model", "bool", "gather weights on save"),
     EnvVar("ACCELERATE_DEEPSPEED_MOE_LAYER_CLS_NAMES", "deepspeed_moe_layer_cls_names", "str", "MoE layer classes"),
+    # fp8 (--fp8_backend and the other --fp8_* flags, a config file's fp8_config section): upstream's
+    # names. The children build their fp8 recipe from these when the script passes none.
+    EnvVar("ACCELERATE_FP8_BACKEND", "fp8_backend", "str", "fp8 library: AO (torchao) | TE | MSAMP"),
+    EnvVar("ACCELERATE_FP8_PAD_INNER_DIM", "fp8_pad_inner_dim", "bool", "torchao: pad matmul sizes to multiples of 16"),
+    EnvVar("ACCELERATE_FP8_ENABLE_FSDP_FLOAT8_ALL_GATHER", "fp8_enable_fsdp_float8_all_gather", "bool", "torchao: all-gather FSDP2 weights in float8"),
+    EnvVar("ACCELERATE_FP8_FORMAT", "fp8_format", "str", "Transformer Engine: HYBRID | E4M3 | E5M2"),
+    EnvVar("ACCELERATE_FP8_MARGIN", "fp8_margin", "int", "Transformer Engine: scaling-factor margin"),
+    EnvVar("ACCELERATE_FP8_INTERVAL", "fp8_interval", "int", "Transformer Engine: steps between scaling-factor updates"),
+    EnvVar("ACCELERATE_FP8_AMAX_HISTORY_LEN", "fp8_amax_history_len", "int", "Transformer Engine: amax history length"),
+    EnvVar("ACCELERATE_FP8_AMAX_COMPUTE_ALGO", "fp8_amax_compute_algo", "str", "Transformer Engine: max | most_recent"),
+    EnvVar("ACCELERATE_FP8_OVERRIDE_LINEAR_PRECISION", "fp8_override_linear_precision", "str", "Transformer Engine: (fprop, dgrad, wgrad) in high precision"),
+    EnvVar("ACCELERATE_FP8_USE_AUTOCAST_DURING_EVAL", "fp8_use_autocast_during_eval", "bool", "Transformer Engine: fp8 in eval mode too"),
+    EnvVar("ACCELERATE_FP8_OPT_LEVEL", "fp8_opt_level", "str", "MS-AMP: O1 | O2"),
     # N-D parallelism (--use_parallelism_config, a config file's parallelism_config section): the
     # children build their ParallelismConfig from these when the script passes none. Upstream's
     # names (no ACCELERATE_ prefix), so scripts and tools that set them by hand keep working.
@@ -145,6 +158,17 @@ class LaunchEnv:
     zero3_init_flag: bool | None = None
     zero3_save_16bit_model: bool | None = None
     deepspeed_moe_layer_cls_names: str | None = None
+    fp8_backend: str | None = None
+    fp8_pad_inner_dim: bool | None = None
+    fp8_enable_fsdp_float8_all_gather: bool | None = None
+    fp8_format: str | None = None
+    fp8_margin: int | None = None
+    fp8_interval: int | None = None
+    fp8_amax_history_len: int | None = None
+    fp8_amax_compute_algo: str | None = None
+    fp8_override_linear_precision: str | None = None
+    fp8_use_autocast_during_eval: bool | None = None
+    fp8_opt_level: str | None = None
     use_parallelism_config: bool | None = None
     parallelism_config_dp_replicate_size: int | None = None
     parallelism_config_dp_shard_size: int | None = None

@@ -30,7 +30,6 @@ DEEPSPEED_MULTINODE = (
 )
 XLA = "TPU/XLA runs through torch_xla"
 MEGATRON = "Megatron-LM needs NVIDIA GPUs and the megatron-core package"
-FP8 = "fp8 training needs an fp8-capable GPU (Hopper/Ada) and Transformer Engine, torchao or MS-AMP"
 SAGEMAKER = "launching on Amazon SageMaker needs the SageMaker SDK and an AWS account"
 TPU_POD = (
     "launching on every worker of a TPU pod from one machine is not available in this accelerate; start "
@@ -143,7 +142,7 @@ RULES: tuple[KeyRule, ...] = (
     *_acts("--{key} (with distributed_type: DEEPSPEED)", *_DEEPSPEED_KEYS),
     *_refused(DEEPSPEED_MULTINODE, *_DEEPSPEED_MULTINODE_KEYS),
     *_refused(MEGATRON, *_MEGATRON_KEYS),
-    *_refused(FP8, *_FP8_KEYS),
+    *_acts("the fp8 recipe's setting (ACCELERATE_FP8_*, with mixed_precision: fp8)", *_FP8_KEYS),
     # The launcher checks the sizes together (their product, CPU limits) in launch/parallelism.py.
     *_acts("--{key} (the section itself is --use_parallelism_config)", *_PARALLELISM_KEYS),
     KeyRule("ipex_config.ipex", refusal=IPEX),

@@ -36,7 +36,6 @@ _REFUSED_FLAG_RULES: tuple[tuple[str, str | None, str], ...] = (
     ("deepspeed_exclusion_filter", None, keys.DEEPSPEED_MULTINODE),
     ("use_megatron_lm", None, keys.MEGATRON),
     ("megatron_lm_", "use_megatron_lm", keys.MEGATRON),
-    ("fp8_", None, keys.FP8),
     ("tpu", None, keys.XLA),
     ("tpu_use_sudo", "tpu", keys.TPU_POD),
     ("no_tpu_cluster", "tpu", keys.XLA),

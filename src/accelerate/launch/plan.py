@@ -24,6 +24,7 @@ from accelerate.backends.deepspeed import launch as deepspeed_launch
 from accelerate.config.config_file import ConfigLocation, LaunchConfig
 from accelerate.config.env import ENV_CONTRACT, LaunchEnv, read_launch_env, write_launch_env
 from accelerate.launch import cluster, commands, parallelism, xla
+from accelerate.launch import fp8 as fp8_launch
 from accelerate.launch.checks import (
     LaunchError,
     check_flag_pairs,
@@ -205,6 +206,7 @@ _SPECS: tuple[_Spec, ...] = (
     *(_Spec(name, None, _deepspeed(name), name) for name in _DEEPSPEED_ENV),
     _Spec("deepspeed_multinode_launcher", None, _deepspeed("deepspeed_multinode_launcher")),
     *(_Spec(*row) for row in parallelism.SPEC_ROWS),
+    *(_Spec(*row) for row in fp8_launch.SPEC_ROWS),
 )
 # Options of torch.distributed.run's agent: asking for one runs even a single process under torchrun.
 _TORCHRUN_ONLY = commands.TORCHRUN_ONLY
@@ -287,6 +289,9 @@ def build_plan(
     notes, cluster_warnings = cluster.apply_allocation(settings, env, count_gpus)
     _resolve_num_processes(settings, env, count_gpus)
     check_values(settings)
+    fp8_problem = fp8_launch.check_fp8(settings)
+    if fp8_problem is not None:
+        raise LaunchError(fp8_problem)
     warnings = [*config_warnings, *cluster_warnings, *_fall_back_to_cpu(settings, count_gpus)]
     parallelism.check_parallelism(settings)  # after the CPU fallback: context parallelism needs GPUs
     mode = _mode(settings)
@@ -449,6 +454,7 @@ def _child_env(settings: dict[str, Setting], environ: Mapping[str, str], mode: s
     # The parallelism sizes reach the children only with --use_parallelism_config (upstream's rule).
     values = {name: v for name, v in values.items() if name not in parallelism.SETTINGS}
     values.update(parallelism.child_env_values({name: settings[name].value for name in parallelism.SETTINGS}))
+    values = fp8_launch.child_env_values(values)  # ACCELERATE_FP8_* only for an fp8 run
     if values.get("dynamo_backend") == "no":
         values["dynamo_backend"] = "no"
     out = write_launch_env(values)

@@ -1,6 +1,8 @@
 """`Precision`: everything mixed precision changes in a training step, in one object.
 
 - ``autocast()``: the context the model's forward (and user code) runs under.
+- fp8: the fp8 library's layer conversion (``precision/fp8``) and bf16 autocast for the rest of the
+  model, as upstream runs it.
 - fp16 only: a ``torch.amp.GradScaler`` that scales the loss in ``backward``, unscales gradients
   exactly once per optimizer step (before clipping or before the step), skips the step when they
   hold inf/nan, and records that it did so the scheduler can hold back too.
@@ -12,7 +14,7 @@ import contextlib
 import dataclasses
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -26,6 +28,9 @@ from accelerate.utils.dataclasses import (
 from accelerate.utils.fp32_outputs import convert_outputs_to_fp32
 from accelerate.utils.modeling import ORIGINAL_FORWARD
 
+if TYPE_CHECKING:
+    from accelerate.precision.fp8.resolve import Fp8Setup
+
 
 class Precision:
     """Mixed-precision behaviour for one device: ``mode`` is one of ``AVAILABLE_MIXED_PRECISION_MODES``."""
@@ -37,11 +42,15 @@ class Precision:
         *,
         autocast_kwargs: AutocastKwargs | None = None,
         scaler_kwargs: GradScalerKwargs | None = None,
+        fp8: Fp8Setup | None = None,
     ) -> None:
         self.mode = check_mixed_precision(mode, origin=f"Precision(mode={str(mode)!r})")
         self.device = device
         self.autocast_kwargs = autocast_kwargs or AutocastKwargs()
-        self.dtype: torch.dtype | None = mixed_precision_dtype(self.mode)
+        self.fp8 = fp8
+        # fp8 layers cast to float8 themselves; the rest of the model runs under bf16 autocast (upstream's choice).
+        fp8_mode = self.mode == PrecisionType.FP8.value
+        self.dtype: torch.dtype | None = torch.bfloat16 if fp8_mode else mixed_precision_dtype(self.mode)
         self.scaler: torch.amp.GradScaler | None = None
         if self.mode == PrecisionType.FP16.value:
             kwargs = (scaler_kwargs or GradScalerKwargs()).to_kwargs()
@@ -82,6 +91,19 @@ class Precision:
 
         setattr(model, ORIGINAL_FORWARD, original)
         model.forward = convert_outputs_to_fp32(forward)
+        if self.fp8 is not None:
+            self.fp8.wrap_forward(model)
+
+    def convert_model(self, model: torch.nn.Module, *, sharded: bool = False) -> torch.nn.Module:
+        """fp8: swaps in the fp8 library's layers (before any wrapper); other modes return ``model``.
+
+        ``sharded``: FSDP2 will shard the model (torchao then all-gathers weights in float8).
+        """
+        return model if self.fp8 is None else self.fp8.convert_model(model, sharded=sharded)
+
+    def prepare_jointly(self, objects: list[Any]) -> list[Any]:
+        """fp8 with MS-AMP converts the model and optimizer of one ``prepare()`` call together."""
+        return objects if self.fp8 is None else self.fp8.prepare_jointly(objects, self.device)
 
     def check_model(self, model: torch.nn.Module) -> None:
         """fp16 loss scaling cannot unscale fp16 gradients: catch that before training starts."""
@@ -157,15 +179,15 @@ class Precision:
         scale, tracker = scaler._scale, scaler._growth_tracker
         # Optimizers already unscaled (clipping) but not yet stepped keep their record across the
         # update, which would otherwise forget it and make GradScaler.step unscale them twice.
-        waiting = {
-            key: state for key, state in scaler._per_optimizer_states.items() if key in self._unscaled
-        }
+        waiting = {key: state for key, state in scaler._per_optimizer_states.items() if key in self._unscaled}
         window = self._window
         if window is None:
             if waiting and not found_inf:
                 # This update also reads the waiting optimizers' inf/nan records: count them in.
                 found_inf = any(
-                    bool(v.item()) for st in waiting.values() for v in st.get("found_inf_per_device", {}).values()
+                    bool(v.item())
+                    for st in waiting.values()
+                    for v in st.get("found_inf_per_device", {}).values()
                 )
             self._window = _Window(scale.clone(), tracker.clone(), found_inf)
             scaler.update()

@@ -207,7 +207,7 @@ def check_mixed_precision(ctx: Context) -> str:
     if acc.mixed_precision == "no":
         raise Skip("mixed_precision is 'no'")
     if acc.mixed_precision == "fp8":
-        raise Skip("fp8 needs a supporting GPU and library; not checked here")
+        return _check_fp8(ctx)
     expected = {"fp16": torch.float16, "bf16": torch.bfloat16}[acc.mixed_precision]
     # Prepared with its optimizer in one call (DeepSpeed builds one engine from both); when training was
     # skipped, save/load then round-trips this model, so no backend ever holds two engines.
@@ -225,6 +225,27 @@ def check_mixed_precision(ctx: Context) -> str:
     out = layer(x)  # the prepared model computes in low precision and returns fp32
     _expect(out.dtype == torch.float32, f"a prepared model returned {out.dtype}, expected torch.float32")
     return f"autocast computes in {expected}; prepared models return float32"
+
+
+def _check_fp8(ctx: Context) -> str:
+    """fp8: prepare() swaps the middle layer of a small MLP for the fp8 library's, and a step runs."""
+    acc = ctx.accelerator
+    torch.manual_seed(0)
+    # The first and last linear stay in high precision under the default filter: the middle one converts.
+    plain = torch.nn.Sequential(
+        torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 16), torch.nn.Linear(16, 8)
+    )
+    model, optimizer = acc.prepare(plain, torch.optim.SGD(plain.parameters(), lr=0.1))
+    if getattr(ctx, "trained", None) is None:
+        ctx.trained = (model, optimizer)  # type: ignore[attr-defined]
+    middle = type(acc.unwrap_model(model).get_submodule("2")).__name__
+    _expect(middle != "Linear", "fp8: prepare() left the eligible middle linear layer unconverted")
+    out = model(torch.randn(4, 8, device=acc.device))
+    _expect(out.dtype == torch.float32, f"an fp8 model returned {out.dtype}, expected torch.float32")
+    acc.backward(out.square().mean())
+    optimizer.step()
+    optimizer.zero_grad()
+    return f"fp8 ({acc.fp8_backend.value}): the eligible layer became {middle}; a step ran"
 
 
 def check_save_load(ctx: Context) -> str:
@@ -293,7 +314,10 @@ def format_report(
 ) -> tuple[str, bool]:
     """The table (one row per check, the status on every rank) and whether everything passed."""
     backend = f", distributed_type={distributed_type}" if distributed_type else ""
-    lines = [f"accelerate self-check: {len(per_rank)} process(es){backend}, mixed_precision={mixed_precision}", ""]
+    lines = [
+        f"accelerate self-check: {len(per_rank)} process(es){backend}, mixed_precision={mixed_precision}",
+        "",
+    ]
     ok = True
     for index, (name, _, _) in enumerate(per_rank[0]):
         statuses = [results[index][1] for results in per_rank]

@@ -19,7 +19,6 @@ from accelerate.utils.enums import EnumWithContains as EnumWithContains
 from accelerate.utils.enums import LoggerType as LoggerType
 from accelerate.utils.enums import RNGType as RNGType
 from accelerate.utils.enums import SageMakerDistributedType as SageMakerDistributedType
-from accelerate.utils.errors import NotAvailableYetError
 
 
 class KwargsHandler:
@@ -359,13 +358,11 @@ class PrecisionType(str, enum.Enum):
         return self.value
 
 
-# Every spelling the config-file schema and `accelerate launch --mixed_precision` accept. fp8 is in it
-# so a config written for upstream loads and then gets the "not available yet" error, not "unknown".
+# Every spelling the config-file schema and `accelerate launch --mixed_precision` accept.
 MIXED_PRECISION_MODES: tuple[str, ...] = tuple(mode.value for mode in PrecisionType)
-# The modes this release can run (what `accelerate config` offers).
-AVAILABLE_MIXED_PRECISION_MODES: tuple[str, ...] = tuple(
-    mode.value for mode in PrecisionType if mode is not PrecisionType.FP8
-)
+# The modes this release can run (what `accelerate config` offers): all of them. fp8 runs through
+# torchao on any device, Transformer Engine / MS-AMP on fp8 GPUs (accelerate.precision.fp8).
+AVAILABLE_MIXED_PRECISION_MODES: tuple[str, ...] = MIXED_PRECISION_MODES
 
 
 def check_mixed_precision(value: object, *, origin: str = "mixed_precision") -> str:
@@ -377,14 +374,9 @@ def check_mixed_precision(value: object, *, origin: str = "mixed_precision") -> 
             ``"mixed_precision=fp8 (from flag --mixed_precision)"`` or ``"Accelerator(mixed_precision=...)"``.
 
     Raises:
-        NotAvailableYetError: fp8, which this release does not run yet.
-        ValueError: any other name.
+        ValueError: a name that is not a mode.
     """
     mode = "no" if value is None else str(value.value if isinstance(value, PrecisionType) else value).lower()
-    if mode == PrecisionType.FP8.value:
-        raise NotAvailableYetError(
-            f"{origin}: fp8 mixed precision is not available in this version of accelerate yet; use bf16 or fp16."
-        )
     if mode not in AVAILABLE_MIXED_PRECISION_MODES:
         raise ValueError(
             f"{origin}: {value!r} is not a mixed-precision mode; use one of "
@@ -394,7 +386,9 @@ def check_mixed_precision(value: object, *, origin: str = "mixed_precision") -> 
 
 
 def mixed_precision_dtype(mode: object) -> Any:
-    """The compute dtype of a mixed-precision mode: ``torch.float16`` / ``torch.bfloat16``, None for ``"no"``.
+    """The dtype a mixed-precision mode casts parameters and compute to: ``torch.float16`` / ``torch.bfloat16``,
+    None for ``"no"`` and ``"fp8"`` (fp8 keeps fp32 parameters; its layers cast themselves, see
+    ``accelerate.precision.fp8``).
 
     The one mode -> dtype table (Precision's autocast, the FSDP plugin's policy); torch is imported
     only when this is called, so the CLI can keep importing this module at start-up.
@@ -419,7 +413,8 @@ def collect_kwargs_handlers(handlers: Any) -> dict[type, Any]:
     found: dict[type, Any] = {}
     for handler in handlers or ():
         kind = type(handler)
-        refuse = getattr(handler, "refuse_use", None)  # hardware-only configs (fp8 recipes, ...)
+        # Hardware-only configs (Megatron-LM) say why they cannot run; connect() takes fp8 recipes out first.
+        refuse = getattr(handler, "refuse_use", None)
         if refuse is not None:
             raise refuse("Accelerator(kwargs_handlers=...)")
         if kind not in _HANDLER_TYPES:
@@ -440,19 +435,20 @@ def collect_kwargs_handlers(handlers: Any) -> dict[type, Any]:
 # Defined elsewhere (the process state and big-model sizes import torch; the hardware-only configs
 # are many dataclasses nobody needs at start-up); loaded on first use.
 _ELSEWHERE = {
-    # Hardware-only configuration objects: their own module, loaded only when one is asked for.
+    # Hardware-only configuration objects (Megatron-LM) and the fp8 recipes: their own modules,
+    # loaded only when one is asked for.
     "MODEL_CONFIGS_TO_MEGATRON_PARSERS": "accelerate.utils.hardware_dataclasses",
-    "AmaxComputeAlgorithm": "accelerate.utils.hardware_dataclasses",
-    "AORecipeKwargs": "accelerate.utils.hardware_dataclasses",
-    "Backend": "accelerate.utils.hardware_dataclasses",
+    "AmaxComputeAlgorithm": "accelerate.precision.fp8.recipes",
+    "AORecipeKwargs": "accelerate.precision.fp8.recipes",
+    "Backend": "accelerate.precision.fp8.recipes",
     "BnbQuantizationConfig": "accelerate.big_modeling.quantization.config",
-    "FP8BackendType": "accelerate.utils.hardware_dataclasses",
-    "FP8Format": "accelerate.utils.hardware_dataclasses",
-    "FP8RecipeKwargs": "accelerate.utils.hardware_dataclasses",
+    "FP8BackendType": "accelerate.precision.fp8.recipes",
+    "FP8Format": "accelerate.precision.fp8.recipes",
+    "FP8RecipeKwargs": "accelerate.precision.fp8.recipes",
     "MegatronLMPlugin": "accelerate.utils.hardware_dataclasses",
-    "MSAMPRecipeKwargs": "accelerate.utils.hardware_dataclasses",
-    "OptLevel": "accelerate.utils.hardware_dataclasses",
-    "TERecipeKwargs": "accelerate.utils.hardware_dataclasses",
+    "MSAMPRecipeKwargs": "accelerate.precision.fp8.recipes",
+    "OptLevel": "accelerate.precision.fp8.recipes",
+    "TERecipeKwargs": "accelerate.precision.fp8.recipes",
     "add_model_config_to_megatron_parser": "accelerate.utils.hardware_dataclasses",
     "parse_bert_config": "accelerate.utils.hardware_dataclasses",
     "parse_glm4_moe_config": "accelerate.utils.hardware_dataclasses",

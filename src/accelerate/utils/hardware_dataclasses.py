@@ -1,4 +1,4 @@
-"""Configuration objects of hardware- or service-only features: fp8 recipes, Megatron-LM.
+"""Configuration objects of hardware- or service-only features: Megatron-LM.
 
 They can be built, printed and compared like any configuration (a script that creates them still
 imports and runs up to the point of use), but handing one to the ``Accelerator`` raises the one
@@ -10,31 +10,13 @@ Pure data: nothing here reads ``os.environ`` or imports torch at module import.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from accelerate.utils.errors import NotAvailableYetError, hardware_only, requires_hardware
 
-FP8Format = Literal["HYBRID", "E4M3", "E5M2"]
-AmaxComputeAlgorithm = Literal["max", "most_recent"]
-OptLevel = Literal["O1", "O2"]
-Backend = Literal["MSAMP", "TE"]
-
-_FP8_NEEDS = (
-    "an NVIDIA GPU with fp8 support (Ada/Hopper or newer) and one of transformer-engine, msamp or torchao"
-)
 _MEGATRON_NEEDS = "NVIDIA GPUs and `pip install megatron-core`"
-
-
-class FP8BackendType(str, enum.Enum):
-    """The libraries that can run fp8 training."""
-
-    NO = "NO"
-    TE = "TE"
-    MSAMP = "MSAMP"
-    AO = "AO"
 
 
 class _HardwareConfig:
@@ -55,100 +37,6 @@ class _HardwareConfig:
 
     def refuse_use(self, where: str) -> NotAvailableYetError:
         return requires_hardware(f"{self.feature} ({where} got {type(self).__name__})", self.needs)
-
-
-def _check_choice(owner: str, name: str, value: Any, allowed: tuple[Any, ...]) -> None:
-    if value not in allowed:
-        raise ValueError(f"{owner}({name}={value!r}) must be one of {', '.join(map(repr, allowed))}.")
-
-
-@dataclass
-class TERecipeKwargs(_HardwareConfig):
-    """Transformer Engine's fp8 recipe (``Accelerator(mixed_precision="fp8", kwargs_handlers=[...])``).
-
-    Unset fields take Transformer Engine's usual defaults: margin 0, interval 1, ``HYBRID`` format,
-    1024 steps of amax history computed with ``most_recent``, no precision overrides.
-    """
-
-    feature, needs = "fp8 training with Transformer Engine", _FP8_NEEDS
-
-    use_autocast_during_eval: bool | None = None
-    margin: int | None = None
-    interval: int | None = None
-    fp8_format: FP8Format | None = None
-    amax_history_len: int | None = None
-    amax_compute_algo: AmaxComputeAlgorithm | None = None
-    override_linear_precision: tuple[bool, bool, bool] | None = None
-    use_mxfp8_block_scaling: bool | None = None
-
-    def __post_init__(self) -> None:
-        defaults: dict[str, Any] = {
-            "use_autocast_during_eval": False,
-            "margin": 0,
-            "interval": 1,
-            "fp8_format": "HYBRID",
-            "amax_history_len": 1024,
-            "amax_compute_algo": "most_recent",
-            "override_linear_precision": (False, False, False),
-            "use_mxfp8_block_scaling": False,
-        }
-        for name, value in defaults.items():
-            if getattr(self, name) is None:
-                setattr(self, name, value)
-        self.fp8_format = self.fp8_format.upper()  # type: ignore[union-attr, assignment]
-        _check_choice(type(self).__name__, "fp8_format", self.fp8_format, ("HYBRID", "E4M3", "E5M2"))
-        _check_choice(
-            type(self).__name__, "amax_compute_algo", self.amax_compute_algo, ("max", "most_recent")
-        )
-
-
-@dataclass
-class MSAMPRecipeKwargs(_HardwareConfig):
-    """MS-AMP's fp8 optimisation level (``O1``: fp8 weights and gradients; ``O2``: also the optimizer)."""
-
-    feature, needs = "fp8 training with MS-AMP", _FP8_NEEDS
-
-    opt_level: OptLevel | None = None
-
-    def __post_init__(self) -> None:
-        if self.opt_level is None:
-            self.opt_level = "O2"
-        _check_choice(type(self).__name__, "opt_level", self.opt_level, ("O1", "O2"))
-
-
-@dataclass
-class AORecipeKwargs(_HardwareConfig):
-    """torchao's float8 training settings (``config`` is a ``torchao.float8.Float8LinearConfig``)."""
-
-    feature, needs = "fp8 training with torchao", _FP8_NEEDS
-
-    config: Any = None
-    module_filter_func: Callable[..., bool] | None = None
-    pad_inner_dim: bool | None = None
-    enable_fsdp_float8_all_gather: bool | None = None
-
-
-@dataclass
-class FP8RecipeKwargs(_HardwareConfig):
-    """The older single fp8 recipe: ``backend="TE"`` or ``"MSAMP"`` picks which fields matter."""
-
-    feature, needs = "fp8 training", _FP8_NEEDS
-
-    opt_level: OptLevel | None = None
-    use_autocast_during_eval: bool | None = None
-    margin: int | None = None
-    interval: int | None = None
-    fp8_format: FP8Format | None = None
-    amax_history_len: int | None = None
-    amax_compute_algo: AmaxComputeAlgorithm | None = None
-    override_linear_precision: tuple[bool, bool, bool] | None = None
-    use_mxfp8_block_scaling: bool | None = None
-    backend: Backend | None = None
-
-    def __post_init__(self) -> None:
-        if self.backend is not None:
-            self.backend = self.backend.upper()  # type: ignore[assignment]
-            _check_choice(type(self).__name__, "backend", self.backend, ("MSAMP", "TE"))
 
 
 # ---- Megatron-LM. ----

@@ -1,47 +1,17 @@
-"""NVIDIA Transformer Engine (fp8) at upstream's path.
-
-Converting or running a model with Transformer Engine needs an fp8-capable NVIDIA GPU and
-transformer-engine, so those functions raise the one hardware error
-(:func:`accelerate.utils.errors.hardware_only`); whether a model holds Transformer Engine layers is
-answered here (never, without transformer-engine).
-"""
+"""`accelerate.utils.transformer_engine`: upstream's path for Transformer Engine fp8, which lives in
+``precision/fp8/te.py`` (loaded on first use; transformer_engine itself only when a function needs it)."""
 
 from __future__ import annotations
 
-from typing import Any
+from accelerate._lazy import lazy_exports
 
-import torch
+_LAZY: dict[str, str] = {
+    "apply_fp8_autowrap": "accelerate.precision.fp8.te",
+    "contextual_fp8_autocast": "accelerate.precision.fp8.te",
+    "convert_model": "accelerate.precision.fp8.te",
+    "has_transformer_engine_layers": "accelerate.precision.fp8.te",
+}
 
-from accelerate.utils.errors import hardware_only
-from accelerate.utils.imports import is_transformer_engine_available
+__all__ = sorted(_LAZY)
 
-_te = hardware_only(
-    "fp8 with Transformer Engine", "an NVIDIA GPU with fp8 support and `pip install transformer-engine`"
-)
-
-
-def has_transformer_engine_layers(model: torch.nn.Module) -> bool:
-    """Whether ``model`` holds Transformer Engine layers (LayerNorm, Linear, TransformerLayer)."""
-    if not is_transformer_engine_available():
-        return False
-    import transformer_engine.pytorch as te
-
-    kinds = (te.LayerNorm, te.Linear, te.TransformerLayer)
-    return any(isinstance(module, kinds) for module in model.modules())
-
-
-@_te
-def convert_model(
-    model: torch.nn.Module,
-    to_transformer_engine: bool = True,
-    _convert_linear: bool = True,
-    _convert_ln: bool = True,
-) -> Any: ...
-
-
-@_te
-def contextual_fp8_autocast(model_forward: Any, fp8_recipe: Any, use_during_eval: bool = False) -> Any: ...
-
-
-@_te
-def apply_fp8_autowrap(model: torch.nn.Module, fp8_recipe_handler: Any) -> Any: ...
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
