@@ -40,6 +40,9 @@ def test_dp_shard_x_tp_checkpoint_reshards_to_other_topologies(tmp_path: Path) -
     after = {
         "dp_shard4": get_pool(4).run(w.resume, {"dp_shard_size": 4}, folder, GLOBAL_BATCH, timeout=300)[0],
         "tp2": get_pool(2).run(w.resume, {"tp_size": 2}, folder, GLOBAL_BATCH, timeout=300)[0],
+        "dp_replicate2_tp2": get_pool(4).run(
+            w.resume, {"dp_replicate_size": 2, "tp_size": 2}, folder, GLOBAL_BATCH, timeout=300
+        )[0],
         "one_process": w.resume({}, folder, GLOBAL_BATCH),
     }
     for name, result in after.items():
@@ -47,7 +50,7 @@ def test_dp_shard_x_tp_checkpoint_reshards_to_other_topologies(tmp_path: Path) -
             torch.testing.assert_close(result["loaded"][key], value, rtol=0, atol=0, msg=f"{name}: {key}")
     # One more step on the same global batch from the same model and optimizer state: the same result.
     reference = after["one_process"]["state"]
-    for name in ("dp_shard4", "tp2"):
+    for name in ("dp_shard4", "tp2", "dp_replicate2_tp2"):
         for key, value in reference.items():
             torch.testing.assert_close(
                 after[name]["state"][key], value, rtol=1e-5, atol=1e-5, msg=f"{name}: {key}"

@@ -1,4 +1,4 @@
-"""TP, dp_shard x TP and HSDP train to the one-process full-batch parameters (gloo CPU processes)."""
+"""TP, dp_shard x TP, dp_replicate x TP and HSDP train to the one-process full-batch parameters (gloo CPU processes)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,11 @@ TOPOLOGIES = {
     "dp_shard2_tp2": (
         {"dp_shard_size": 2, "tp_size": 2}, 4, 2, (("dp_shard", "tp"), (2, 2)),
         [(0, 0, 0), (0, 0, 1), (0, 1, 0), (0, 1, 1)], "FSDP",
+    ),
+    # Replication of a TP model: FSDP2's HSDP with a shard dimension of size 1 (DDP takes no DTensors).
+    "dp_replicate2_tp2": (
+        {"dp_replicate_size": 2, "tp_size": 2}, 4, 2, (("dp_replicate", "tp"), (2, 2)),
+        [(0, 0, 0), (0, 0, 1), (1, 0, 0), (1, 0, 1)], "FSDP",
     ),
     "hsdp2x2": (
         {"dp_replicate_size": 2, "dp_shard_size": 2}, 4, 4, (("dp_replicate", "dp_shard"), (2, 2)),
