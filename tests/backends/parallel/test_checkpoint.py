@@ -61,6 +61,7 @@ def test_tensor_parallel_size_without_a_plan_says_how_to_apply_one() -> None:
     for messages in get_pool(2).run(w.refusals, timeout=120):
         assert "tp_size=2" in messages["no_plan"] and "parallelize_module" in messages["no_plan"]
         assert "tp_plan='auto'" in messages["no_plan"] and "torch_device_mesh['tp']" in messages["no_plan"]
+        assert "rank 0: tp=2; rank 1: dp_shard=2" in messages["mismatch"], messages
 
 
 @pytest.mark.parametrize(("sizes", "procs"), [({"tp_size": 2}, 2), ({"dp_shard_size": 2, "tp_size": 2}, 4)])

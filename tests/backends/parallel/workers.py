@@ -103,4 +103,12 @@ def refusals() -> dict[str, str]:
         accelerator.prepare(make_model())  # no tensor-parallel plan applied
     except ValueError as error:
         messages["no_plan"] = str(error)
+    import torch.distributed as dist
+
+    # A script bug: each rank builds a different mesh. Every rank raises (the gather is collective).
+    sizes = {"tp_size": 2} if dist.get_rank() == 0 else {"dp_shard_size": 2}
+    try:
+        _accelerator(sizes)
+    except ValueError as error:
+        messages["mismatch"] = str(error)
     return messages
