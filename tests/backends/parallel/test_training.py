@@ -52,3 +52,15 @@ def test_topology_trains_to_the_one_process_parameters(name: str) -> None:
     everything = torch.cat([results[r]["seen"] for r in range(0, procs, group)])
     assert sorted(map(tuple, main["gathered"].tolist())) == sorted(map(tuple, everything.tolist()))
     assert main["gathered"].shape[0] == w.STEPS * w.ACCUM * w.PER_RANK * shards
+
+
+def test_exact_resume_skips_the_same_batches_on_every_rank_of_a_tp_group() -> None:
+    results = get_pool(4).run(w.resume_batches, {"dp_shard_size": 2, "tp_size": 2}, 3, timeout=300)
+    for rank, result in enumerate(results):
+        assert len(result["whole"]) == 8 and len(result["resumed"]) == 5
+        for got, expected in zip(result["resumed"], result["whole"][3:], strict=True):
+            torch.testing.assert_close(got, expected)
+        mate = results[rank - rank % 2]  # the other rank of its tensor-parallel pair
+        for got, expected in zip(result["resumed"], mate["resumed"], strict=True):
+            torch.testing.assert_close(got, expected)
+    assert not torch.equal(results[0]["whole"][0], results[2]["whole"][0])  # the two data shards differ
