@@ -151,6 +151,20 @@ def compare_row(
     )
 
 
+def rank_mean(series: Sequence[Sequence[float]]) -> list[float]:
+    """Each repeat's value averaged over the ranks (``series``: one list of repeats per rank)."""
+    return [sum(values) / len(values) for values in zip(*series, strict=True)]
+
+
+def step_time_row(bench: str, metric: str, raw: Sequence[Sequence[float]], accel: Sequence[Sequence[float]]) -> Row:
+    """The row of a worker that raced a hand-written loop against Accelerator: CPU seconds per optimizer
+    step per rank and repeat, ranks averaged; raw time / accelerate time, at least 0.98."""
+    return compare_row(
+        bench, metric, rank_mean(raw), rank_mean(accel), combine=speed_ratio, compare="raw/acc time", op=">=",
+        target=0.98, unit="ms/opt step", scale=1000,
+    )  # fmt: skip
+
+
 def speed_ratio(raw_time: float, accel_time: float) -> float:
     """Accelerate's speed relative to raw, from two times (>= 1 means accelerate is faster)."""
     return raw_time / accel_time

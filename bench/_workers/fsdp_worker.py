@@ -9,15 +9,20 @@ by optimizer step at accumulation 1 and 4. Writes DIR/rank{N}.json with CPU seco
 from __future__ import annotations
 
 import argparse
-import json
-import time
+import functools
+import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # torchrun runs this file as a script
+
+from bench._workers.common import interleave, parse_args, run_rank  # noqa: E402
 
 WIDTH, DEPTH, BATCH, NUM_BATCHES, MAX_NORM = 256, 4, 32, 8, 1.0
 ACCUMULATIONS = (1, 4)
@@ -115,48 +120,21 @@ def accelerate_loop() -> Loop:
     return run
 
 
-def interleave(raw: Loop, accel: Loop, accum: int, steps: int, repeats: int) -> dict[str, list[float]]:
-    """CPU seconds per optimizer step of each loop, per repeat; the loops alternate every step."""
-    clock = time.process_time
-    for _ in range(2):
-        raw(1, accum)
-        accel(1, accum)
-    out: dict[str, list[float]] = {"raw": [], "accel": []}
-    for _ in range(repeats):
-        r = a = 0.0
-        for j in range(steps):
-            first, second = (raw, accel) if j % 2 == 0 else (accel, raw)
-            t0 = clock()
-            first(1, accum)
-            t1 = clock()
-            second(1, accum)
-            t2 = clock()
-            if j % 2 == 0:
-                r, a = r + t1 - t0, a + t2 - t1
-            else:
-                a, r = a + t1 - t0, r + t2 - t1
-        out["raw"].append(r / steps)
-        out["accel"].append(a / steps)
-    return out
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--steps", type=int, default=8, help="optimizer steps per repeat")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--t0", type=float, required=True)
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo")
-    raw, accel = raw_loop(), accelerate_loop()
-    result = {
-        f"accum{accum}": interleave(raw, accel, accum, max(2, args.steps // accum), args.repeats)
-        for accum in ACCUMULATIONS
-    }
-    Path(args.out, f"rank{dist.get_rank()}.json").write_text(json.dumps(result))
-    dist.barrier()
-    dist.destroy_process_group()
+    args = parse_args(argparse.ArgumentParser())
+
+    def measure() -> dict[str, Any]:
+        raw, accel = raw_loop(), accelerate_loop()
+        result = {}
+        for accum in ACCUMULATIONS:
+            # One optimizer step of `accum` micro-steps per call, so the shared interleaving applies.
+            raw_step, accel_step = functools.partial(raw, 1, accum), functools.partial(accel, 1, accum)
+            result[f"accum{accum}"] = interleave(
+                raw_step, accel_step, max(2, args.steps // accum), args.repeats
+            )
+        return result
+
+    run_rank(args.out, measure)
 
 
 if __name__ == "__main__":

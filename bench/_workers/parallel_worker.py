@@ -10,10 +10,8 @@ per optimizer step.
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import time
-from collections.abc import Callable
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +20,11 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # torchrun runs this file as a script
+
+from bench._workers.common import Step, interleave, parse_args, run_rank  # noqa: E402
+
 WIDTH, HEADS, SEQ, BATCH, DEPTH, NUM_BATCHES, MAX_NORM = 256, 8, 32, 8, 4, 4, 1.0
-Loop = Callable[[], None]
 
 
 class Block(nn.Module):
@@ -101,7 +102,7 @@ def clip_by_global_norm(params: list[nn.Parameter], max_norm: float) -> None:
             g.mul_(coef)
 
 
-def raw_loop(dp_shard: int, tp: int) -> Loop:
+def raw_loop(dp_shard: int, tp: int) -> Step:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
@@ -130,7 +131,7 @@ def raw_loop(dp_shard: int, tp: int) -> Loop:
     return run
 
 
-def accelerate_loop(dp_shard: int, tp: int) -> Loop:
+def accelerate_loop(dp_shard: int, tp: int) -> Step:
     from accelerate import Accelerator
     from accelerate.utils import FullyShardedDataParallelPlugin, ParallelismConfig
 
@@ -158,47 +159,17 @@ def accelerate_loop(dp_shard: int, tp: int) -> Loop:
     return run
 
 
-def interleave(raw: Loop, accel: Loop, steps: int, repeats: int) -> dict[str, list[float]]:
-    """CPU seconds per optimizer step of each loop, per repeat; the loops alternate every step."""
-    clock = time.process_time
-    for _ in range(2):
-        raw()
-        accel()
-    out: dict[str, list[float]] = {"raw": [], "accel": []}
-    for _ in range(repeats):
-        r = a = 0.0
-        for j in range(steps):
-            first, second = (raw, accel) if j % 2 == 0 else (accel, raw)
-            t0 = clock()
-            first()
-            t1 = clock()
-            second()
-            t2 = clock()
-            if j % 2 == 0:
-                r, a = r + t1 - t0, a + t2 - t1
-            else:
-                a, r = a + t1 - t0, r + t2 - t1
-        out["raw"].append(r / steps)
-        out["accel"].append(a / steps)
-    return out
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--dp_shard", type=int, default=1)
     parser.add_argument("--tp", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=8, help="optimizer steps per repeat")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--t0", type=float, required=True)
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo")
-    raw, accel = raw_loop(args.dp_shard, args.tp), accelerate_loop(args.dp_shard, args.tp)
-    result = interleave(raw, accel, args.steps, args.repeats)
-    Path(args.out, f"rank{dist.get_rank()}.json").write_text(json.dumps(result))
-    dist.barrier()
-    dist.destroy_process_group()
+    args = parse_args(parser)
+
+    def measure() -> dict[str, Any]:
+        raw, accel = raw_loop(args.dp_shard, args.tp), accelerate_loop(args.dp_shard, args.tp)
+        return interleave(raw, accel, args.steps, args.repeats)
+
+    run_rank(args.out, measure)
 
 
 if __name__ == "__main__":

@@ -84,7 +84,8 @@ NOT_EXERCISED: tuple[tuple[str, str], ...] = (
     ("two_process_gloo", "NCCL with two ranks (two ranks cannot share one device under NCCL)"),
     ("fsdp_one_process", "multi-GPU FSDP (sharding across devices over NCCL)"),
     ("multi_gpu tests", "every test marked multi_gpu (tests/backends/test_cuda.py, test_fsdp_launch.py, "
-                        "launch/test_hang_diagnosis.py)"),
+                        "launch/test_hang_diagnosis.py, backends/parallel/test_cuda_context_parallel.py: "
+                        "context parallelism needs 2 GPUs)"),
     ("fp8", "fp8 training itself: not implemented by this accelerate (refused with NotAvailableYetError)"),
 )  # fmt: skip
 

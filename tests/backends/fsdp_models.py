@@ -58,9 +58,24 @@ def reference_run(
     steps: int, accum: int, global_batch: int, max_norm: float, lr: float = 1e-2
 ) -> tuple[dict[str, torch.Tensor], list[float]]:
     """The same training as the FSDP tests, in one process with full micro-batches of ``global_batch``."""
-    model = make_model()
+    return train_reference(
+        make_model(), dataset(steps * accum * global_batch), steps, accum, global_batch, max_norm, lr
+    )
+
+
+def train_reference(
+    model: nn.Module,
+    data: tuple[torch.Tensor, torch.Tensor],
+    steps: int,
+    accum: int,
+    global_batch: int,
+    max_norm: float,
+    lr: float = 1e-2,
+) -> tuple[dict[str, torch.Tensor], list[float]]:
+    """Trains ``model`` in one process as the distributed tests do (AdamW, accumulation, clipping), each
+    micro-step on the whole global batch; returns its final state and the norm before each clip."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
-    x, y = dataset(steps * accum * global_batch)
+    x, y = data
     norms = []
     for step in range(steps):
         for micro in range(accum):

@@ -71,3 +71,21 @@ def test_self_check_under_a_one_process_deepspeed_config_with_bf16(tmp_path: Pat
     assert "1 process(es), distributed_type=DEEPSPEED, mixed_precision=bf16" in out, out + result.stderr
     assert "autocast computes in torch.bfloat16" in out, out + result.stderr
     assert "VERDICT: all checks passed." in out and result.returncode == 0, out + result.stderr
+
+
+def test_self_check_under_a_tensor_parallel_x_fsdp_config(tmp_path: Path) -> None:
+    # dp_shard=2 x tp=2 is the smallest mesh with both TP and FSDP (4 CPU processes, ~30 s on 2 cores):
+    # the self-check splits its models on the tp sub-mesh before prepare(), as a user's script must.
+    config = tmp_path / "tp_fsdp.yaml"
+    with reserved_port() as port:
+        config.write_text(yaml.safe_dump({
+            "compute_environment": "LOCAL_MACHINE", "distributed_type": "MULTI_CPU", "num_processes": 4,
+            "use_cpu": True, "mixed_precision": "no", "main_process_port": port,
+            "parallelism_config": {"parallelism_config_dp_shard_size": 2, "parallelism_config_tp_size": 2},
+        }))  # fmt: skip
+        result = run_cli("test", "--config_file", str(config), home=tmp_path, timeout=240)
+    out = result.stdout
+    assert "4 process(es), distributed_type=FSDP, mesh dp_shard=2 x tp=2" in out, out + result.stderr
+    assert "the 2 ranks of each tensor-parallel group read the same batches" in out, out + result.stderr
+    assert "match the 1-process reference, tensor-parallel model on the mesh dp_shard=2 x tp=2" in out
+    assert "VERDICT: all checks passed." in out and result.returncode == 0, out + result.stderr

@@ -17,7 +17,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help=HELP,
         description=HELP + " It checks process count and ranks, the device, every collective, dataloader "
         "sharding and gather_for_metrics, a short training run against a 1-process reference, mixed "
-        "precision (if configured) and save/load, and ends with a verdict line.",
+        "precision (if configured) and save/load, and ends with a verdict line. Under a config with a "
+        "parallelism_config section the models are split on the tp sub-mesh first, as a script must.",
         allow_abbrev=False,
     )
     parser.add_argument("--config_file", "--config-file", dest="config_file", default=None, metavar="PATH",

@@ -278,4 +278,30 @@ def device_mesh_for(config: ParallelismConfig | None, num_processes: int, device
     config.validate(num_processes)
     if num_processes == 1:
         return None  # one process: no group to build a mesh over, and nothing to split
+    _check_same_mesh_everywhere(config)
     return config.get_device_mesh(device_type)
+
+
+def _check_same_mesh_everywhere(config: ParallelismConfig) -> None:
+    """Raises on every rank when the ranks were given different meshes.
+
+    Ranks that disagree would build sub-groups that never match up and wait in them forever; one
+    small gather turns that hang into an error that lists each rank's sizes.
+    """
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_initialized():
+        return
+    mine = config._get_mesh()
+    everyone: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, mine)
+    if any(tuple(map(tuple, other)) != mine for other in everyone):
+        listing = "; ".join(
+            f"rank {rank}: " + (" x ".join(f"{n}={s}" for n, s in zip(*other, strict=True)) or "no dims")
+            for rank, other in enumerate(everyone)
+        )
+        raise ValueError(
+            f"The processes were given different ParallelismConfig meshes ({listing}). Every process must "
+            "build the same ParallelismConfig: derive the sizes from the launcher (--parallelism_config_*), "
+            "not from anything that differs per rank."
+        )

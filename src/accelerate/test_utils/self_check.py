@@ -129,11 +129,17 @@ def check_dataloader(ctx: Context) -> str:
     everyone = gather_object([seen])
     flat = [x for share in everyone for x in share]
     _expect(set(flat) == set(range(length)), f"the shards do not cover the dataset: {sorted(set(flat))}")
-    if acc.num_processes > 1:
+    if _data_shards(acc) > 1:
         _expect(len(set(seen)) < length, "every process saw the whole dataset (no sharding)")
+    group = acc.num_processes // _data_shards(acc)  # ranks of one tensor/context-parallel group: neighbours
+    if group > 1:
+        mates = everyone[acc.process_index - acc.process_index % group :][:group]
+        _expect(all(share == seen for share in mates),
+                f"the {group} ranks of one tensor-parallel group read different batches: {mates}")  # fmt: skip
     _expect(sorted(collected) == list(range(length)),
             f"gather_for_metrics returned {len(collected)} samples {sorted(collected)}, expected 0..{length - 1} once each")  # fmt: skip
-    return f"{len(seen)} of {length} samples on this process; gather_for_metrics exact"
+    same = f"; the {group} ranks of each tensor-parallel group read the same batches" if group > 1 else ""
+    return f"{len(seen)} of {length} samples on this process{same}; gather_for_metrics exact"
 
 
 def _regression_data() -> tuple[torch.Tensor, torch.Tensor]:
@@ -143,15 +149,64 @@ def _regression_data() -> tuple[torch.Tensor, torch.Tensor]:
     return x, y
 
 
-def _fresh_model() -> torch.nn.Linear:
+def _fresh_model(tensor_parallel: bool = False) -> torch.nn.Module:
+    """The regression model; under tensor parallelism one with a hidden layer, as a single output
+    column cannot be split across ranks (Megatron's MLP: split the hidden units, then join them)."""
     torch.manual_seed(42)
-    return torch.nn.Linear(3, 1)
+    if not tensor_parallel:
+        return torch.nn.Linear(3, 1)
+    return torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
 
 
-def _reference_weights(per_process_batch: int, world: int, epochs: int) -> torch.Tensor:
-    """One process, plain PyTorch, on the global batch that `world` processes make together."""
+def _mesh_text(acc: Any) -> str:
+    """The run's ParallelismConfig mesh, e.g. "dp_shard=2 x tp=2" ("" without one)."""
+    mesh = acc.torch_device_mesh if getattr(acc, "parallelism_config", None) is not None else None
+    if mesh is None or not mesh.mesh_dim_names:
+        return ""
+    return " x ".join(f"{n}={s}" for n, s in zip(mesh.mesh_dim_names, mesh.shape, strict=True))
+
+
+def _tensor_parallel(acc: Any) -> bool:
+    config = getattr(acc, "parallelism_config", None)
+    return config is not None and bool(config.tp_enabled)
+
+
+def _apply_tensor_parallel(acc: Any, model: torch.nn.Module) -> torch.nn.Module:
+    """Splits ``model`` on the ``tp`` sub-mesh the way a user's script must before ``prepare()``.
+
+    A two-layer MLP is split column-wise then row-wise; a lone Linear column-wise with its output
+    gathered back, so callers see whole tensors either way.
+    """
+    if not _tensor_parallel(acc):
+        return model
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    plan: Any = (
+        {"0": ColwiseParallel(), "2": RowwiseParallel()}
+        if isinstance(model, torch.nn.Sequential)
+        else ColwiseParallel(output_layouts=Replicate())
+    )
+    return parallelize_module(model, acc.torch_device_mesh["tp"], plan)
+
+
+def _data_shards(acc: Any) -> int:
+    """How many different batches one step reads: every rank of a tensor-parallel group reads the same."""
+    config = getattr(acc, "parallelism_config", None)
+    return int(config.data_parallel_size) if config is not None else int(acc.num_processes)
+
+
+def _flat(model: torch.nn.Module) -> torch.Tensor:
+    """Every parameter, whole (gathered where sharded), flattened into one CPU vector."""
+    return torch.cat([_full(p).flatten().cpu() for p in model.parameters()])
+
+
+def _reference_weights(
+    per_process_batch: int, world: int, epochs: int, tensor_parallel: bool = False
+) -> torch.Tensor:
+    """One process, plain PyTorch, on the global batch that `world` data shards make together."""
     x, y = _regression_data()
-    model = _fresh_model()
+    model = _fresh_model(tensor_parallel)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     batch = per_process_batch * world
     for _ in range(epochs):
@@ -159,7 +214,7 @@ def _reference_weights(per_process_batch: int, world: int, epochs: int) -> torch
             optimizer.zero_grad()
             torch.nn.functional.mse_loss(model(x[start : start + batch]), y[start : start + batch]).backward()
             optimizer.step()
-    return torch.cat([model.weight.detach().flatten(), model.bias.detach()])
+    return _flat(model).detach()
 
 
 def _full(parameter: torch.Tensor) -> torch.Tensor:
@@ -180,7 +235,8 @@ def check_training(ctx: Context) -> str:
         )
     per_process_batch, epochs = 4, 3
     x, y = _regression_data()
-    model = _fresh_model()
+    tensor_parallel = _tensor_parallel(acc)
+    model = _apply_tensor_parallel(acc, _fresh_model(tensor_parallel))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     loader = DataLoader(TensorDataset(x, y), batch_size=per_process_batch)
     model, optimizer, loader = acc.prepare(model, optimizer, loader)
@@ -190,15 +246,18 @@ def check_training(ctx: Context) -> str:
             acc.backward(torch.nn.functional.mse_loss(model(inputs), targets))
             optimizer.step()
     plain: Any = acc.unwrap_model(model)
-    sharded = hasattr(plain.weight, "full_tensor")
+    sharded = all(hasattr(p, "full_tensor") for p in plain.parameters())
     if _type_name(acc) == "FSDP" and acc.num_processes > 1:
         _expect(sharded, "under FSDP, prepare() left the model's parameters unsharded (plain tensors)")
-    ours = torch.cat([_full(plain.weight).flatten(), _full(plain.bias)]).cpu()
-    reference = _reference_weights(per_process_batch, acc.num_processes, epochs)
+    ours = _flat(plain)
+    reference = _reference_weights(per_process_batch, _data_shards(acc), epochs, tensor_parallel)
     _expect(torch.allclose(ours, reference, atol=1e-5),
             f"parameters {ours.tolist()} differ from the 1-process reference {reference.tolist()}")  # fmt: skip
     ctx.trained = (model, optimizer)  # type: ignore[attr-defined]
-    where = f", parameters sharded over {acc.num_processes} processes" if sharded else ""
+    if tensor_parallel:
+        where = f", tensor-parallel model on the mesh {_mesh_text(acc)}"
+    else:
+        where = f", parameters sharded over {acc.num_processes} processes" if sharded else ""
     return f"{epochs} epochs match the 1-process reference{where}"
 
 
@@ -211,7 +270,7 @@ def check_mixed_precision(ctx: Context) -> str:
     expected = {"fp16": torch.float16, "bf16": torch.bfloat16}[acc.mixed_precision]
     # Prepared with its optimizer in one call (DeepSpeed builds one engine from both); when training was
     # skipped, save/load then round-trips this model, so no backend ever holds two engines.
-    plain_layer = torch.nn.Linear(8, 8)
+    plain_layer = _apply_tensor_parallel(acc, torch.nn.Linear(8, 8))
     layer, optimizer = acc.prepare(plain_layer, torch.optim.SGD(plain_layer.parameters(), lr=0.1))
     if getattr(ctx, "trained", None) is None:
         ctx.trained = (layer, optimizer)  # type: ignore[attr-defined]
@@ -255,7 +314,7 @@ def check_save_load(ctx: Context) -> str:
     trained = getattr(ctx, "trained", None)
     if trained is None:
         # One prepare() call: DeepSpeed builds its engine from the model and its optimizer together.
-        fresh = _fresh_model()
+        fresh = _apply_tensor_parallel(acc, _fresh_model(_tensor_parallel(acc)))
         model, optimizer = acc.prepare(fresh, torch.optim.SGD(fresh.parameters(), lr=0.1))
     else:
         model, optimizer = trained
@@ -362,7 +421,9 @@ def main() -> int:
         print(
             f"accelerate self-check: could not collect the other processes' results: {exc}", file=sys.stderr
         )
-    report, ok = format_report(per_rank, ctx.accelerator.mixed_precision, _type_name(ctx.accelerator))
+    kind, mesh = _type_name(ctx.accelerator), _mesh_text(ctx.accelerator)
+    kind = f"{kind}, mesh {mesh}" if mesh else kind
+    report, ok = format_report(per_rank, ctx.accelerator.mixed_precision, kind)
     if ctx.accelerator.is_main_process:
         print(report, flush=True)
     return 0 if ok else 1

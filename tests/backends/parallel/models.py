@@ -8,8 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
+
+from tests.backends.fsdp_models import train_reference
 
 VOCAB, WIDTH, HEADS, SEQ, OUT, DEPTH = 16, 16, 4, 6, 3, 2
 
@@ -100,16 +101,6 @@ def reference_run(
     steps: int, accum: int, global_batch: int, max_norm: float, lr: float = 1e-2
 ) -> tuple[dict[str, torch.Tensor], list[float]]:
     """The same training in one process, each micro-step on the whole global batch."""
-    model = make_model()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
-    x, y = dataset(steps * accum * global_batch)
-    norms = []
-    for step in range(steps):
-        for micro in range(accum):
-            start = (step * accum + micro) * global_batch
-            loss = F.mse_loss(model(x[start : start + global_batch]), y[start : start + global_batch])
-            (loss / accum).backward()
-        norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)))
-        optimizer.step()
-        optimizer.zero_grad()
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}, norms
+    return train_reference(
+        make_model(), dataset(steps * accum * global_batch), steps, accum, global_batch, max_norm, lr
+    )

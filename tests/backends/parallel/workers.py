@@ -103,4 +103,22 @@ def refusals() -> dict[str, str]:
         accelerator.prepare(make_model())  # no tensor-parallel plan applied
     except ValueError as error:
         messages["no_plan"] = str(error)
+    import torch.distributed as dist
+
+    # A script bug: each rank builds a different mesh. Every rank raises (the gather is collective).
+    sizes = {"tp_size": 2} if dist.get_rank() == 0 else {"dp_shard_size": 2}
+    try:
+        _accelerator(sizes)
+    except ValueError as error:
+        messages["mismatch"] = str(error)
     return messages
+
+
+def resume_batches(sizes: dict[str, int], skip: int) -> dict[str, Any]:
+    """The batches a prepared loader gives, and those skip_first_batches gives after ``skip`` of them."""
+    accelerator = _accelerator(sizes, accum=1)
+    x, _ = dataset(8 * PER_RANK * accelerator.state.run.data_shards[0])
+    loader = accelerator.prepare(DataLoader(TensorDataset(x), batch_size=PER_RANK))
+    whole = [batch.clone() for (batch,) in loader]
+    resumed = [batch.clone() for (batch,) in accelerator.skip_first_batches(loader, skip)]
+    return {"whole": whole, "resumed": resumed}

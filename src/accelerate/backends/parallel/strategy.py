@@ -18,7 +18,7 @@ from torch import nn
 from accelerate.backends.fsdp.plugin import FullyShardedDataParallelPlugin
 from accelerate.backends.fsdp.strategy import FSDPStrategy
 from accelerate.backends.parallel.activation import apply_activation_checkpointing
-from accelerate.backends.parallel.fsdp import fsdp_mesh
+from accelerate.backends.parallel.fsdp import REPLICATE_DIMS, fsdp_mesh
 from accelerate.backends.parallel.tp import check_tensor_parallel
 from accelerate.state.distributed_type import DistributedType
 
@@ -74,7 +74,12 @@ class ParallelStrategy(FSDPStrategy):
     def describe(self) -> str:
         shape, names = self.mesh_shape()
         mesh = " x ".join(f"{n}={s}" for n, s in zip(names, shape, strict=True))
-        fsdp = "FSDP2 over " + "x".join(self._mesh.mesh_dim_names) if self._mesh is not None else "no FSDP"
+        if self._mesh is None:
+            fsdp = "no FSDP"
+        elif tuple(self._mesh.mesh_dim_names) == REPLICATE_DIMS:
+            fsdp = "replicated over dp_replicate by FSDP2 (HSDP with shard size 1)"
+        else:
+            fsdp = "FSDP2 over " + "x".join(self._mesh.mesh_dim_names)
         return f"parallelism mesh [{mesh}]: tensor parallel on tp, {fsdp}"
 
     def setup_module(self, model: nn.Module, *, device_placement: bool) -> nn.Module:
