@@ -19,6 +19,7 @@ import traceback
 from collections.abc import Iterator, Mapping
 from typing import TextIO
 
+from accelerate.launch.elastic import elastic_agent_env
 from accelerate.launch.failures import ExitClock, describe_code, exit_code, report_failures
 from accelerate.launch.hang_report import hang_env, report_hang
 from accelerate.launch.plan import LaunchPlan
@@ -132,6 +133,7 @@ def _run_torchrun(plan: LaunchPlan, err: TextIO) -> int:
         **plan.child_env,
         **hang_env(hang_dir.name, {**os.environ, **plan.child_env}),
         **capture.child_env(),
+        **elastic_agent_env(plan.settings, os.environ),
     }
     with (
         hang_dir,
