@@ -117,7 +117,65 @@ _NO_SHARED_STORE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 
 
 def elastic_agent_env(settings: Mapping[str, Setting], environ: Mapping[str, str]) -> dict[str, str]:
-    """Variables the agent of an elastic launch needs (the user's own setting wins)."""
-    if settings["nnodes"].value is None or _NO_SHARED_STORE in environ:
+    """Variables the agent and the processes of an elastic launch need (the user's own setting wins).
+
+    The processes learn the largest group's size (``GradientAccumulationPlugin(adjust_for_world_size=
+    True)`` keeps the global batch of that size).
+    """
+    from accelerate.state.gradient import ELASTIC_MAX_PROCESSES_ENV
+
+    if settings["nnodes"].value is None:
         return {}
-    return {_NO_SHARED_STORE: "1"}
+    out = {ELASTIC_MAX_PROCESSES_ENV: str(settings["num_processes"].value)}
+    if _NO_SHARED_STORE not in environ:
+        out[_NO_SHARED_STORE] = "1"
+    return out
+
+
+class MembershipLog:
+    """The group's membership changes as this node's agent sees them, for the console and the summary.
+
+    The agent calls :meth:`formed` after every rendezvous with the participating nodes (as
+    ``host:launcher pid``) and the number of processes; a change from the previous group is one
+    event: one line per node that left or joined, each with the old and the new world size.
+    """
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+        self._nodes: list[str] | None = None
+        self._world: int | None = None
+
+    def formed(self, nodes: list[str], world_size: int) -> list[str]:
+        """Records a new group; returns the lines to print (none for the first group or no change)."""
+        before, old_world = self._nodes, self._world
+        self._nodes, self._world = nodes, world_size
+        if before is None or old_world is None:
+            return []
+        left = [n for n in before if n not in nodes]
+        joined = [n for n in nodes if n not in before]
+        change = f"world size {old_world} -> {world_size}"
+        lines = [f"node {n} left; {change}" for n in left] + [f"node {n} joined; {change}" for n in joined]
+        if not lines and old_world != world_size:
+            lines = [f"the group re-formed; {change}"]
+        self.events += lines
+        return lines
+
+    def summary(self) -> str:
+        """The run's membership changes, for the end of the launch (empty when there was none)."""
+        if not self.events:
+            return ""
+        body = "\n".join(f"  {i}. {event}" for i, event in enumerate(self.events, 1))
+        return f"accelerate launch: membership changes during the run ({len(self.events)}):\n{body}"
+
+
+def participants(rdzv_handler: Any) -> list[str] | None:
+    """``host:pid`` of each node in the rendezvous's current round, by group rank (None if unknown).
+
+    Reads torch's dynamic rendezvous state (a private attribute): a torch that renamed it loses only
+    the node names, not the world sizes.
+    """
+    try:
+        members = rdzv_handler._state_holder.state.participants
+        return [f"{node.addr}:{node.pid}" for node, _ in sorted(members.items(), key=lambda item: item[1])]
+    except AttributeError:
+        return None
