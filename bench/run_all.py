@@ -21,6 +21,7 @@ from bench import (
     data_loading,
     ddp_two_proc,
     deepspeed_zero2,
+    elastic,
     fsdp_checkpoint,
     fsdp_two_proc,
     parallel_nd,
@@ -32,7 +33,7 @@ from bench.common import ROOT, Row, format_table, guarded, write_results
 BENCHMARKS = [
     startup, step_overhead, ddp_two_proc, deepspeed_zero2, data_loading, collectives, checkpoint_io, big_modeling,
 ]  # fmt: skip
-BENCHMARKS += [fsdp_two_proc, fsdp_checkpoint, bnb_loading, parallel_nd]
+BENCHMARKS += [fsdp_two_proc, fsdp_checkpoint, bnb_loading, parallel_nd, elastic]
 
 
 def main() -> None:
