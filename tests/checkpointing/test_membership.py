@@ -18,6 +18,7 @@ def test_progress_left_by_the_previous_group_gives_the_steps_replayed(
     checkpoint = tmp_path / "checkpoints" / "checkpoint_1"
     checkpoint.mkdir(parents=True)
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "test")
+    monkeypatch.setenv("TORCHELASTIC_MAX_RESTARTS", "1")
     monkeypatch.setattr(SLOT, "step", 7)
     membership.note_checkpoint(checkpoint)
     membership.record_progress()  # what a failing process of the previous group leaves

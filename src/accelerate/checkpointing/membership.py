@@ -40,6 +40,8 @@ def record_progress() -> None:
     """Writes this process's optimizer-step count beside the checkpoints (best effort, never raises)."""
     if _checkpoints_dir is None or _AGENT_VARIABLE not in os.environ:
         return
+    if int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0) <= 0:
+        return  # no group will resume to read it: leave nothing behind
     try:
         (_checkpoints_dir / f"{PROGRESS_PREFIX}{os.getpid()}").write_text(str(int(SLOT.step)))
     except OSError:
