@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 TORCH := torch==2.13.0
 
-.PHONY: venv install install-test demo test lint bench clean test-xla gpu-check
+.PHONY: venv install install-test demo demo-multinode test lint bench clean test-xla gpu-check
 
 $(VENV)/.torch:
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,11 @@ venv: $(VENV)/.installed
 
 demo: $(VENV)/.installed
 	$(VENV)/bin/accelerate launch --cpu --num_processes 2 examples/train_classifier.py
+
+# Two "nodes" on loopback (elastic --nnodes 1:2): one is killed mid-epoch, the survivor trains on,
+# a replacement joins; prints the membership log and the final accuracy (examples/multinode_demo.py).
+demo-multinode: $(VENV)/.installed
+	$(PY) examples/multinode_demo.py
 
 test: $(VENV)/.installed-test
 	@# Open MPI for the mpirun launch tests: installed when apt and root are at hand, else those tests skip.

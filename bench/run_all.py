@@ -21,6 +21,7 @@ from bench import (
     data_loading,
     ddp_two_proc,
     deepspeed_zero2,
+    elastic,
     fp8_ao,
     fsdp_checkpoint,
     fsdp_two_proc,
@@ -33,7 +34,7 @@ from bench.common import ROOT, Row, format_table, guarded, write_results
 BENCHMARKS = [
     startup, step_overhead, ddp_two_proc, deepspeed_zero2, data_loading, collectives, checkpoint_io, big_modeling,
 ]  # fmt: skip
-BENCHMARKS += [fsdp_two_proc, fsdp_checkpoint, bnb_loading, parallel_nd, fp8_ao]
+BENCHMARKS += [fsdp_two_proc, fsdp_checkpoint, bnb_loading, parallel_nd, fp8_ao, elastic]
 
 
 def main() -> None:

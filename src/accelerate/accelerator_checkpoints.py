@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 
 from accelerate.checkpointing import accelerator_io as checkpoint_io
+from accelerate.checkpointing import membership
+from accelerate.checkpointing.atomic import read_manifest
 
 if TYPE_CHECKING:
     from accelerate.accelerator import Accelerator
@@ -115,6 +117,7 @@ class AcceleratorCheckpoints:
         )
         if saved.next_iteration is not None:
             self.project_configuration.iteration = saved.next_iteration
+        membership.note_checkpoint(saved.path)
         return str(saved.path)
 
     def load_state(
@@ -144,4 +147,12 @@ class AcceleratorCheckpoints:
         self.gradient_state.micro_step = int(loaded.step)
         if loaded.next_iteration is not None:
             self.project_configuration.iteration = loaded.next_iteration
+        # A re-formed (elastic or restarted) group says what it resumed from, once, on process 0.
+        manifest = read_manifest(loaded.path)
+        membership.report_resume(
+            loaded.path,
+            manifest.world_size if manifest else None,
+            self.partial_state.num_processes,
+            self.partial_state.is_main_process,
+        )
         return str(loaded.path)

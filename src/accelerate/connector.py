@@ -30,6 +30,7 @@ from accelerate.precision.amp import Precision
 from accelerate.precision.fp8.resolve import resolve_fp8, split_recipes
 from accelerate.state import AcceleratorState, GradientState, PartialState
 from accelerate.state.accelerator_state import record_run
+from accelerate.state.gradient import adjusted_for_world_size
 from accelerate.state.parallelism import device_mesh_for
 from accelerate.state.parallelism_env import resolve_parallelism_config
 from accelerate.utils.dataclasses import (
@@ -149,7 +150,7 @@ def connect(
         deepspeed_plugins=ds_plugins,
         parallelism_config=parallelism_config,
     )
-    gradient_state = GradientState(accumulation)
+    gradient_state = GradientState(adjusted_for_world_size(accumulation, partial.num_processes))
     dynamo = _dynamo_plugin(dynamo_plugin, dynamo_backend, launch)
     # The run, resolved once: AcceleratorState records it and its attributes read from it.
     run = describe_run(

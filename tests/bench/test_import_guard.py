@@ -55,6 +55,7 @@ BENCH_MODULES = [
     "data_loading",
     "collectives",
     "checkpoint_io",
+    "elastic",
     "run_all",
 ]
 

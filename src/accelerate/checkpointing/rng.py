@@ -21,6 +21,7 @@ import torch
 
 from accelerate.checkpointing.errors import CheckpointError
 from accelerate.checkpointing.regular_files import open_regular
+from accelerate.diagnostics.watchdog import SLOT
 
 RNG_STATE_NAME = "random_states"
 # Our files carry this key (upstream ignores unknown keys): a folder holding such a file but no
@@ -47,6 +48,8 @@ def _sampler_generator(dataloader: Any) -> torch.Generator | None:
 
 # Key of the accumulated, not yet applied gradients in a random-states file (upstream ignores it).
 PENDING_GRADIENTS = "accelerate_pending_gradients"
+# Key of the process's optimizer-step count (what a resumed run's "steps replayed" is measured from).
+OPTIMIZER_STEPS = "accelerate_optimizer_steps"
 
 
 def capture_rng_state(
@@ -67,6 +70,7 @@ def capture_rng_state(
         "numpy_random_seed": (str(kind), [int(k) for k in keys], int(pos), int(has_gauss), float(gauss)),
         "torch_manual_seed": torch.get_rng_state(),
         OWN_MARKER: "accelerate_manifest.json",
+        OPTIMIZER_STEPS: int(SLOT.step),
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["torch_cuda_manual_seed"] = torch.cuda.get_rng_state_all()
@@ -90,6 +94,8 @@ def restore_rng_state(state: dict[str, Any], dataloaders: Sequence[Any] = ()) ->
     np_state = state["numpy_random_seed"]
     np.random.set_state((np_state[0], np.asarray(np_state[1], dtype=np.uint32), *np_state[2:]))
     torch.set_rng_state(state["torch_manual_seed"])
+    if OPTIMIZER_STEPS in state:
+        SLOT.step = int(state[OPTIMIZER_STEPS])
     cuda = state.get("torch_cuda_manual_seed")
     if cuda is not None and torch.cuda.is_available():
         # A run resumed on fewer GPUs restores the ones it has.

@@ -23,7 +23,7 @@ DYNAMO_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-c
 # Flags that are settings of the plan (everything else is about the command or the output).
 SETTING_FLAGS = (
     "cpu", "multi_gpu", "num_processes", "num_machines", "machine_rank", "main_process_ip", "main_process_port",
-    "rdzv_backend", "same_network", "rdzv_conf", "max_restarts", "monitor_interval", "gpu_ids",
+    "rdzv_backend", "same_network", "rdzv_conf", "nnodes", "rdzv_endpoint", "max_restarts", "monitor_interval", "gpu_ids",
     "mixed_precision", "gradient_accumulation_steps", "debug", "dynamo_backend", "dynamo_mode",
     "dynamo_use_fullgraph", "dynamo_use_dynamic", "dynamo_use_regional_compilation", "num_cpu_threads_per_process",
     "tee", "log_dir", "role", "mpirun_hostfile", "use_deepspeed",
@@ -117,6 +117,11 @@ def _lower(value: str) -> str:
     return value.lower()
 
 
+def _machines(value: str) -> int | str:
+    """A machine count, or an elastic range ``MIN:MAX`` (checked by the plan, which names the flag)."""
+    return int(value) if value.strip().isdigit() else value.strip()
+
+
 # N-D parallelism (ParallelismConfig): name -> (argparse keywords, help). Upstream's defaults apply
 # when a flag is not given (launch/parallelism.py); the flags default to None to tell "not given".
 PARALLELISM_FLAGS: dict[str, tuple[dict[str, Any], str]] = {
@@ -166,7 +171,11 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
     switch("debug", "Check tensor shapes across processes before each collective (finds hangs).")
 
     group = parser.add_argument_group("Several machines and the rendezvous")
-    flag("num_machines", type=int, metavar="N", help="Number of machines taking part.")
+    flag("num_machines", type=_machines, metavar="N|MIN:MAX", help="Number of machines taking part; a range "
+         "MIN:MAX makes the run elastic (machines may leave and join; see --nnodes).")  # fmt: skip
+    flag("nnodes", type=_machines, metavar="N|MIN:MAX", help="torch.distributed.run's spelling of --num_machines: "
+         "MIN:MAX re-forms the group (c10d) when a machine leaves or joins; the script resumes with "
+         "load_state(missing_ok=True).")  # fmt: skip
     flag("machine_rank", type=int, metavar="RANK", help="This machine's rank, 0 .. num_machines - 1.")
     flag("main_process_ip", metavar="IP", help="Address of machine 0 (default 127.0.0.1 on one machine).")
     flag("main_process_port", type=int, metavar="PORT", help="Port on machine 0 (default 29500, or a free "
@@ -174,6 +183,8 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
     flag(
         "rdzv_backend", metavar="BACKEND", help="torch.distributed.run rendezvous: static (default) or c10d."
     )
+    flag("rdzv_endpoint", metavar="HOST:PORT", help="Where the rendezvous meets (torch.distributed.run's "
+         "spelling of --main_process_ip/--main_process_port).")  # fmt: skip
     flag("rdzv_conf", metavar="K=V,...", help="Extra rendezvous configuration for torch.distributed.run.")
     switch("same_network", "The machines share a local network (informational for static rendezvous).")
     flag(

@@ -178,6 +178,11 @@ class PreparedLoaderMixin(DataLoaderStateMixin):
         """Underlying batch-sampler batches per step, when the position can be kept in them."""
         return None
 
+    @property
+    def _base_batch_size(self) -> int | None:
+        """Samples in one underlying batch (None when unknown): turns the position into samples."""
+        return None
+
     def _shuffle_sampler(self) -> Any:
         return None
 
@@ -322,7 +327,9 @@ class PreparedLoaderMixin(DataLoaderStateMixin):
         """The loader's position: a plain dict of ints / tensors, safe to `torch.save`.
 
         Keys: ``epoch``, ``batches_yielded`` (this process, this epoch), ``base_batches_consumed``
-        (underlying batches, -1 if not tracked), ``num_processes``, ``split_batches``, ``seed`` (of a
+        (underlying batches, -1 if not tracked), ``samples_consumed`` (samples of the epoch's global
+        order consumed by all processes together, -1 if not tracked: the world-size independent
+        position, see `load_state_dict`), ``num_processes``, ``split_batches``, ``seed`` (of a
         `SeedableRandomSampler`, else None), ``generator_state`` (the shuffle generator's state at the
         start of the epoch, else None) and ``format``.
         """
@@ -344,11 +351,14 @@ class PreparedLoaderMixin(DataLoaderStateMixin):
         if generator_state is None and generator is not None:
             generator_state = generator.get_state()
         per_step = self._base_batches_per_step
+        base_size = self._base_batch_size
+        tracked = per_step is not None and base >= 0
         return {
             "format": STATE_FORMAT,
             "epoch": epoch,
             "batches_yielded": batches,
             "base_batches_consumed": base if per_step is not None else -1,
+            "samples_consumed": base * base_size if tracked and base_size is not None else -1,
             "num_processes": self._num_shards,
             "split_batches": self._split_batches,
             "seed": sampler.initial_seed if isinstance(sampler, SeedableRandomSampler) else None,
@@ -362,6 +372,16 @@ class PreparedLoaderMixin(DataLoaderStateMixin):
         (skip the done batches with `skip_first_batches`). A state saved with another number of
         processes is re-split by underlying batch (map-style datasets); where that is impossible
         (iterable datasets, dispatched batches) a mid-epoch state raises.
+
+        The re-split rule (elastic training): the epoch's global order depends only on the seed, and
+        the position is the number of samples of that order consumed (``samples_consumed``). The
+        resumed epoch starts at the first sample not consumed, whatever the new number of processes:
+        process ``i`` takes underlying batches ``p + i, p + i + N, ...`` from there (``p`` = the
+        position in underlying batches). A position that is not a multiple of the new round (``N``
+        batches) is fine: the new rounds are simply offset from the old ones, and no sample is
+        skipped or repeated. ``batches_yielded`` becomes the new processes' steps, rounded up. The
+        position must be a whole number of underlying batches: a state saved with another batch
+        size whose position falls inside a batch of this loader raises.
         """
         missing = {"epoch", "batches_yielded", "num_processes"} - set(state_dict)
         if missing:
@@ -374,7 +394,7 @@ class PreparedLoaderMixin(DataLoaderStateMixin):
                 f"uses split_batches={self._split_batches}; use the same DataLoaderConfiguration to resume"
             )
         batches = int(state_dict["batches_yielded"]) if self.use_stateful_dataloader else 0
-        base_saved = int(state_dict.get("base_batches_consumed", -1))
+        base_saved = self._saved_base_batches(state_dict)
         base: int | None = base_saved if base_saved >= 0 and self.use_stateful_dataloader else None
         saved_processes = int(state_dict["num_processes"])
         if saved_processes != self._num_shards and batches:
@@ -396,3 +416,23 @@ class PreparedLoaderMixin(DataLoaderStateMixin):
         sampler = self._shuffle_sampler()
         if state_dict.get("seed") is not None and isinstance(sampler, SeedableRandomSampler):
             sampler.initial_seed = int(state_dict["seed"])
+
+    def _saved_base_batches(self, state_dict: dict[str, Any]) -> int:
+        """The saved position in this loader's underlying batches (-1: not tracked).
+
+        Read from ``samples_consumed`` when both it and this loader's batch size are known (so a
+        state saved with a different underlying batch size still lands on the right sample), else
+        from ``base_batches_consumed`` (states written before samples were counted).
+        """
+        samples = int(state_dict.get("samples_consumed", -1))
+        size = self._base_batch_size
+        if samples < 0 or not size:
+            return int(state_dict.get("base_batches_consumed", -1))
+        base, inside = divmod(samples, size)
+        if inside:
+            raise ValueError(
+                f"the loader state was saved {samples} samples into epoch {state_dict['epoch']}, which is "
+                f"inside a batch of this loader (underlying batches of {size} samples); resume with a batch "
+                f"size that divides {samples} (the one the state was saved with), or from an epoch boundary"
+            )
+        return base

@@ -107,6 +107,11 @@ class DataLoaderShard(PreparedLoaderMixin, DataLoader[Any]):
         shard = self._batch_shard
         return shard.base_batches_per_step if shard is not None else None
 
+    @property
+    def _base_batch_size(self) -> int | None:
+        shard = self._batch_shard
+        return shard.batch_size if shard is not None else None
+
     def _shuffle_sampler(self) -> Any:
         return getattr(base_batch_sampler(self._batch_shard or self.batch_sampler), "sampler", None)
 

@@ -161,6 +161,7 @@ def main(argv: list[str]) -> int:
         return 2
     target = argv[0]
     end_watch = watch_the_launcher()
+    _record_progress_on_sigterm()
     try:
         return _run(module, target, argv)
     finally:
@@ -188,6 +189,7 @@ def _run(module: bool, target: str, argv: list[str]) -> int:
     except KeyboardInterrupt:
         raise
     except BaseException as exc:
+        _record_progress()
         _wait_for_the_hang_watchdog()
         text = _user_traceback(exc)
         write_error_file(exc, text)
@@ -196,6 +198,29 @@ def _run(module: bool, target: str, argv: list[str]) -> int:
         return 1
     _leave_process_group_together()
     return 0
+
+
+def _record_progress() -> None:
+    """Leaves this process's optimizer-step count beside the checkpoints for the group that resumes
+    (see accelerate.checkpointing.membership; looked up, not imported: a script without accelerate
+    has nothing to record)."""
+    membership = sys.modules.get("accelerate.checkpointing.membership")
+    if membership is not None:
+        membership.record_progress()
+
+
+def _record_progress_on_sigterm() -> None:
+    """Under restarts (elastic or not) the agent stops a group with SIGTERM: record, then die of it."""
+    if int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0) <= 0:
+        return
+
+    def on_sigterm(signum: int, _frame: object) -> None:
+        _record_progress()
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)  # the exit status still says SIGTERM, as the agent expects
+
+    with contextlib.suppress(ValueError, OSError):  # not the main thread: leave the default
+        signal.signal(signal.SIGTERM, on_sigterm)
 
 
 def _wait_for_the_hang_watchdog() -> None:

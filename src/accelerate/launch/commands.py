@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from accelerate.launch.checks import LaunchError
+from accelerate.launch.elastic import nnodes_arg
 
 if TYPE_CHECKING:
     from accelerate.launch.plan import Setting
@@ -74,7 +75,7 @@ def torchrun_args(
     ip, port = settings["main_process_ip"].value, int(settings["main_process_port"].value)
     backend = str(settings["rdzv_backend"].value)
     args = [
-        "--nnodes", str(machines),
+        "--nnodes", nnodes_arg(settings),
         "--nproc_per_node", str(per_machine),
         "--node_rank", str(settings["machine_rank"].value),
         "--master_addr", str(ip),

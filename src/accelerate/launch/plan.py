@@ -23,7 +23,7 @@ from typing import Any
 from accelerate.backends.deepspeed import launch as deepspeed_launch
 from accelerate.config.config_file import ConfigLocation, LaunchConfig
 from accelerate.config.env import ENV_CONTRACT, LaunchEnv, read_launch_env, write_launch_env
-from accelerate.launch import cluster, commands, parallelism, xla
+from accelerate.launch import cluster, commands, elastic, parallelism, xla
 from accelerate.launch import fp8 as fp8_launch
 from accelerate.launch.checks import (
     LaunchError,
@@ -175,6 +175,7 @@ _SPECS: tuple[_Spec, ...] = (
     _Spec("multi_gpu", False, _config_multi_gpu),
     _Spec("num_processes", None, _attr("num_processes")),
     _Spec("num_machines", 1, _attr("num_machines")),
+    _Spec("nnodes", None),  # "MIN:MAX" for an elastic range (launch/elastic.py)
     _Spec("machine_rank", 0, _attr("machine_rank")),
     _Spec("main_process_ip", None, _attr("main_process_ip")),
     _Spec("main_process_port", None, _attr("main_process_port")),
@@ -277,7 +278,7 @@ def build_plan(
     Raises:
         LaunchError: contradictory or ignored flags, unavailable backends, impossible values.
     """
-    flags = {k: v for k, v in (flags or {}).items() if v is not None}
+    flags = elastic.normalise_machine_flags({k: v for k, v in (flags or {}).items() if v is not None})
     env = os.environ if environ is None else environ
     config_path = str(config_location.path) if config_location and config_location.path else "<config>"
     config_warnings = check_unavailable(flags, config, config_path)
@@ -302,6 +303,7 @@ def build_plan(
     if mode not in ("single", "xla"):
         _resolve_endpoint(settings, notes, check_port)
     if mode == "torchrun":
+        elastic.check_elastic_rendezvous(settings, notes)
         _rendezvous_for_restarts(settings, notes)
 
     program = commands.program(script, script_args, module, no_python)

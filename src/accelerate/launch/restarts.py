@@ -18,13 +18,16 @@ import contextlib
 from collections.abc import Iterator, Mapping
 from typing import Any, TextIO
 
+from accelerate.launch.elastic import MembershipLog, participants
 from accelerate.launch.failures import restart_report
 
-_HOOKED = ("_monitor_workers", "_restart_workers")
+_HOOKED = ("_monitor_workers", "_restart_workers", "_rendezvous")
 
 
 @contextlib.contextmanager
-def reporting_restarts(err: TextIO, ended_at: Mapping[int, float] | None = None) -> Iterator[None]:
+def reporting_restarts(
+    err: TextIO, ended_at: Mapping[int, float] | None = None, membership: MembershipLog | None = None
+) -> Iterator[None]:
     """During the block, elastic launches print a report to ``err`` before each restart.
 
     ``ended_at`` is read at each restart, not copied: the clock fills it while the launch runs.
@@ -33,6 +36,8 @@ def reporting_restarts(err: TextIO, ended_at: Mapping[int, float] | None = None)
         err: where to print.
         ended_at: pid -> the time each worker ended (the launcher's ExitClock), to tell which rank
             failed first.
+        membership: where the groups the rendezvous forms are recorded; each change of members is
+            printed (one line per node that left or joined) before the processes start again.
     """
     import torch.distributed.launcher.api as launcher_api
 
@@ -42,14 +47,17 @@ def reporting_restarts(err: TextIO, ended_at: Mapping[int, float] | None = None)
         return
     # The launcher imports the agent class without re-exporting it, so mypy sees no such attribute;
     # replacing the module's binding is the point (launch_agent looks the class up there).
-    launcher_api.LocalElasticAgent = _reporting_agent(base, err, {} if ended_at is None else ended_at)  # type: ignore[attr-defined]
+    agent = _reporting_agent(base, err, {} if ended_at is None else ended_at, membership or MembershipLog())
+    launcher_api.LocalElasticAgent = agent  # type: ignore[attr-defined]
     try:
         yield
     finally:
         launcher_api.LocalElasticAgent = base  # type: ignore[attr-defined]
 
 
-def _reporting_agent(base: type[Any], err: TextIO, ended_at: Mapping[int, float]) -> type[Any]:
+def _reporting_agent(
+    base: type[Any], err: TextIO, ended_at: Mapping[int, float], membership: MembershipLog
+) -> type[Any]:
     # The base is whichever agent class torch's launcher holds, known only at run time.
     class ReportingAgent(base):  # type: ignore[misc]
         """torch's agent, remembering the latest failures and reporting them when it restarts."""
@@ -78,5 +86,19 @@ def _reporting_agent(base: type[Any], err: TextIO, ended_at: Mapping[int, float]
             except Exception:  # noqa: BLE001 - a report that cannot be printed must not stop the restart
                 pass
             super()._restart_workers(worker_group)
+
+        def _rendezvous(self, worker_group: Any) -> None:
+            super()._rendezvous(worker_group)
+            try:
+                spec = worker_group.spec
+                world = int(worker_group.group_world_size) * int(spec.local_world_size)
+                nodes = participants(spec.rdzv_handler)
+                if nodes is None:  # unknown names: number the nodes instead
+                    nodes = [f"#{i}" for i in range(int(worker_group.group_world_size))]
+                for line in membership.formed(nodes, world):
+                    print(f"accelerate launch: membership: {line}", file=err)
+                err.flush()
+            except Exception:  # noqa: BLE001 - a report that cannot be made must not stop the group
+                pass
 
     return ReportingAgent

@@ -19,6 +19,7 @@ import traceback
 from collections.abc import Iterator, Mapping
 from typing import TextIO
 
+from accelerate.launch.elastic import MembershipLog, elastic_agent_env
 from accelerate.launch.failures import ExitClock, describe_code, exit_code, report_failures
 from accelerate.launch.hang_report import hang_env, report_hang
 from accelerate.launch.plan import LaunchPlan
@@ -123,6 +124,7 @@ def _run_torchrun(plan: LaunchPlan, err: TextIO) -> int:
 
     args = get_args_parser().parse_args(plan.torchrun_args)
     clock = ExitClock()
+    membership = MembershipLog()
     # Each rank's hang watchdog writes its report there; one summary is printed from them.
     hang_dir = tempfile.TemporaryDirectory(prefix="accelerate-hang-")
     # The workers' stderr passes through this process, so that the last words of a worker that
@@ -132,13 +134,14 @@ def _run_torchrun(plan: LaunchPlan, err: TextIO) -> int:
         **plan.child_env,
         **hang_env(hang_dir.name, {**os.environ, **plan.child_env}),
         **capture.child_env(),
+        **elastic_agent_env(plan.settings, os.environ),
     }
     with (
         hang_dir,
         patched_environ(child_env),
         preserved_signals(),
         clock.running(),
-        reporting_restarts(err, clock.ended),
+        reporting_restarts(err, clock.ended, membership),
         capture.running(),
     ):
         config, entrypoint, entry_args = config_from_args(args)
@@ -147,6 +150,8 @@ def _run_torchrun(plan: LaunchPlan, err: TextIO) -> int:
             elastic_launch(config, entrypoint)(*entry_args)
         except ChildFailedError as failure:
             tails = capture.finish()  # all the workers wrote is printed before the summary
+            if membership.summary():
+                print(membership.summary(), file=err)
             hung = report_hang(hang_dir.name, failure.failures, err)
             code = hung if hung is not None else report_failures(failure.failures, err, clock.ended, tails)
             if config.max_restarts > 0:
@@ -169,4 +174,6 @@ def _run_torchrun(plan: LaunchPlan, err: TextIO) -> int:
                 file=err,
             )
             return 1
+    if membership.summary():
+        print(membership.summary(), file=err)
     return 0

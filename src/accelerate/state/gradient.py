@@ -52,6 +52,8 @@ class GradientState:
             self._initialized = True
         if gradient_accumulation_plugin is not None:
             self.num_steps = gradient_accumulation_plugin.num_steps
+            # True when num_steps was raised to keep the global batch (adjusted_for_world_size).
+            self.adjusted_for_world_size = bool(getattr(gradient_accumulation_plugin, "_adjusted", False))
             self.adjust_scheduler = gradient_accumulation_plugin.adjust_scheduler
             self.sync_with_dataloader = gradient_accumulation_plugin.sync_with_dataloader
             self.sync_each_batch = gradient_accumulation_plugin.sync_each_batch
@@ -117,3 +119,41 @@ class GradientState:
 def reset_gradient_state() -> None:
     global _GRADIENT_STATE
     _GRADIENT_STATE = None
+
+
+# Written by `accelerate launch` for an elastic range: processes of the largest group it allows.
+ELASTIC_MAX_PROCESSES_ENV = "ACCELERATE_ELASTIC_MAX_PROCESSES"
+
+
+def adjusted_for_world_size(plugin: Any, world_size: int, environ: Any = None) -> Any:
+    """The accumulation plugin to use on ``world_size`` processes (see ``adjust_for_world_size``).
+
+    Returns ``plugin`` itself unless it asks to keep the global batch and the world differs from
+    its reference; then a copy whose ``num_steps`` keeps ``num_steps * reference`` micro-batches.
+
+    Raises:
+        ValueError: the global batch cannot be kept exactly on ``world_size`` processes.
+    """
+    import dataclasses
+    import os
+
+    if not getattr(plugin, "adjust_for_world_size", False):
+        return plugin
+    reference = plugin.reference_world_size
+    if reference is None:
+        value = (os.environ if environ is None else environ).get(ELASTIC_MAX_PROCESSES_ENV)
+        reference = int(value) if value else world_size
+    if reference == world_size:
+        return plugin
+    steps, rest = divmod(plugin.num_steps * reference, world_size)
+    if rest or steps < 1:
+        raise ValueError(
+            f"GradientAccumulationPlugin(adjust_for_world_size=True) keeps the global batch of num_steps="
+            f"{plugin.num_steps} micro-batches on {reference} processes, but {plugin.num_steps * reference} "
+            f"micro-batches do not split evenly over {world_size} processes. Choose num_steps so that "
+            f"num_steps * {reference} is a multiple of every world size the run may have, or set "
+            "adjust_for_world_size=False (keep the per-process batch)."
+        )
+    adjusted = dataclasses.replace(plugin, num_steps=steps)
+    adjusted._adjusted = True  # GradientState reports it (the resume line names the rule in force)
+    return adjusted

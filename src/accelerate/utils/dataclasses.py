@@ -165,17 +165,29 @@ class GradientAccumulationPlugin(KwargsHandler):
         adjust_scheduler: scale scheduler steps so the schedule is written in optimizer steps.
         sync_with_dataloader: force a sync step at the end of the dataloader.
         sync_each_batch: all-reduce on every micro-step (saves memory, costs bandwidth).
+        adjust_for_world_size: keep the global batch of an elastic run: on ``N`` processes accumulate
+            ``num_steps * reference_world_size / N`` micro-steps (a whole number). Off (default): the
+            per-process batch and ``num_steps`` stay, and the global batch shrinks with the world.
+        reference_world_size: the world size ``num_steps`` is for; default: the largest group the
+            launch allows (``--nnodes MIN:MAX``).
     """
 
     num_steps: int = 1
     adjust_scheduler: bool = True
     sync_with_dataloader: bool = True
     sync_each_batch: bool = False
+    adjust_for_world_size: bool = False
+    reference_world_size: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.num_steps, int) or self.num_steps < 1:
             raise ValueError(
                 f"GradientAccumulationPlugin(num_steps={self.num_steps!r}) must be an integer >= 1"
+            )
+        if self.reference_world_size is not None and not (0 < self.reference_world_size == int(self.reference_world_size)):
+            raise ValueError(
+                f"GradientAccumulationPlugin(reference_world_size={self.reference_world_size!r}) must be an "
+                "integer >= 1 (the number of processes num_steps is written for), or None"
             )
 
 

@@ -1,0 +1,103 @@
+"""What a resumed process says about the checkpoint it continues from (elastic and restarted runs).
+
+When torch's elastic agent re-forms the group (a node left or joined, or a process failed), every
+process starts the script again and ``load_state(missing_ok=True)`` resumes from the newest
+committed checkpoint. Process 0 then prints one line: the checkpoint, the world size it was saved
+at and the one it resumes on, and how many optimizer steps trained since that checkpoint are lost
+and trained again ("replayed").
+
+The replayed count needs the step the previous group had reached. Each process keeps its
+optimizer-step count (the hang watchdog's ``SLOT.step``, which checkpoints save and restore), and
+when it ends abnormally — an exception (a peer died in a collective) or the agent's SIGTERM (the
+group re-forms) — it writes that count to a small file beside the checkpoints
+(``.accelerate-progress-PID``); the next process 0 reads and removes them. The checkpoints folder
+is where every node looks for checkpoints, so it is shared by the nodes that resume.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from accelerate.diagnostics.watchdog import SLOT
+from accelerate.state.gradient import GradientState
+
+PROGRESS_PREFIX = ".accelerate-progress-"
+# Set by torch's agent in every process it starts: the line is for launched runs only.
+_AGENT_VARIABLE = "TORCHELASTIC_RUN_ID"
+
+# The folder holding this run's checkpoints, known once a checkpoint was saved or loaded.
+_checkpoints_dir: Path | None = None
+
+
+def note_checkpoint(path: str | os.PathLike[str]) -> None:
+    """Remembers where this run's checkpoints live (the folder holding ``path``)."""
+    global _checkpoints_dir
+    _checkpoints_dir = Path(path).resolve().parent
+
+
+def record_progress() -> None:
+    """Writes this process's optimizer-step count beside the checkpoints (best effort, never raises)."""
+    if _checkpoints_dir is None or _AGENT_VARIABLE not in os.environ:
+        return
+    if int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0) <= 0:
+        return  # no group will resume to read it: leave nothing behind
+    try:
+        (_checkpoints_dir / f"{PROGRESS_PREFIX}{os.getpid()}").write_text(str(int(SLOT.step)))
+    except OSError:
+        pass
+
+
+def _reached_steps(directory: Path) -> int | None:
+    """The highest count the previous group recorded (None: none recorded); the records are removed."""
+    reached: int | None = None
+    for path in directory.glob(f"{PROGRESS_PREFIX}*"):
+        try:
+            value = int(path.read_text().strip() or "0")
+            path.unlink()
+        except (OSError, ValueError):
+            continue
+        reached = value if reached is None else max(reached, value)
+    return reached
+
+
+def resume_line(path: str | os.PathLike[str], saved_world: int | None, world: int, saved_steps: int) -> str:
+    """The line process 0 prints after resuming (and removes the previous group's progress records)."""
+    note_checkpoint(path)
+    assert _checkpoints_dir is not None  # just set
+    reached = _reached_steps(_checkpoints_dir)
+    saved_by = f"{saved_world} process{'es' if saved_world != 1 else ''}" if saved_world else "? processes"
+    replayed = (
+        f"{max(reached - saved_steps, 0)} optimizer step(s) replayed since it"
+        if reached is not None
+        else "optimizer steps replayed since it: unknown (the previous processes left no record)"
+    )
+    line = (
+        f"accelerate: resumed from {path} (saved by {saved_by} at optimizer step {saved_steps}) "
+        f"on {world} process{'es' if world != 1 else ''}; {replayed}"
+    )
+    return line + batch_rule(saved_world, world)
+
+
+def batch_rule(saved_world: int | None, world: int) -> str:
+    """What happens to the global batch at the new world size (empty when the size did not change)."""
+    if not saved_world or saved_world == world:
+        return ""
+    steps = GradientState().num_steps
+    if getattr(GradientState(), "adjusted_for_world_size", False):
+        return f"; gradient accumulation is {steps} micro-steps at this size (the global batch is kept)"
+    return (
+        f"; the per-process batch and {steps} accumulation step(s) are kept, so the global batch is "
+        f"{world}/{saved_world} of the checkpoint's (GradientAccumulationPlugin(adjust_for_world_size=True) "
+        "keeps it instead)"
+    )
+
+
+def report_resume(path: str | os.PathLike[str], saved_world: int | None, world: int, is_main: bool) -> None:
+    """Prints :func:`resume_line` on process 0 of a launched run (to stderr, where the launcher logs)."""
+    note_checkpoint(path)
+    if not is_main or _AGENT_VARIABLE not in os.environ:
+        return
+    import sys
+
+    print(resume_line(path, saved_world, world, int(SLOT.step)), file=sys.stderr, flush=True)

@@ -1,0 +1,37 @@
+"""The line a resumed process 0 prints: checkpoint, world sizes, steps replayed, the batch rule."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from accelerate.checkpointing import membership
+from accelerate.diagnostics.watchdog import SLOT
+from accelerate.state.gradient import GradientState, adjusted_for_world_size
+from accelerate.utils import GradientAccumulationPlugin
+
+
+def test_progress_left_by_the_previous_group_gives_the_steps_replayed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checkpoint = tmp_path / "checkpoints" / "checkpoint_1"
+    checkpoint.mkdir(parents=True)
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "test")
+    monkeypatch.setenv("TORCHELASTIC_MAX_RESTARTS", "1")
+    monkeypatch.setattr(SLOT, "step", 7)
+    membership.note_checkpoint(checkpoint)
+    membership.record_progress()  # what a failing process of the previous group leaves
+    line = membership.resume_line(checkpoint, saved_world=2, world=1, saved_steps=4)
+    assert "(saved by 2 processes at optimizer step 4) on 1 process; 3 optimizer step(s) replayed" in line
+    assert "the global batch is 1/2 of the checkpoint's" in line
+    assert not list(checkpoint.parent.glob(".accelerate-progress-*"))  # read once
+    again = membership.resume_line(checkpoint, saved_world=1, world=1, saved_steps=4)
+    assert "replayed since it: unknown" in again and "global batch" not in again
+
+
+def test_the_line_says_when_accumulation_keeps_the_global_batch(tmp_path: Path) -> None:
+    plugin = GradientAccumulationPlugin(num_steps=1, adjust_for_world_size=True, reference_world_size=2)
+    GradientState(adjusted_for_world_size(plugin, 1))
+    line = membership.resume_line(tmp_path / "checkpoint_0", saved_world=2, world=1, saved_steps=0)
+    assert "gradient accumulation is 2 micro-steps at this size (the global batch is kept)" in line

@@ -1,0 +1,152 @@
+"""Elastic training on loopback: two launcher processes are two "nodes" (1 process each, ``--nnodes 1:2``).
+
+Node b (not hosting the c10d store) is killed after step 5; node a's agent re-forms the group at
+world size 1, the script resumes from the checkpoint of step 4 (one step replayed) and trains on;
+after the checkpoint of step 8 a third node joins, the group re-forms at world size 2 and finishes
+the epoch. Every sample of the epoch is trained on exactly once (counting each step's last
+attempt), and the final parameters equal a reference run that changes the world size at the same
+steps by stopping and relaunching (2 processes to step 4, 1 to step 8, 2 to the end).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.commands.helpers import accelerate_cmd, cli_env, reserved_port, run_cli
+
+SCRIPT = str(Path(__file__).resolve().parent / "scripts" / "elastic_train.py")
+LENGTH = 48
+TIMEOUT = 120
+
+
+def _wait_for(path: Path, procs: list[subprocess.Popen[str]], what: str) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    while not path.exists():
+        for proc in procs:
+            if proc.poll() is not None:
+                out, err = proc.communicate()
+                raise AssertionError(f"a node ended before {what}: {proc.returncode}\n{out}\n{err}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no {what} within {TIMEOUT}s")
+        time.sleep(0.05)
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _node(name: str, port: int, home: Path, args: list[str]) -> subprocess.Popen[str]:
+    command = accelerate_cmd(
+        "launch", "--cpu", "--num_processes", "2", "--nnodes", "1:2", "--rdzv_backend", "c10d",
+        "--rdzv_endpoint", f"127.0.0.1:{port}", "--rdzv_conf", "last_call_timeout=1,join_timeout=60",
+        "--max_restarts", "3", "--monitor_interval", "0.2",
+        # The rendezvous numbers the nodes; a rank > 0 only says "not the one hosting the store".
+        "--machine_rank", "0" if name == "a" else "1", SCRIPT, *args,
+    )  # fmt: skip
+    # Its own session: killing the node kills its launcher and its processes at once, like a machine.
+    return subprocess.Popen(
+        command, env=cli_env(home, ELASTIC_NODE=name), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, start_new_session=True,
+    )  # fmt: skip
+
+
+def _epoch_records(ids_dir: Path) -> dict[int, list[int]]:
+    """step -> sample ids of its last attempt (a phase that resumed from step S supersedes steps > S).
+
+    The processes of one phase (same resume step and world size) add up; a later phase drops what
+    earlier phases trained after its checkpoint (those steps were lost and are trained again).
+    """
+    steps: dict[int, tuple[str, list[int]]] = {}
+    for path in sorted(ids_dir.glob("*.txt"), key=lambda p: int(p.name.split("-")[0])):
+        lines = path.read_text().splitlines()
+        phase, resumed = lines[0], int(lines[0].split()[1])
+        for step in [s for s, (owner, _) in steps.items() if s > resumed and owner != phase]:
+            del steps[step]
+        for line in lines[1:]:
+            step, index = (int(v) for v in line.split())
+            steps.setdefault(step, (phase, []))[1].append(index)
+    return {step: ids for step, (_, ids) in sorted(steps.items())}
+
+
+def _check_epoch(ids_dir: Path) -> dict[int, list[int]]:
+    steps = _epoch_records(ids_dir)
+    seen = [i for ids in steps.values() for i in ids]
+    assert sorted(seen) == list(range(LENGTH)), f"repeated or skipped samples: {sorted(seen)}"
+    return steps
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same world-size changes made deterministically: stop at the step and relaunch at the new size."""
+    home = tmp_path_factory.mktemp("elastic-reference")
+    (home / "ids").mkdir()
+    for procs, stop in (("2", "4"), ("1", "8"), ("2", "0")):
+        with reserved_port() as port:
+            where = ["--main_process_port", str(port)] if procs != "1" else []
+            result = run_cli("launch", "--cpu", "--num_processes", procs, *where,
+                             SCRIPT, str(home / "project"), str(home / "ids"), str(home / "final.pt"),
+                             "--stop_at", stop, home=home, timeout=TIMEOUT)  # fmt: skip
+        assert result.returncode == 0, result.stdout + result.stderr
+    _check_epoch(home / "ids")
+    return home
+
+
+@pytest.mark.slow
+def test_a_node_dies_the_survivor_continues_and_a_new_node_joins(tmp_path: Path, reference: Path) -> None:
+    ids = tmp_path / "ids"
+    ids.mkdir()
+    args = [str(tmp_path / "project"), str(ids), str(tmp_path / "final.pt"),
+            "--block_at", "5", "--wait_at", "8", "--start_world", "2"]  # fmt: skip
+    with reserved_port() as port:
+        nodes = [_node("a", port, tmp_path, args)]
+        try:
+            deadline = time.monotonic() + TIMEOUT
+            while not _listening(port):  # node a hosts the store: it must bind first
+                assert nodes[0].poll() is None and time.monotonic() < deadline, "node a did not start"
+                time.sleep(0.05)
+            nodes.append(_node("b", port, tmp_path, args))
+            _wait_for(ids / "blocked", nodes, "node b reaching step 5")
+            os.killpg(nodes[1].pid, signal.SIGKILL)
+            nodes[1].wait()
+            _wait_for(ids / "waiting", nodes[:1], "the survivor reaching step 8 at world size 1")
+            nodes.append(_node("c", port, tmp_path, args))
+            out_a, err_a = nodes[0].communicate(timeout=TIMEOUT)
+            out_c, err_c = nodes[2].communicate(timeout=TIMEOUT)
+        finally:
+            for node in nodes:
+                if node.poll() is None:
+                    os.killpg(node.pid, signal.SIGKILL)
+                    node.wait()
+    assert nodes[0].returncode == 0 and nodes[2].returncode == 0, out_a + err_a + out_c + err_c
+    steps = _check_epoch(ids)
+    # 2 processes to step 5 (step 5 replayed), 1 process for steps 5-8, 2 processes for 9-14.
+    sizes = {step: len(samples) // 2 for step, samples in steps.items()}
+    assert sizes == {s: 2 if s <= 4 or s > 8 else 1 for s in range(1, 15)}, sizes
+    expected = torch.load(reference / "final.pt")
+    got = torch.load(tmp_path / "final.pt")
+    for key, tensor in expected.items():
+        assert torch.equal(tensor, got[key]), key
+    _check_membership_log(err_a, err_a + err_c)
+
+
+def _check_membership_log(survivor: str, both: str) -> None:
+    """One line per event before each re-formation, what was resumed, and the summary at the end."""
+    events = [line for line in survivor.splitlines() if line.startswith("accelerate launch: membership: node")]
+    # Node a may have formed a group alone before node b arrived (the script then waits for b): that
+    # join is an event too. The last two are always the death and the third node.
+    assert len(events) in (2, 3), survivor
+    assert events[-2].endswith("left; world size 2 -> 1"), events
+    assert events[-1].endswith("joined; world size 1 -> 2"), events
+    assert "(saved by 2 processes at optimizer step 4) on 1 process; 1 optimizer step(s) replayed" in both, both
+    assert "(saved by 1 process at optimizer step 8) on 2 processes; 0 optimizer step(s) replayed" in both, both
+    summary = survivor.split(f"accelerate launch: membership changes during the run ({len(events)}):", 1)[1]
+    assert all(f"{i}. node" in summary for i in range(1, len(events) + 1)), survivor
