@@ -3,15 +3,14 @@
     make demo-multinode        (or: python examples/multinode_demo.py)
 
 Each node is its own `accelerate launch --nnodes 1:2` process on loopback (one training process
-each), running the bundled examples/train_classifier.py, unchanged. Node a hosts the rendezvous.
+each), running the bundled examples/train_classifier.py (unchanged; with its ``--checkpoint_dir`` option, so it
+saves every 100 steps and starts from the newest checkpoint). Node a hosts the rendezvous.
 Once training runs on 2 processes, node b is killed (its launcher and its process, like a machine
 that lost power); torch's elastic agent on node a re-forms the group at world size 1 and the script
-starts again there. Once that runs, node c joins: the group re-forms at world size 2 and trains to
-the end. The demo prints what each node's launcher said about membership, then the final accuracy.
-
-The example keeps no checkpoints, so each re-formed group trains it from the start; a script that
-saves with ``accelerator.save_state()`` and starts with ``accelerator.load_state(missing_ok=True)``
-resumes from its newest checkpoint instead (README: "Elastic training").
+starts again there, resuming from the newest checkpoint (mid-epoch, the data position translated to
+the new world size). Once that runs, node c joins: the group re-forms at world size 2, resumes again
+and trains to the end. The demo prints what each node's launcher said about membership and where the
+script continued, then the final accuracy.
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -29,7 +29,9 @@ REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = str(REPO / "examples" / "train_classifier.py")
 # Enough work that a node can be killed mid-epoch (a few seconds per epoch on a laptop core).
 EXAMPLE_ARGS = ["--epochs", "2", "--train_samples", "120000", "--batch_size", "16"]
-SHOWN = ("membership", "Training on", "accuracy", "resumed from", "restarting every process", "  1.", "  2.",
+# Checkpoints every 100 optimizer steps in a fresh folder: each re-formed group continues from the newest.
+CHECKPOINTS = tempfile.mkdtemp(prefix="accelerate-demo-multinode-")
+SHOWN = ("membership", "Training on", "Continuing at", "accuracy", "resumed from", "restarting every process", "  1.", "  2.",
          "  3.")  # fmt: skip
 
 
@@ -54,7 +56,7 @@ class Node:
             sys.executable, "-m", "accelerate.commands.accelerate_cli", "launch", "--cpu", "--num_processes", "2",
             "--nnodes", "1:2", "--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}",
             "--rdzv_conf", "last_call_timeout=2", "--max_restarts", "3", "--monitor_interval", "0.5",
-            "--machine_rank", str(rank), EXAMPLE, *EXAMPLE_ARGS,
+            "--machine_rank", str(rank), EXAMPLE, *EXAMPLE_ARGS, "--checkpoint_dir", CHECKPOINTS,
         ]  # fmt: skip
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")])}
         self.proc = subprocess.Popen(

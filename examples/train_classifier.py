@@ -2,6 +2,11 @@
 
 Run it on one process:            python examples/train_classifier.py
 or on two CPU processes:          accelerate launch --cpu --num_processes 2 examples/train_classifier.py
+
+With ``--checkpoint_dir DIR --checkpoint_every N`` it saves a checkpoint every N optimizer steps and
+starts from the newest one in DIR if there is one (mid-epoch included, at any number of processes):
+the same command continues an interrupted run, and an elastic group that re-forms at another size
+(``make demo-multinode``) carries on where the old one stopped.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from tqdm.auto import tqdm
 
 from accelerate import Accelerator
-from accelerate.utils import set_seed
+from accelerate.utils import DataLoaderConfiguration, ProjectConfiguration, set_seed
 
 
 def make_data(num_samples: int, centers: torch.Tensor, seed: int) -> TensorDataset:
@@ -26,6 +31,20 @@ def make_data(num_samples: int, centers: torch.Tensor, seed: int) -> TensorDatas
     return TensorDataset(features, labels)
 
 
+class Progress:
+    """Epoch and optimizer step, saved with each checkpoint so a resumed run knows where it is."""
+
+    def __init__(self) -> None:
+        self.epoch = 0
+        self.step = 0
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "step": self.step}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.epoch, self.step = state["epoch"], state["step"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--epochs", type=int, default=3)
@@ -34,9 +53,25 @@ def main() -> None:
     parser.add_argument("--mixed_precision", default=None, choices=["no", "fp16", "bf16"])
     parser.add_argument("--train_samples", type=int, default=2048)
     parser.add_argument("--eval_samples", type=int, default=500)
+    parser.add_argument(
+        "--checkpoint_dir", default=None, help="save here and resume from the newest checkpoint"
+    )
+    parser.add_argument(
+        "--checkpoint_every", type=int, default=100, help="optimizer steps between checkpoints"
+    )
     args = parser.parse_args()
 
-    accelerator = Accelerator(mixed_precision=args.mixed_precision)
+    checkpointing = {}
+    if args.checkpoint_dir is not None:
+        checkpointing = {
+            # checkpoints/checkpoint_0, _1, ... under the folder; the two newest are kept.
+            "project_config": ProjectConfiguration(
+                project_dir=args.checkpoint_dir, automatic_checkpoint_naming=True, total_limit=2
+            ),
+            # The loader's position is saved too, so a resumed epoch goes on with the next batch.
+            "dataloader_config": DataLoaderConfiguration(use_stateful_dataloader=True),
+        }
+    accelerator = Accelerator(mixed_precision=args.mixed_precision, **checkpointing)
     set_seed(42)
     num_features, num_classes = 20, 4
     centers = torch.randn(num_classes, num_features, generator=torch.Generator().manual_seed(0))
@@ -60,11 +95,18 @@ def main() -> None:
         model, optimizer, train_loader, eval_loader, scheduler
     )
 
+    progress = Progress()
+    if args.checkpoint_dir is not None:
+        accelerator.register_for_checkpointing(progress)
+        if accelerator.load_state(missing_ok=True) is not None:  # None: no checkpoint yet, a fresh start
+            accelerator.print(f"Continuing at epoch {progress.epoch}, optimizer step {progress.step}")
+
     accelerator.print(
         f"Training on {accelerator.num_processes} process(es), device {accelerator.device}, "
         f"mixed precision {accelerator.mixed_precision}"
     )
-    for epoch in range(args.epochs):
+    correct = total = 0
+    for epoch in range(progress.epoch, args.epochs):
         model.train()
         bar = tqdm(
             train_loader,
@@ -78,7 +120,17 @@ def main() -> None:
             accelerator.backward(loss)
             optimizer.step()
             scheduler.step()
+            progress.step += 1
             bar.set_postfix(loss=f"{loss.item():.3f}")
+            # Not after the epoch's last batch: its loader position already means "next epoch",
+            # while `progress.epoch` moves on only after the evaluation below.
+            end_of_epoch = accelerator.gradient_state.end_of_dataloader
+            if (
+                args.checkpoint_dir is not None
+                and progress.step % args.checkpoint_every == 0
+                and not end_of_epoch
+            ):
+                accelerator.save_state()
 
         model.eval()
         correct = total = 0
@@ -89,8 +141,10 @@ def main() -> None:
             correct += int((predictions == labels).sum())
             total += int(labels.numel())
         accelerator.print(f"epoch {epoch}: eval accuracy {correct / total:.4f} on {total} samples")
+        progress.epoch = epoch + 1
 
-    accelerator.print(f"Final accuracy: {correct / total:.4f} ({correct}/{total})")
+    if total:
+        accelerator.print(f"Final accuracy: {correct / total:.4f} ({correct}/{total})")
     accelerator.end_training()
 
 

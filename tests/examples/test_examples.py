@@ -45,6 +45,20 @@ def test_train_classifier_as_make_demo_runs_it(tmp_path: Path) -> None:
     assert float(final.group(1)) == float(epochs[-1][1]) > 0.85  # chance is 0.25
 
 
+def test_train_classifier_with_a_checkpoint_dir_continues_from_its_newest_checkpoint(tmp_path: Path) -> None:
+    # `make demo-multinode` relies on this: a second start with the same command continues, mid-epoch.
+    args = ("--checkpoint_dir", str(tmp_path / "run"), "--checkpoint_every", "10")
+    full = launch("train_classifier.py", *args, home=tmp_path)
+    assert "Continuing at" not in full.stdout
+    # 3 epochs of 32 steps per process: the newest checkpoint is step 90, in the last epoch.
+    again = launch("train_classifier.py", *args, home=tmp_path)
+    assert "Continuing at epoch 2, optimizer step 90" in again.stdout, again.stdout
+    epochs = re.findall(r"epoch (\d+): eval accuracy", again.stdout)
+    assert epochs == ["2"], again.stdout
+    final = [re.search(r"Final accuracy: .*", out.stdout) for out in (full, again)]
+    assert final[0] and final[1] and final[0].group(0) == final[1].group(0), (full.stdout, again.stdout)
+
+
 def checksum(output: str) -> str:
     match = re.search(r"final step (\d+) weight checksum (\S+)", output)
     assert match, output
