@@ -13,7 +13,6 @@ import torch
 
 from accelerate.checkpointing import accelerator_io as checkpoint_io
 from accelerate.checkpointing import membership
-from accelerate.checkpointing.atomic import read_manifest
 
 if TYPE_CHECKING:
     from accelerate.accelerator import Accelerator
@@ -148,10 +147,9 @@ class AcceleratorCheckpoints:
         if loaded.next_iteration is not None:
             self.project_configuration.iteration = loaded.next_iteration
         # A re-formed (elastic or restarted) group says what it resumed from, once, on process 0.
-        manifest = read_manifest(loaded.path)
         membership.report_resume(
             loaded.path,
-            manifest.world_size if manifest else None,
+            loaded.saved_world_size,
             self.partial_state.num_processes,
             self.partial_state.is_main_process,
         )

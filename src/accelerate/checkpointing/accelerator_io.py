@@ -202,6 +202,7 @@ class Outcome:
     path: Path
     step: int
     next_iteration: int | None  # None without automatic checkpoint naming
+    saved_world_size: int | None = None  # loads only: the processes that wrote it (None: unknown)
 
 
 def wait_for_async_save() -> None:
@@ -404,7 +405,9 @@ def load_state(
     next_iteration = None
     if project is not None:
         next_iteration = iteration_after(project, source, objects.project.iteration)
-    return Outcome(source, int(result["step"]), next_iteration)
+    saved_world = result.get("world_size")
+    world = int(saved_world) if saved_world is not None else None
+    return Outcome(source, int(result["step"]), next_iteration, world)
 
 
 def continue_numbering(config: ProjectConfiguration) -> None:
