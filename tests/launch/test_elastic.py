@@ -10,21 +10,28 @@ steps by stopping and relaunching (2 processes to step 4, 1 to step 8, 2 to the 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import socket
 import subprocess
 import time
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
 
-from tests.commands.helpers import accelerate_cmd, cli_env, reserved_port, run_cli
+from accelerate.launch.in_process import debug_launcher
+from tests.commands.helpers import accelerate_cmd, cli_env, reserved_port
 
 SCRIPT = str(Path(__file__).resolve().parent / "scripts" / "elastic_train.py")
 LENGTH = 48
 TIMEOUT = 120
+# A short last call (torch: 30 s) forms the smaller group soon after the death; a short heartbeat
+# (torch: 5 s x 3) drops the dead node from the rendezvous in ~3 s instead of 15, which the new
+# round otherwise waits for. Together they take ~15 s off the test.
+RDZV_CONF = "last_call_timeout=1,join_timeout=60,keep_alive_interval=1,keep_alive_max_attempt=3"
 
 
 def _wait_for(path: Path, procs: list[subprocess.Popen[str]], what: str) -> None:
@@ -47,7 +54,7 @@ def _listening(port: int) -> bool:
 def _node(name: str, port: int, home: Path, args: list[str]) -> subprocess.Popen[str]:
     command = accelerate_cmd(
         "launch", "--cpu", "--num_processes", "2", "--nnodes", "1:2", "--rdzv_backend", "c10d",
-        "--rdzv_endpoint", f"127.0.0.1:{port}", "--rdzv_conf", "last_call_timeout=1,join_timeout=60",
+        "--rdzv_endpoint", f"127.0.0.1:{port}", "--rdzv_conf", RDZV_CONF,
         "--max_restarts", "3", "--monitor_interval", "0.2",
         # The rendezvous numbers the nodes; a rank > 0 only says "not the one hosting the store".
         "--machine_rank", "0" if name == "a" else "1", SCRIPT, *args,
@@ -84,18 +91,29 @@ def _check_epoch(ids_dir: Path) -> dict[int, list[int]]:
     return steps
 
 
+def _load_script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("elastic_train", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The same world-size changes made deterministically: stop at the step and relaunch at the new size."""
+    """The same world-size changes made deterministically: stop at the step and start again at the new size.
+
+    The same script on real process groups (gloo), started by ``debug_launcher``: its processes fork
+    from this one and skip importing torch, which makes the three phases cost seconds, not the
+    half-minute of three ``accelerate launch`` runs. Each phase runs to its ``--stop_at`` step,
+    saves and exits; the next phase resumes from that checkpoint at its own world size.
+    """
     home = tmp_path_factory.mktemp("elastic-reference")
     (home / "ids").mkdir()
-    for procs, stop in (("2", "4"), ("1", "8"), ("2", "0")):
-        with reserved_port() as port:
-            where = ["--main_process_port", str(port)] if procs != "1" else []
-            result = run_cli("launch", "--cpu", "--num_processes", procs, *where,
-                             SCRIPT, str(home / "project"), str(home / "ids"), str(home / "final.pt"),
-                             "--stop_at", stop, home=home, timeout=TIMEOUT)  # fmt: skip
-        assert result.returncode == 0, result.stdout + result.stderr
+    script = _load_script()
+    argv = [str(home / "project"), str(home / "ids"), str(home / "final.pt")]
+    for processes, stop in ((2, 4), (1, 8), (2, 0)):
+        debug_launcher(script.main, ([*argv, "--stop_at", str(stop)],), num_processes=processes)
     _check_epoch(home / "ids")
     return home
 

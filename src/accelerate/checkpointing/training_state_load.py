@@ -229,9 +229,10 @@ def _plan_rng(
     step = reader.manifest.step if reader.manifest is not None else None
     rng_name = rng_file_name(state.process_index)
     if not reader.has(rng_name):
-        saved = reader.manifest.world_size if reader.manifest is not None else "an unknown number of"
+        count = reader.manifest.world_size if reader.manifest is not None else None
+        saved = "an unknown number of processes" if count is None else f"{count} process{'es' if count != 1 else ''}"
         logger.warning(
-            "Checkpoint %s has no %s (saved by %s processes, loading on %d); this process's random "
+            "Checkpoint %s has no %s (saved by %s, loading on %d); this process's random "
             "generators are not restored",
             directory,
             rng_name,

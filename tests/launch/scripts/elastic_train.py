@@ -66,7 +66,7 @@ def _wait_to_be_stopped(marker: str) -> None:
     raise SystemExit(f"nobody stopped this process after {marker} (the test should have)")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("project_dir")
     parser.add_argument("ids_dir")
@@ -75,7 +75,7 @@ def main() -> None:
     parser.add_argument("--wait_at", type=int, default=0)
     parser.add_argument("--stop_at", type=int, default=0)
     parser.add_argument("--start_world", type=int, default=1)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     accelerator = Accelerator(
         project_config=ProjectConfiguration(project_dir=args.project_dir, automatic_checkpoint_naming=True),
