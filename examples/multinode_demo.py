@@ -55,7 +55,10 @@ class Node:
         command = [
             sys.executable, "-m", "accelerate.commands.accelerate_cli", "launch", "--cpu", "--num_processes", "2",
             "--nnodes", "1:2", "--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}",
-            "--rdzv_conf", "last_call_timeout=2", "--max_restarts", "3", "--monitor_interval", "0.5",
+            # A short last call and heartbeat: the survivors re-form seconds after a death (torch's
+            # defaults wait 30 s for late nodes and 15 s for a dead one's heartbeats to lapse).
+            "--rdzv_conf", "last_call_timeout=2,keep_alive_interval=1,keep_alive_max_attempt=3",
+            "--max_restarts", "3", "--monitor_interval", "0.5",
             "--machine_rank", str(rank), EXAMPLE, *EXAMPLE_ARGS, "--checkpoint_dir", CHECKPOINTS,
         ]  # fmt: skip
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")])}

@@ -100,4 +100,7 @@ def report_resume(path: str | os.PathLike[str], saved_world: int | None, world: 
         return
     import sys
 
-    print(resume_line(path, saved_world, world, int(SLOT.step)), file=sys.stderr, flush=True)
+    # One write with its newline: a worker's stderr on a pipe is unbuffered, so print() would write
+    # the text and the newline apart and the script's next stdout line could land between them.
+    sys.stderr.write(resume_line(path, saved_world, world, int(SLOT.step)) + "\n")
+    sys.stderr.flush()
