@@ -17,6 +17,7 @@ STARTED = time.time()
 
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
+import functools  # noqa: E402
 import json  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -24,6 +25,7 @@ from pathlib import Path  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from common import interleave  # noqa: E402  (same folder: the alternating CPU-time measurement)
 
 IMPORTED = time.time()
 BATCH, WIDTH, CLASSES, NUM_BATCHES = 64, 512, 10, 8
@@ -91,35 +93,6 @@ def accelerate_loop() -> Loop:
     return run
 
 
-def interleave(raw: Loop, accel: Loop, accum: int, steps: int, repeats: int) -> dict[str, list[float]]:
-    """CPU seconds per optimizer step of each loop, per repeat; the loops alternate every step."""
-    clock = time.process_time
-    for _ in range(3):
-        raw(1, accum)
-        accel(1, accum)
-    out: dict[str, list[float]] = {"raw": [], "accel": []}
-    for _ in range(repeats):
-        r = a = 0.0
-        for j in range(steps):
-            if j % 2 == 0:
-                t0 = clock()
-                raw(1, accum)
-                t1 = clock()
-                accel(1, accum)
-                t2 = clock()
-                r, a = r + t1 - t0, a + t2 - t1
-            else:
-                t0 = clock()
-                accel(1, accum)
-                t1 = clock()
-                raw(1, accum)
-                t2 = clock()
-                a, r = a + t1 - t0, r + t2 - t1
-        out["raw"].append(r / steps)
-        out["accel"].append(a / steps)
-    return out
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mode", choices=["raw", "accelerate"], required=True)
@@ -142,7 +115,9 @@ def main() -> None:
         "ready_s": ready - args.t0,
     }
     for accum in ACCUMULATIONS:
-        result[f"accum{accum}"] = interleave(raw, accel, accum, max(2, args.steps // accum), args.repeats)
+        # One optimizer step of `accum` micro-steps per call, so the shared interleaving applies.
+        raw_step, accel_step = functools.partial(raw, 1, accum), functools.partial(accel, 1, accum)
+        result[f"accum{accum}"] = interleave(raw_step, accel_step, max(2, args.steps // accum), args.repeats, warmup=3)
     Path(args.out, f"rank{dist.get_rank()}.json").write_text(json.dumps(result))
     dist.barrier()
     dist.destroy_process_group()

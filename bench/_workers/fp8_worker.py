@@ -12,13 +12,11 @@ around the step.
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from step_worker import measure  # same folder: the alternating CPU-time measurement
+from step_worker import measure_both_orders  # same folder: the alternating CPU-time measurement
 
 BATCH, WIDTH, CLASSES, NUM_BATCHES = 64, 512, 10, 8
 
@@ -88,20 +86,7 @@ def main() -> None:
     parser.add_argument("--t0", type=float, default=0.0)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    half = max(1, args.repeats // 2)
-    # Objects built first and second may land differently in memory; build in both orders.
-    raw, accel = raw_loop(), accelerate_loop()
-    raw_times, accel_times = measure(raw, accel, 1, half, args.block)
-    del raw, accel
-    accel, raw = accelerate_loop(), raw_loop()
-    accel_more, raw_more = measure(accel, raw, 1, half, args.block)
-    result = {
-        "raw": raw_times + raw_more,
-        "accel": accel_times + accel_more,
-        "unit": "cpu s per optimizer step",
-    }
-    Path(args.out, "rank0.json").write_text(json.dumps(result))
-
+    measure_both_orders(raw_loop, accelerate_loop, 1, args.repeats, args.block, args.out)
 
 if __name__ == "__main__":
     main()
