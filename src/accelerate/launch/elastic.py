@@ -10,6 +10,13 @@ checkpoint to the new world size (the data position included: see
 ``num_processes`` stays the total over all machines *at the largest size* (upstream's meaning with
 ``num_machines``): each machine runs ``num_processes / MAX`` processes, whatever the group's size.
 
+A checkpoint that cannot reshard to the new size (an iterable loader's mid-epoch position, a tensor
+sized by the world) makes ``load_state`` raise before any object changes, naming the file or tensor
+and both sizes. The agent counts that as a failure and restarts the group ``--max_restarts`` times,
+each attempt failing the same way before its first step, then the launch exits with the error:
+torch's agent offers no public way to refuse a restart, and a later round at the saved size (a node
+rejoining) would load.
+
 This module only turns the flags into settings and checks them; the agent does the rest.
 """
 
