@@ -90,6 +90,26 @@ def normalise_machine_flags(flags: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def typed_flags(flags: Mapping[str, Any]) -> dict[str, str]:
+    """The flag the user typed for each setting that another flag's spelling fills, for provenance.
+
+    :func:`normalise_machine_flags` moves ``--nnodes`` into ``num_machines``, a ``--num_machines``
+    range into ``nnodes`` and ``--rdzv_endpoint`` into ``main_process_ip`` / ``main_process_port``;
+    the plan's sources (``--dry_run``, error messages) should name what was typed, not those settings.
+    """
+    given = {name for name, value in flags.items() if value is not None}
+    out: dict[str, str] = {}
+    if "nnodes" in given and "num_machines" not in given:
+        out["num_machines"] = "--nnodes"
+    if "num_machines" in given and "nnodes" not in given:
+        out["nnodes"] = "--num_machines"
+    if "rdzv_endpoint" in given:
+        for name in ("main_process_ip", "main_process_port"):
+            if name not in given:
+                out[name] = "--rdzv_endpoint"
+    return out
+
+
 def check_elastic_rendezvous(settings: dict[str, Setting], notes: list[str]) -> None:
     """An elastic range needs a rendezvous that can re-form: c10d by default, static refused."""
     from accelerate.launch.plan import Setting
@@ -108,6 +128,27 @@ def check_elastic_rendezvous(settings: dict[str, Setting], notes: list[str]) -> 
         )
     settings["rdzv_backend"] = Setting("rdzv_backend", "c10d", "default (c10d: an elastic --nnodes needs it)")
     notes.append("rdzv_backend: c10d, since the static rendezvous cannot re-form the group at another size.")
+
+
+def endpoint_note(settings: Mapping[str, Setting]) -> str | None:
+    """For an elastic launch: the rendezvous endpoint and where its address and port came from.
+
+    The endpoint hosts the c10d store every node joins; when it is a node of the group (the Slurm
+    rule's first host, say), losing that node ends the whole job, so the note says so.
+    """
+    if settings["nnodes"].value is None:
+        return None
+    ip, port = settings["main_process_ip"], settings["main_process_port"]
+    where = f"address from {ip.source}; port from {port.source}"
+    if ip.source == port.source:
+        where = f"from {ip.source}"
+    note = f"rdzv_endpoint: {ip.value}:{port.value} ({where})."
+    if ip.source.startswith("slurm:"):
+        note += (
+            " That node hosts the rendezvous store: the group survives losing any other node, not that one "
+            "(pass --rdzv_endpoint HOST:PORT on a host that stays up to survive it too)."
+        )
+    return note
 
 
 def nnodes_arg(settings: dict[str, Setting]) -> str:
