@@ -22,6 +22,9 @@ This module only turns the flags into settings and checks them; the agent does t
 
 from __future__ import annotations
 
+import datetime
+import os
+import socket
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -184,7 +187,7 @@ class MembershipLog:
     """The group's membership changes as this node's agent sees them, for the console and the summary.
 
     The agent calls :meth:`formed` after every rendezvous with the participating nodes (as
-    ``host:launcher pid``) and the number of processes; a change from the previous group is one
+    ``host:launcher pid``, see :func:`exchange_node_names`) and the number of processes; a change from the previous group is one
     event: one line per node that left or joined, each with the old and the new world size.
     """
 
@@ -216,14 +219,39 @@ class MembershipLog:
         return f"accelerate launch: membership changes during the run ({len(self.events)}):\n{body}"
 
 
-def participants(rdzv_handler: Any) -> list[str] | None:
-    """``host:pid`` of each node in the rendezvous's current round, by group rank (None if unknown).
+# Where each node's agent publishes its name in the rendezvous store. torch gives every round of a
+# c10d/etcd rendezvous its own key prefix, so a round never reads the names of an earlier one.
+_NAME_KEY = "accelerate/membership/node/"
+NAME_TIMEOUT_S = 10.0
 
-    Reads torch's dynamic rendezvous state (a private attribute): a torch that renamed it loses only
-    the node names, not the world sizes.
+
+def this_node() -> str:
+    """This node's name in the membership log: its host and its launcher's pid (a replacement
+    launcher on the same host is another node)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def exchange_node_names(
+    store: Any, group_rank: int, group_world_size: int, name: str, timeout_s: float = NAME_TIMEOUT_S
+) -> list[str]:
+    """Every node's name, by group rank, exchanged through the round's rendezvous store.
+
+    torch's agents know each other only by group rank (the node names its rendezvous keeps are
+    private), so each agent writes its own name under its rank and reads the others' with the
+    store's public ``set`` / ``wait`` / ``get``. A name that does not arrive within ``timeout_s``
+    (its node died right after the round formed) shows as ``#RANK``; the world sizes are right
+    either way, and the log never stops the group.
     """
+    keys = [f"{_NAME_KEY}{rank}" for rank in range(group_world_size)]
     try:
-        members = rdzv_handler._state_holder.state.participants
-        return [f"{node.addr}:{node.pid}" for node, _ in sorted(members.items(), key=lambda item: item[1])]
-    except AttributeError:
-        return None
+        store.set(keys[group_rank], name)
+        store.wait(keys, datetime.timedelta(seconds=timeout_s))
+    except Exception:  # noqa: BLE001 - a missing name is shown as its rank below
+        pass
+    names = []
+    for rank, key in enumerate(keys):
+        try:
+            names.append(store.get(key).decode() if store.check([key]) else f"#{rank}")
+        except Exception:  # noqa: BLE001 - as above
+            names.append(f"#{rank}")
+    return names
