@@ -435,8 +435,8 @@ class PreparedLoaderMixin(DataLoaderStateMixin):
                 f"this loader state was saved mid-epoch (after {batches} batches per process) with "
                 f"{saved_processes} processes, but now there are {self._num_shards}; this loader (iterable "
                 "or dispatched data) cannot re-split a position over another number of processes. Resume "
-                f"with {saved_processes} processes, from a checkpoint saved at an epoch boundary, or with a "
-                "map-style dataset (its position re-splits over any number of processes)."
+                f"with the same number of processes ({saved_processes}), from a checkpoint saved at an epoch "
+                "boundary, or with a map-style dataset (its position re-splits over any number of processes)."
             )
 
     def _saved_base_batches(self, state_dict: dict[str, Any]) -> int:
