@@ -42,6 +42,13 @@ class AcceleratorCheckpoints:
     _load_model_state_pre_hook: dict[int, Callable[..., Any]]
     unwrap_model: Callable[..., torch.nn.Module]
 
+    def _progress_record(self) -> membership.ProgressRecord:
+        """This Accelerator's checkpoints folder for the progress record of an abnormal end (made on first use)."""
+        record: membership.ProgressRecord | None = self.__dict__.get("_accelerate_progress_record")
+        if record is None:
+            record = self.__dict__["_accelerate_progress_record"] = membership.ProgressRecord()
+        return record
+
     def save(self, obj: Any, f: Any, safe_serialization: bool = False) -> None:
         """Saves ``obj`` on the main process only (``torch.save`` or safetensors)."""
         checkpoint_io.save_object(cast("Accelerator", self), obj, f, safe_serialization=safe_serialization)
@@ -116,7 +123,7 @@ class AcceleratorCheckpoints:
         )
         if saved.next_iteration is not None:
             self.project_configuration.iteration = saved.next_iteration
-        membership.note_checkpoint(saved.path)
+        self._progress_record().note_checkpoint(saved.path)
         return str(saved.path)
 
     def load_state(
@@ -147,7 +154,7 @@ class AcceleratorCheckpoints:
         if loaded.next_iteration is not None:
             self.project_configuration.iteration = loaded.next_iteration
         # A re-formed (elastic or restarted) group says what it resumed from, once, on process 0.
-        membership.report_resume(
+        self._progress_record().report_resume(
             loaded.path,
             loaded.saved_world_size,
             self.partial_state.num_processes,

@@ -116,6 +116,53 @@ def test_given_values_that_agree_keep_their_source_and_master_vars_win_over_the_
     assert plan({"main_process_ip": "head"}, env=slurm(), gpus=4).value("main_process_ip") == "head"
 
 
+def _torchrun_arg(p: LaunchPlan, name: str) -> str:
+    return p.torchrun_args[p.torchrun_args.index(name) + 1]
+
+
+def test_an_elastic_range_under_slurm_takes_its_rendezvous_endpoint_from_the_slurm_rule() -> None:
+    p = plan({"nnodes": "1:2", "rdzv_backend": "c10d", "cpu": True}, env=slurm())
+    assert _torchrun_arg(p, "--rdzv_endpoint") == "gpu07:24561"
+    assert _torchrun_arg(p, "--nnodes") == "1:2"
+    assert sources(p, "main_process_ip", "main_process_port") == {
+        "main_process_ip": ("gpu07", "slurm: first host of SLURM_STEP_NODELIST"),
+        "main_process_port": (24561, "slurm: 20000 + SLURM_JOB_ID % 1000 x 10 + SLURM_STEP_ID % 10"),
+    }
+    report = p.describe()  # --dry_run: the endpoint and where each half came from
+    assert (
+        "Note: rdzv_endpoint: gpu07:24561 (address from slurm: first host of SLURM_STEP_NODELIST; port from "
+        "slurm: 20000 + SLURM_JOB_ID % 1000 x 10 + SLURM_STEP_ID % 10). That node hosts the rendezvous store"
+    ) in report
+    assert "pass --rdzv_endpoint HOST:PORT on a host that stays up" in report
+
+
+def test_a_given_rendezvous_endpoint_wins_over_the_slurm_rule_and_the_note_names_both() -> None:
+    p = plan({"num_machines": "1:2", "rdzv_endpoint": "login1:29400", "cpu": True}, env=slurm())
+    assert _torchrun_arg(p, "--rdzv_endpoint") == "login1:29400"
+    assert sources(p, "main_process_ip", "main_process_port", "nnodes") == {
+        "main_process_ip": ("login1", "flag --rdzv_endpoint"),
+        "main_process_port": (29400, "flag --rdzv_endpoint"),
+        "nnodes": ("1:2", "flag --num_machines"),
+    }
+    assert (
+        "main_process_ip=login1 (from flag --rdzv_endpoint) is used instead of the Slurm rule's gpu07 "
+        "(slurm: first host of SLURM_STEP_NODELIST); every launcher of the job must be given the same"
+    ) in "\n".join(p.notes)
+    assert any(note.startswith("main_process_port=29400 (from flag --rdzv_endpoint) is used instead") for note in p.notes)
+    assert "rdzv_endpoint: login1:29400 (from flag --rdzv_endpoint)." in p.notes
+    # The same endpoint as the rule's: nothing to say.
+    same = plan({"nnodes": "1:2", "rdzv_endpoint": "gpu07:24561", "cpu": True}, env=slurm())
+    assert not any("instead of the Slurm rule" in note for note in same.notes)
+
+
+def test_an_elastic_range_whose_largest_size_disagrees_with_the_allocation_names_the_typed_flag() -> None:
+    with pytest.raises(LaunchError) as info:
+        plan({"nnodes": "1:4", "cpu": True}, env=slurm())
+    message = str(info.value)
+    assert "num_machines=4 (from flag --nnodes) disagrees with the Slurm allocation: num_machines=2" in message
+    assert "drop --nnodes so that 2 is used" in message
+
+
 def test_one_node_keeps_the_single_machine_defaults() -> None:
     env = slurm(SLURM_STEP_NUM_NODES="1", SLURM_NNODES="1", SLURM_JOB_NUM_NODES="1", SLURM_STEP_NUM_TASKS="1",
                 SLURM_NTASKS="1", SLURM_NODEID="0", SLURM_STEP_NODELIST="localhost", SLURM_GPUS_ON_NODE=None,

@@ -31,6 +31,29 @@ def test_a_range_reaches_torchruns_agent_with_c10d(flag: str) -> None:
     assert launch.settings["rdzv_backend"].source.startswith("default (c10d: an elastic --nnodes")
 
 
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ({"num_machines": "1:2"}, {"nnodes": "flag --num_machines", "num_machines": "flag --num_machines"}),
+        ({"nnodes": "1:2"}, {"nnodes": "flag --nnodes", "num_machines": "flag --nnodes"}),
+        ({"nnodes": "1:2", "num_machines": "1:2"}, {"nnodes": "flag --nnodes", "num_machines": "flag --num_machines"}),
+    ],
+)
+def test_the_dry_run_names_the_flag_that_was_typed(flags: dict[str, Any], expected: dict[str, str]) -> None:
+    launch = plan(**flags, rdzv_endpoint="127.0.0.1:29400")
+    assert {name: launch.settings[name].source for name in expected} == expected
+    assert launch.settings["main_process_ip"].source == "flag --rdzv_endpoint"
+    assert launch.settings["main_process_port"].source == "flag --rdzv_endpoint"
+    report = launch.describe()
+    assert all(f" {source}" in report for source in expected.values())
+    assert launch.settings["nnodes"].flag == expected["nnodes"].removeprefix("flag ")
+
+
+def test_an_endpoint_flag_that_has_no_effect_is_named_as_typed() -> None:
+    with pytest.raises(LaunchError, match="--rdzv_endpoint has no effect here: num_processes=1"):
+        plan(num_processes=1, rdzv_endpoint="127.0.0.1:29400")
+
+
 def test_a_plain_count_is_not_elastic() -> None:
     launch = plan(nnodes=2, main_process_ip="10.0.0.1")
     assert _arg(launch, "--nnodes") == "2"

@@ -170,6 +170,47 @@ def _optimizer_problems(optimizer: Any, loaded: Any) -> list[str]:
     return problems[:10]
 
 
+def _check_loader_state(
+    loader: Any, saved: Any, path: Path, index: int, saved_world: int | None, world: int
+) -> None:
+    """Would the prepared loader accept the saved position at this world size? Asked before anything loads.
+
+    Prepared loaders answer through ``check_state_dict`` (the same checks their ``load_state_dict``
+    runs); other loaders are left to their own ``load_state_dict``. A mid-epoch position of an
+    iterable or dispatched loader cannot be re-split over another number of processes: caught
+    here, an elastic group that re-formed at another size stops before its first step instead of
+    training from a wrong position.
+    """
+    check = getattr(loader, "check_state_dict", None)
+    if not callable(check) or not isinstance(saved, Mapping):
+        return
+    try:
+        check(dict(saved))
+    except (KeyError, ValueError) as exc:
+        # A KeyError's str() quotes its message; its first argument reads as the sentence it is.
+        reason = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+        sizes = f"saved by {_processes(saved_world)}" if saved_world is not None else "saved by ? processes"
+        raise CheckpointError(
+            f"Checkpoint file {path} does not fit dataloader {index} ({type(loader).__name__}; {sizes}, "
+            f"loading on {world}): {reason.rstrip('.')}. Nothing was loaded."
+        ) from exc
+
+
+def _processes(count: int) -> str:
+    return f"{count} process{'' if count == 1 else 'es'}"
+
+
+def _world_size_note(saved_world: int | None, world: int) -> str:
+    """For a shape mismatch: the world size changed, and a tensor sized by it cannot be resharded."""
+    if saved_world is None or saved_world == world:
+        return ""
+    return (
+        f" The checkpoint was saved by {_processes(saved_world)} and this run has {world}: a tensor whose "
+        f"shape depends on the number of processes cannot be resharded; resume with {_processes(saved_world)}, "
+        "or save that tensor at a size that does not depend on it."
+    )
+
+
 _SCALER_KEYS = ("scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker")
 
 

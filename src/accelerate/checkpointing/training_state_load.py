@@ -28,10 +28,12 @@ from accelerate.checkpointing.durable_io import MANIFEST_NAME, load_verified
 from accelerate.checkpointing.errors import CheckpointError
 from accelerate.checkpointing.load_checks import (
     _check_custom_count,
+    _check_loader_state,
     _check_pending_gradients,
     _check_scaler_state,
     _model_problems,
     _optimizer_problems,
+    _world_size_note,
 )
 from accelerate.checkpointing.load_reader import (  # noqa: F401 - _open_folder, _Reader: functional.py's
     _fill_optimizer_state,
@@ -75,7 +77,8 @@ class _Plan:
 
     Applied in this order: ``sharded`` (the FSDP parts: collectives, so before anything that could
     fail on one process alone; the DCP layouts still verify their files inside them), ``own_code``
-    (the registered objects' and loaders' own ``load_state_dict``, which no check can foresee),
+    (the registered objects' and loaders' own ``load_state_dict``, which no check can fully foresee;
+    a prepared loader's position was checked against this world size beforehand),
     then ``checked`` and the optimizer files, which were fully checked beforehand.
     """
 
@@ -110,9 +113,11 @@ def _plan_models(
             continue
         problems = _model_problems(model, state_dict, strict)
         if problems:
+            saved_world = reader.manifest.world_size if reader.manifest is not None else None
             raise CheckpointError(
                 f"Loading {names[0]} into model {i} ({type(model).__name__}) with strict={strict}: "
                 f"{'; '.join(problems)}. Nothing was loaded."
+                f"{_world_size_note(saved_world, state.num_processes)}"
             )
         plan.checked.append(functools.partial(_load_model_state, model, state_dict, strict, names[0], i))
 
@@ -281,6 +286,7 @@ def _plan_load(
 ) -> _Plan:
     """Reads and checks everything the load needs, in the order it is applied; changes nothing."""
     plan = _Plan(io)
+    saved_world = reader.manifest.world_size if reader.manifest is not None else None
     if custom_objects is not None:
         _check_custom_count(reader, custom_objects)
     # Optimizer files (usually the largest) are read and verified on a thread while the models are
@@ -303,6 +309,7 @@ def _plan_load(
                 name = indexed_name(DATALOADER_STATE_NAME, i, "bin")
                 saved = _read_optional(reader, name, f"dataloader {i}", strict)
                 if saved is not None:
+                    _check_loader_state(loader, saved, reader.path(name), i, saved_world, state.num_processes)
                     plan.own_code.append(functools.partial(loader.load_state_dict, saved))
         _plan_models(reader, models, strict, state, plan)
     finally:

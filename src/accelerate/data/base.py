@@ -383,6 +383,38 @@ class PreparedLoaderMixin(DataLoaderStateMixin):
         position must be a whole number of underlying batches: a state saved with another batch
         size whose position falls inside a batch of this loader raises.
         """
+        self.check_state_dict(state_dict)
+        batches = int(state_dict["batches_yielded"]) if self.use_stateful_dataloader else 0
+        base_saved = self._saved_base_batches(state_dict)
+        base: int | None = base_saved if base_saved >= 0 and self.use_stateful_dataloader else None
+        per_step = self._base_batches_per_step
+        # check_state_dict made sure a state from another number of processes has both counts.
+        if int(state_dict["num_processes"]) != self._num_shards and batches and base is not None and per_step:
+            batches = -(-base // per_step)  # the new processes' steps, rounded up
+        if base is None and self._base_batches_per_step is not None:
+            base = batches * self._base_batches_per_step
+        progress = self._progress
+        progress.epoch = int(state_dict["epoch"])
+        progress.in_epoch = False
+        progress.pending = ResumePoint(batches, base)
+        generator_state = state_dict.get("generator_state")
+        progress.pending_generator_state = generator_state.clone() if generator_state is not None else None
+        sampler = self._shuffle_sampler()
+        if state_dict.get("seed") is not None and isinstance(sampler, SeedableRandomSampler):
+            sampler.initial_seed = int(state_dict["seed"])
+
+    def check_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Raises what `load_state_dict` would raise for ``state_dict``; changes nothing.
+
+        A checkpoint load calls it while it checks the files, so a position that cannot be re-split
+        over this number of processes stops the load before any object has changed.
+
+        Raises:
+            KeyError: ``state_dict`` is not a loader state.
+            ValueError: it was saved with another ``split_batches``, mid-epoch with another number
+                of processes by a loader that cannot re-split its position (iterable or dispatched
+                data), or at a position inside a batch of this loader.
+        """
         missing = {"epoch", "batches_yielded", "num_processes"} - set(state_dict)
         if missing:
             raise KeyError(
@@ -395,27 +427,17 @@ class PreparedLoaderMixin(DataLoaderStateMixin):
             )
         batches = int(state_dict["batches_yielded"]) if self.use_stateful_dataloader else 0
         base_saved = self._saved_base_batches(state_dict)
-        base: int | None = base_saved if base_saved >= 0 and self.use_stateful_dataloader else None
         saved_processes = int(state_dict["num_processes"])
-        if saved_processes != self._num_shards and batches:
-            if base is None or self._base_batches_per_step is None:
-                raise ValueError(
-                    f"this loader state was saved mid-epoch with {saved_processes} processes, but now there are "
-                    f"{self._num_shards}; this loader (iterable or dispatched data) cannot re-split a position. "
-                    "Resume with the same number of processes, or from an epoch boundary."
-                )
-            batches = -(-base // self._base_batches_per_step)  # the new processes' steps, rounded up
-        if base is None and self._base_batches_per_step is not None:
-            base = batches * self._base_batches_per_step
-        progress = self._progress
-        progress.epoch = int(state_dict["epoch"])
-        progress.in_epoch = False
-        progress.pending = ResumePoint(batches, base)
-        generator_state = state_dict.get("generator_state")
-        progress.pending_generator_state = generator_state.clone() if generator_state is not None else None
-        sampler = self._shuffle_sampler()
-        if state_dict.get("seed") is not None and isinstance(sampler, SeedableRandomSampler):
-            sampler.initial_seed = int(state_dict["seed"])
+        if saved_processes == self._num_shards or not batches:
+            return
+        if base_saved < 0 or self._base_batches_per_step is None:
+            raise ValueError(
+                f"this loader state was saved mid-epoch (after {batches} batches per process) with "
+                f"{saved_processes} processes, but now there are {self._num_shards}; this loader (iterable "
+                "or dispatched data) cannot re-split a position over another number of processes. Resume "
+                f"with the same number of processes ({saved_processes}), from a checkpoint saved at an epoch "
+                "boundary, or with a map-style dataset (its position re-splits over any number of processes)."
+            )
 
     def _saved_base_batches(self, state_dict: dict[str, Any]) -> int:
         """The saved position in this loader's underlying batches (-1: not tracked).

@@ -336,9 +336,10 @@ def check_ignored(settings: dict[str, Setting], mode: str) -> None:
             if name == "monitor_interval":
                 continue
             if settings[name].from_flag:
+                typed = settings[name].flag  # --rdzv_endpoint gives main_process_ip
                 raise LaunchError(
-                    f"--{name} has no effect here: num_processes={procs.value} (from {procs.source}) runs a "
-                    f"single process. Drop --{name}, or ask for several processes with --num_processes N."
+                    f"{typed} has no effect here: num_processes={procs.value} (from {procs.source}) runs a "
+                    f"single process. Drop {typed}, or ask for several processes with --num_processes N."
                 )
         return
     machines = settings["num_machines"]

@@ -30,6 +30,7 @@ are safest). A script that srun or mpirun starts as every rank, without a launch
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -236,6 +237,7 @@ def apply_allocation(
     machines = _as_int(settings["num_machines"].value)
     if machines != 1:
         _main_endpoint(settings, env, allocation)
+        notes += _given_endpoint_notes(settings, allocation)
     _processes(settings, allocation, gpu_count, notes)
     _threads(settings, env, allocation)
     return notes, []
@@ -255,7 +257,7 @@ def _replace(settings: dict[str, Setting], name: str, value: Any, source: str) -
 def _drop(setting: Setting) -> str:
     """How to stop giving a setting, in the words of where it came from."""
     if setting.from_flag:
-        return f"drop --{setting.name}"
+        return f"drop {setting.flag}"
     if setting.source.startswith("config file "):
         return f"remove {setting.name} from the {setting.source}"
     return f"stop setting it ({setting.source})"
@@ -313,6 +315,26 @@ def _main_endpoint(settings: dict[str, Setting], env: Mapping[str, str], allocat
             _replace(settings, "main_process_port", value, "environment MASTER_PORT")
         elif allocation.main_port is not None:
             _replace(settings, "main_process_port", allocation.main_port.value, allocation.main_port.source)
+
+
+def _given_endpoint_notes(settings: dict[str, Setting], allocation: Allocation) -> list[str]:
+    """A given address or port (a flag, MASTER_ADDR, the config file) wins over the Slurm rule, as for a
+    single launch; the note names both, since every launcher must then be given the same value."""
+    out = []
+    rule: dict[str, Derived | None] = {"main_process_ip": None, "main_process_port": allocation.main_port}
+    if allocation.main_address is not None:
+        with contextlib.suppress(HostListError):
+            first = slurm_hosts(str(allocation.main_address.value))[0]
+            rule["main_process_ip"] = Derived(first, allocation.main_address.source)
+    for name, derived in rule.items():
+        setting = settings[name]
+        if derived is None or setting.source == derived.source or str(setting.value) == str(derived.value):
+            continue
+        out.append(
+            f"{name}={setting.value} (from {setting.source}) is used instead of the Slurm rule's {derived.value} "
+            f"({derived.source}); every launcher of the job must be given the same {name}."
+        )
+    return out
 
 
 def _processes(

@@ -10,11 +10,21 @@ checkpoint to the new world size (the data position included: see
 ``num_processes`` stays the total over all machines *at the largest size* (upstream's meaning with
 ``num_machines``): each machine runs ``num_processes / MAX`` processes, whatever the group's size.
 
+A checkpoint that cannot reshard to the new size (an iterable loader's mid-epoch position, a tensor
+sized by the world) makes ``load_state`` raise before any object changes, naming the file or tensor
+and both sizes. The agent counts that as a failure and restarts the group ``--max_restarts`` times,
+each attempt failing the same way before its first step, then the launch exits with the error:
+torch's agent offers no public way to refuse a restart, and a later round at the saved size (a node
+rejoining) would load.
+
 This module only turns the flags into settings and checks them; the agent does the rest.
 """
 
 from __future__ import annotations
 
+import datetime
+import os
+import socket
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -83,6 +93,26 @@ def normalise_machine_flags(flags: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def typed_flags(flags: Mapping[str, Any]) -> dict[str, str]:
+    """The flag the user typed for each setting that another flag's spelling fills, for provenance.
+
+    :func:`normalise_machine_flags` moves ``--nnodes`` into ``num_machines``, a ``--num_machines``
+    range into ``nnodes`` and ``--rdzv_endpoint`` into ``main_process_ip`` / ``main_process_port``;
+    the plan's sources (``--dry_run``, error messages) should name what was typed, not those settings.
+    """
+    given = {name for name, value in flags.items() if value is not None}
+    out: dict[str, str] = {}
+    if "nnodes" in given and "num_machines" not in given:
+        out["num_machines"] = "--nnodes"
+    if "num_machines" in given and "nnodes" not in given:
+        out["nnodes"] = "--num_machines"
+    if "rdzv_endpoint" in given:
+        for name in ("main_process_ip", "main_process_port"):
+            if name not in given:
+                out[name] = "--rdzv_endpoint"
+    return out
+
+
 def check_elastic_rendezvous(settings: dict[str, Setting], notes: list[str]) -> None:
     """An elastic range needs a rendezvous that can re-form: c10d by default, static refused."""
     from accelerate.launch.plan import Setting
@@ -101,6 +131,27 @@ def check_elastic_rendezvous(settings: dict[str, Setting], notes: list[str]) -> 
         )
     settings["rdzv_backend"] = Setting("rdzv_backend", "c10d", "default (c10d: an elastic --nnodes needs it)")
     notes.append("rdzv_backend: c10d, since the static rendezvous cannot re-form the group at another size.")
+
+
+def endpoint_note(settings: Mapping[str, Setting]) -> str | None:
+    """For an elastic launch: the rendezvous endpoint and where its address and port came from.
+
+    The endpoint hosts the c10d store every node joins; when it is a node of the group (the Slurm
+    rule's first host, say), losing that node ends the whole job, so the note says so.
+    """
+    if settings["nnodes"].value is None:
+        return None
+    ip, port = settings["main_process_ip"], settings["main_process_port"]
+    where = f"address from {ip.source}; port from {port.source}"
+    if ip.source == port.source:
+        where = f"from {ip.source}"
+    note = f"rdzv_endpoint: {ip.value}:{port.value} ({where})."
+    if ip.source.startswith("slurm:"):
+        note += (
+            " That node hosts the rendezvous store: the group survives losing any other node, not that one "
+            "(pass --rdzv_endpoint HOST:PORT on a host that stays up to survive it too)."
+        )
+    return note
 
 
 def nnodes_arg(settings: dict[str, Setting]) -> str:
@@ -136,7 +187,7 @@ class MembershipLog:
     """The group's membership changes as this node's agent sees them, for the console and the summary.
 
     The agent calls :meth:`formed` after every rendezvous with the participating nodes (as
-    ``host:launcher pid``) and the number of processes; a change from the previous group is one
+    ``host:launcher pid``, see :func:`exchange_node_names`) and the number of processes; a change from the previous group is one
     event: one line per node that left or joined, each with the old and the new world size.
     """
 
@@ -168,14 +219,39 @@ class MembershipLog:
         return f"accelerate launch: membership changes during the run ({len(self.events)}):\n{body}"
 
 
-def participants(rdzv_handler: Any) -> list[str] | None:
-    """``host:pid`` of each node in the rendezvous's current round, by group rank (None if unknown).
+# Where each node's agent publishes its name in the rendezvous store. torch gives every round of a
+# c10d/etcd rendezvous its own key prefix, so a round never reads the names of an earlier one.
+_NAME_KEY = "accelerate/membership/node/"
+NAME_TIMEOUT_S = 10.0
 
-    Reads torch's dynamic rendezvous state (a private attribute): a torch that renamed it loses only
-    the node names, not the world sizes.
+
+def this_node() -> str:
+    """This node's name in the membership log: its host and its launcher's pid (a replacement
+    launcher on the same host is another node)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def exchange_node_names(
+    store: Any, group_rank: int, group_world_size: int, name: str, timeout_s: float = NAME_TIMEOUT_S
+) -> list[str]:
+    """Every node's name, by group rank, exchanged through the round's rendezvous store.
+
+    torch's agents know each other only by group rank (the node names its rendezvous keeps are
+    private), so each agent writes its own name under its rank and reads the others' with the
+    store's public ``set`` / ``wait`` / ``get``. A name that does not arrive within ``timeout_s``
+    (its node died right after the round formed) shows as ``#RANK``; the world sizes are right
+    either way, and the log never stops the group.
     """
+    keys = [f"{_NAME_KEY}{rank}" for rank in range(group_world_size)]
     try:
-        members = rdzv_handler._state_holder.state.participants
-        return [f"{node.addr}:{node.pid}" for node, _ in sorted(members.items(), key=lambda item: item[1])]
-    except AttributeError:
-        return None
+        store.set(keys[group_rank], name)
+        store.wait(keys, datetime.timedelta(seconds=timeout_s))
+    except Exception:  # noqa: BLE001 - a missing name is shown as its rank below
+        pass
+    names = []
+    for rank, key in enumerate(keys):
+        try:
+            names.append(store.get(key).decode() if store.check([key]) else f"#{rank}")
+        except Exception:  # noqa: BLE001 - as above
+            names.append(f"#{rank}")
+    return names

@@ -51,6 +51,11 @@ class Setting:
     def from_flag(self) -> bool:
         return self.source.startswith("flag ")
 
+    @property
+    def flag(self) -> str:
+        """The flag that gave the value as the user typed it (``--nnodes`` for num_machines), else ``--NAME``."""
+        return self.source.split(" ", 1)[1] if self.from_flag else f"--{self.name}"
+
 
 @dataclass
 class LaunchPlan:
@@ -215,7 +220,11 @@ _ENV_NAME = {var.field: var.name for var in ENV_CONTRACT}
 
 
 def _resolve(
-    flags: Mapping[str, Any], config: LaunchConfig | None, config_path: str, env: LaunchEnv
+    flags: Mapping[str, Any],
+    config: LaunchConfig | None,
+    config_path: str,
+    env: LaunchEnv,
+    typed: Mapping[str, str],
 ) -> dict[str, Setting]:
     settings: dict[str, Setting] = {}
     for spec in _SPECS:
@@ -229,7 +238,7 @@ def _resolve(
             if value is not None:
                 setting = Setting(spec.name, value, f"environment {_ENV_NAME[spec.env_field]}")
         if flags.get(spec.name) is not None:
-            setting = Setting(spec.name, flags[spec.name], f"flag --{spec.name}")
+            setting = Setting(spec.name, flags[spec.name], f"flag {typed.get(spec.name, '--' + spec.name)}")
         settings[spec.name] = setting
     return settings
 
@@ -278,13 +287,15 @@ def build_plan(
     Raises:
         LaunchError: contradictory or ignored flags, unavailable backends, impossible values.
     """
-    flags = elastic.normalise_machine_flags({k: v for k, v in (flags or {}).items() if v is not None})
+    given = {k: v for k, v in (flags or {}).items() if v is not None}
+    typed = elastic.typed_flags(given)  # --nnodes is the source of num_machines, not --num_machines
+    flags = elastic.normalise_machine_flags(given)
     env = os.environ if environ is None else environ
     config_path = str(config_location.path) if config_location and config_location.path else "<config>"
     config_warnings = check_unavailable(flags, config, config_path)
     check_flag_pairs(flags, module, no_python)
 
-    settings = _resolve(flags, config, config_path, read_launch_env(env))
+    settings = _resolve(flags, config, config_path, read_launch_env(env), typed)
     count_gpus = functools.cache(gpu_count or (lambda: visible_gpu_count(env)))
     # Under Slurm or MPI (one launcher per machine) the allocation answers what nothing else gave.
     notes, cluster_warnings = cluster.apply_allocation(settings, env, count_gpus)
@@ -304,6 +315,8 @@ def build_plan(
         _resolve_endpoint(settings, notes, check_port)
     if mode == "torchrun":
         elastic.check_elastic_rendezvous(settings, notes)
+        endpoint = elastic.endpoint_note(settings)
+        notes += [endpoint] if endpoint else []
         _rendezvous_for_restarts(settings, notes)
 
     program = commands.program(script, script_args, module, no_python)

@@ -8,8 +8,10 @@ its exit code or signal) and which restart this is — the same facts the final 
 (:mod:`accelerate.launch.failures`), so a log shows every failure the run survived.
 
 The hook is a subclass of torch's ``LocalElasticAgent`` put in the place ``launch_agent`` looks it
-up for the duration of the launch; it overrides two private methods, so a torch that renamed them
-simply runs unreported (the restarts themselves are torch's and work either way).
+up for the duration of the launch; it overrides three private methods (the third records each
+group's membership after a rendezvous), so a torch that renamed them simply runs unreported (the
+restarts themselves are torch's and work either way). What the overrides read is public: the
+failures torch's monitor returns, the worker group's rank, size and store.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import contextlib
 from collections.abc import Iterator, Mapping
 from typing import Any, TextIO
 
-from accelerate.launch.elastic import MembershipLog, participants
+from accelerate.launch.elastic import MembershipLog, exchange_node_names, this_node
 from accelerate.launch.failures import restart_report
 
 _HOOKED = ("_monitor_workers", "_restart_workers", "_rendezvous")
@@ -58,6 +60,8 @@ def reporting_restarts(
 def _reporting_agent(
     base: type[Any], err: TextIO, ended_at: Mapping[int, float], membership: MembershipLog
 ) -> type[Any]:
+    name = this_node()
+
     # The base is whichever agent class torch's launcher holds, known only at run time.
     class ReportingAgent(base):  # type: ignore[misc]
         """torch's agent, remembering the latest failures and reporting them when it restarts."""
@@ -92,9 +96,10 @@ def _reporting_agent(
             try:
                 spec = worker_group.spec
                 world = int(worker_group.group_world_size) * int(spec.local_world_size)
-                nodes = participants(spec.rdzv_handler)
-                if nodes is None:  # unknown names: number the nodes instead
-                    nodes = [f"#{i}" for i in range(int(worker_group.group_world_size))]
+                # The names travel through the round's store (public API); the ranks come from torch.
+                nodes = exchange_node_names(
+                    worker_group.store, int(worker_group.group_rank), int(worker_group.group_world_size), name
+                )
                 for line in membership.formed(nodes, world):
                     print(f"accelerate launch: membership: {line}", file=err)
                 err.flush()
