@@ -69,7 +69,7 @@ def test_an_iterable_position_saved_mid_epoch_is_refused_at_another_world_size(t
     message = str(caught.value)
     assert f"{path / 'dl_state_dict.bin'} does not fit dataloader 0" in message
     assert "saved by 1 process, loading on 2" in message
-    assert "with 1 processes, but now there are 2" in message
+    assert "with 1 process, but now there are 2" in message
     assert "Resume with the same number of processes (1)" in message and "Nothing was loaded." in message
     assert torch.equal(model.weight, before)  # the model, checked first, was left as it was
 
