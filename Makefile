@@ -47,7 +47,7 @@ test: $(VENV)/.installed-test
 	@# DeepSpeed JIT-builds a small C++ op (shared-memory collectives) the first time a CPU run starts;
 	@# built here once, outside any test's timeout (a few seconds when it is already in the cache).
 	$(PY) -c "from deepspeed.comm.torch import build_shm_op; build_shm_op()" >/dev/null
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=15 tests
 
 lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check src tests bench examples
