@@ -44,13 +44,14 @@ from accelerate.utils.dataclasses import (
     TorchDynamoPlugin,
     collect_kwargs_handlers,
 )
+from accelerate.utils.records import frozen_record
 
 if TYPE_CHECKING:
     from accelerate.backends.deepspeed.plugin import DeepSpeedPlugin
     from accelerate.precision.fp8.resolve import Fp8Setup
 
 
-@dataclasses.dataclass(frozen=True)
+@frozen_record  # not a dataclass: that costs ~1-2 ms to create at import (see accelerate.utils.records)
 class Connection:
     """Everything an Accelerator holds besides the objects it prepares (``state.run`` describes the run)."""
 
