@@ -3,6 +3,11 @@
 It owns the per-process state, one Strategy (how models are wrapped and synchronised), one
 Precision (autocast and loss scaling) and the prepared objects, and delegates to them. Which
 backend runs is decided once, in ``accelerate.backends.resolve``; nothing here branches on it.
+
+Imports at the top are what ``Accelerator()`` itself needs; code that only some calls use (data
+loaders, quantized models, regional compilation, checkpoints, trackers, ...) is imported inside the
+method that uses it, so ``from accelerate import Accelerator`` stays cheap
+(``tests/bench/test_import_guard.py`` lists what must stay unloaded).
 """
 
 from __future__ import annotations
@@ -17,8 +22,6 @@ from accelerate import preparation
 from accelerate.accelerator_checkpoints import AcceleratorCheckpoints
 from accelerate.accelerator_facts import AcceleratorFacts
 from accelerate.backends.registry import Prepared
-from accelerate.big_modeling.quantization.checks import check_quantized_placement
-from accelerate.checkpointing import accelerator_io as checkpoint_io
 from accelerate.collectives import operations as collectives
 from accelerate.connector import connect
 from accelerate.optimizer import AcceleratedOptimizer
@@ -37,7 +40,6 @@ from accelerate.utils.dataclasses import (
 from accelerate.utils.imports import is_bitsandbytes_multi_backend_available  # noqa: F401 (upstream module path)
 from accelerate.utils.memory import release_memory
 from accelerate.utils.modeling import extract_model_from_parallel
-from accelerate.utils.regional_compilation import compile_regions
 
 
 class Accelerator(AcceleratorCheckpoints, AcceleratorFacts):
@@ -179,12 +181,16 @@ class Accelerator(AcceleratorCheckpoints, AcceleratorFacts):
                     "device_map."
                 )
             place = False
+        from accelerate.big_modeling.quantization.checks import check_quantized_placement
+
         place = check_quantized_placement(model, self.device, place)  # bitsandbytes models stay where loaded
         # fp8: the library's layers go in before any wrapper (FSDP2 then shards the float8 linears).
         model = self.precision.convert_model(model, sharded=bool(self.state.is_fsdp2))
         self.precision.check_model(model)
         if self.dynamo_plugin.enabled and self.dynamo_plugin.use_regional_compilation:
             # Before the forward wrapper and DDP: both then wrap the compiled copy (see compile_regions).
+            from accelerate.utils.regional_compilation import compile_regions
+
             model = compile_regions(model, **self.dynamo_plugin.to_kwargs())
         self.precision.wrap_forward(model)
         if evaluation_mode:
@@ -447,7 +453,9 @@ class Accelerator(AcceleratorCheckpoints, AcceleratorFacts):
 
     def end_training(self) -> None:
         """Finishes the trackers and tears the process group down."""
-        checkpoint_io.wait_for_async_save()  # a background save_state commits (or raises) first
+        from accelerate.checkpointing.accelerator_io import wait_for_async_save
+
+        wait_for_async_save()  # a background save_state commits (or raises) first
         for tracker in self.trackers:
             tracker.finish()
         self.partial_state.destroy_process_group()

@@ -2,6 +2,9 @@
 
 Mixed into :class:`~accelerate.accelerator.Accelerator`; the work is done in
 :mod:`accelerate.checkpointing.accelerator_io`, which these methods hand the prepared objects to.
+That module (and :mod:`accelerate.checkpointing.membership`) is imported by the methods that use it,
+not here: ``from accelerate import Accelerator`` and ``Accelerator()`` save nothing, so they do not
+pay for the checkpoint code (``tests/bench/test_import_guard.py`` keeps it that way).
 """
 
 from __future__ import annotations
@@ -11,12 +14,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
-from accelerate.checkpointing import accelerator_io as checkpoint_io
-from accelerate.checkpointing import membership
-
 if TYPE_CHECKING:
     from accelerate.accelerator import Accelerator
     from accelerate.backends.base import Strategy
+    from accelerate.checkpointing.accelerator_io import TrainingObjects
     from accelerate.optimizer import AcceleratedOptimizer
     from accelerate.precision.amp import Precision
     from accelerate.scheduler import AcceleratedScheduler
@@ -51,6 +52,8 @@ class AcceleratorCheckpoints:
 
     def save(self, obj: Any, f: Any, safe_serialization: bool = False) -> None:
         """Saves ``obj`` on the main process only (``torch.save`` or safetensors)."""
+        from accelerate.checkpointing import accelerator_io as checkpoint_io
+
         checkpoint_io.save_object(cast("Accelerator", self), obj, f, safe_serialization=safe_serialization)
 
     def save_model(
@@ -60,6 +63,8 @@ class AcceleratorCheckpoints:
         max_shard_size: int | str = "10GB",
         safe_serialization: bool = True,
     ) -> None:
+        from accelerate.checkpointing import accelerator_io as checkpoint_io
+
         checkpoint_io.save_model(
             cast("Accelerator", self),
             model,
@@ -69,20 +74,30 @@ class AcceleratorCheckpoints:
         )
 
     def get_state_dict(self, model: torch.nn.Module, unwrap: bool = True) -> dict[str, torch.Tensor]:
+        from accelerate.checkpointing import accelerator_io as checkpoint_io
+
         return checkpoint_io.get_state_dict(cast("Accelerator", self), model, unwrap=unwrap)
 
     def register_for_checkpointing(self, *objects: Any) -> None:
+        from accelerate.checkpointing import accelerator_io as checkpoint_io
+
         checkpoint_io.check_checkpointable_objects(objects)
         self._custom_objects.extend(objects)
 
     def register_save_state_pre_hook(self, hook: Callable[..., Any]) -> Any:
+        from accelerate.checkpointing import accelerator_io as checkpoint_io
+
         return checkpoint_io.register_hook(self._save_model_state_pre_hook, hook)
 
     def register_load_state_pre_hook(self, hook: Callable[..., Any]) -> Any:
+        from accelerate.checkpointing import accelerator_io as checkpoint_io
+
         return checkpoint_io.register_hook(self._load_model_state_pre_hook, hook)
 
-    def _training_objects(self) -> checkpoint_io.TrainingObjects:
-        return checkpoint_io.TrainingObjects(
+    def _training_objects(self) -> TrainingObjects:
+        from accelerate.checkpointing.accelerator_io import TrainingObjects
+
+        return TrainingObjects(
             state=self.partial_state,
             project=self.project_configuration,
             step=self.gradient_state.micro_step,
@@ -114,6 +129,9 @@ class AcceleratorCheckpoints:
         thread writes and commits the folder. The next ``save_state``, ``load_state``,
         ``end_training`` or exit waits for it and raises its error, if any.
         """
+        from accelerate.checkpointing import accelerator_io as checkpoint_io
+        from accelerate.checkpointing import membership
+
         saved = checkpoint_io.save_state(
             self._training_objects(),
             output_dir,
@@ -140,6 +158,9 @@ class AcceleratorCheckpoints:
         checkpoint, or starts fresh when there is none yet: one script for the first start and
         every restart (``accelerate launch --max_restarts N``).
         """
+        from accelerate.checkpointing import accelerator_io as checkpoint_io
+        from accelerate.checkpointing import membership
+
         loaded = checkpoint_io.load_state(
             self._training_objects(),
             input_dir,

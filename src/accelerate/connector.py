@@ -12,12 +12,11 @@ combination is an error) lives in one function here.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from accelerate.backends.base import Strategy
-from accelerate.backends.deepspeed.launch import resolve_deepspeed_plugins
-from accelerate.backends.deepspeed.plugin import deepspeed_accumulation
 from accelerate.backends.resolve import (
     check_unavailable,
     describe_run,
@@ -27,7 +26,6 @@ from accelerate.backends.resolve import (
 )
 from accelerate.config.env import LaunchEnv, read_launch_env
 from accelerate.precision.amp import Precision
-from accelerate.precision.fp8.resolve import resolve_fp8, split_recipes
 from accelerate.state import AcceleratorState, GradientState, PartialState
 from accelerate.state.accelerator_state import record_run
 from accelerate.state.gradient import adjusted_for_world_size
@@ -46,9 +44,14 @@ from accelerate.utils.dataclasses import (
     TorchDynamoPlugin,
     collect_kwargs_handlers,
 )
+from accelerate.utils.records import frozen_record
+
+if TYPE_CHECKING:
+    from accelerate.backends.deepspeed.plugin import DeepSpeedPlugin
+    from accelerate.precision.fp8.resolve import Fp8Setup
 
 
-@dataclasses.dataclass(frozen=True)
+@frozen_record  # not a dataclass: that costs ~1-2 ms to create at import (see accelerate.utils.records)
 class Connection:
     """Everything an Accelerator holds besides the objects it prepares (``state.run`` describes the run)."""
 
@@ -109,7 +112,7 @@ def connect(
     trackers = _trackers(log_with)
     project = _project(project_dir, project_config)
     # fp8 recipes (AORecipeKwargs, ...) configure the precision, not a torch object: resolved below.
-    fp8_recipes, kwargs_handlers = split_recipes(kwargs_handlers)
+    fp8_recipes, kwargs_handlers = _split_fp8_recipes(kwargs_handlers)
     handlers = collect_kwargs_handlers(kwargs_handlers)
     pg: InitProcessGroupKwargs | None = handlers.get(InitProcessGroupKwargs)
     partial = _partial_state(cpu, pg)
@@ -119,13 +122,13 @@ def connect(
         # explicit different one raises below); the launcher's is not re-read.
         mixed_precision = earlier.mixed_precision
     mode = _mixed_precision(mixed_precision, launch, partial)
-    ds_plugins = resolve_deepspeed_plugins(
-        deepspeed_plugin, deepspeed_plugins, launched=bool(launch.use_deepspeed), launch_env=launch
-    )
+    ds_plugins = _deepspeed_plugins(deepspeed_plugin, deepspeed_plugins, launch)
     accumulation = accumulation_plugin(
         gradient_accumulation_plugin, gradient_accumulation_steps, launch.gradient_accumulation_steps
     )
     if ds_plugins:
+        from accelerate.backends.deepspeed.plugin import deepspeed_accumulation
+
         # The DeepSpeed config's value wins (with a warning); its "auto" takes the Accelerator's.
         accumulation = deepspeed_accumulation(ds_plugins, accumulation, mode)
     if earlier is not None:
@@ -136,7 +139,7 @@ def connect(
         partial.device,
         autocast_kwargs=handlers.get(AutocastKwargs),
         scaler_kwargs=handlers.get(GradScalerKwargs),
-        fp8=resolve_fp8(mode, fp8_recipes, launch, deepspeed=bool(ds_plugins)),
+        fp8=_fp8_setup(mode, fp8_recipes, launch, deepspeed=bool(ds_plugins)),
     )
     ddp_handler = handlers.get(DistributedDataParallelKwargs)
     fsdp_plugin = resolve_fsdp_plugin(fsdp_plugin, ds_plugins or deepspeed_plugin)
@@ -204,6 +207,44 @@ def _initialized_state() -> AcceleratorState | None:
     from accelerate.state.accelerator_state import existing_accelerator_state
 
     return existing_accelerator_state()
+
+
+def _split_fp8_recipes(handlers: Sequence[Any] | None) -> tuple[list[Any], list[Any]]:
+    """``(fp8 recipes, other kwargs handlers)``, without importing the fp8 code when there can be none.
+
+    A recipe is an instance of a class in ``precision/fp8/recipes.py``: while that module is not
+    loaded, no handler can be one (a subclass imports it too), so a run without fp8 never loads it.
+    """
+    if not handlers or "accelerate.precision.fp8.recipes" not in sys.modules:
+        return [], list(handlers or ())
+    from accelerate.precision.fp8.resolve import split_recipes
+
+    return split_recipes(handlers)
+
+
+def _fp8_setup(mode: str, recipes: list[Any], launch: LaunchEnv, *, deepspeed: bool) -> Fp8Setup | None:
+    """The fp8 set-up (``precision/fp8/resolve.py``), loading the fp8 code only for fp8 or a recipe.
+
+    Without either, ``resolve_fp8`` would return None too; a recipe without fp8 is its error to raise.
+    """
+    if mode != "fp8" and not recipes:
+        return None
+    from accelerate.precision.fp8.resolve import resolve_fp8
+
+    return resolve_fp8(mode, recipes, launch, deepspeed=deepspeed)
+
+
+def _deepspeed_plugins(plugin: Any, plugins: Any, launch: LaunchEnv) -> dict[str, DeepSpeedPlugin] | None:
+    """The run's DeepSpeed plugins (``resolve_deepspeed_plugins``), or None without DeepSpeed.
+
+    Nothing asks for DeepSpeed without a plugin argument or ``--use_deepspeed``: the DeepSpeed
+    package of ``backends/`` is then not imported at all (the resolver would return None too).
+    """
+    if plugin is None and plugins is None and not launch.use_deepspeed:
+        return None
+    from accelerate.backends.deepspeed.launch import resolve_deepspeed_plugins
+
+    return resolve_deepspeed_plugins(plugin, plugins, launched=bool(launch.use_deepspeed), launch_env=launch)
 
 
 def _mixed_precision(requested: str | None, launch: LaunchEnv, partial: PartialState) -> str:

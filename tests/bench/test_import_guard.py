@@ -48,6 +48,78 @@ def test_accelerator_pulls_in_no_optional_backend() -> None:
     assert _loaded_after("from accelerate import Accelerator", OPTIONAL_BACKENDS) == []
 
 
+# Modules `from accelerate import Accelerator` + `Accelerator()` (one CPU process, no arguments) must not
+# load: each is imported where it is used (fp8 with mixed_precision="fp8" or a recipe, checkpoint code
+# in save_state/load_state, DeepSpeed/FSDP only when asked for, ...). A prefix covers its submodules.
+NOT_AT_ACCELERATOR = [
+    "accelerate.precision.fp8",
+    "accelerate.checkpointing",  # accelerator_io, membership (elastic resumes), async saves ...
+    "accelerate.collectives.agreement",
+    "accelerate.launch",  # elastic, cluster (Slurm/MPI), the launcher itself
+    "accelerate.commands",
+    "accelerate.big_modeling",  # quantization checks, offload, dispatch
+    "accelerate.tracking",
+    "accelerate.backends.deepspeed",
+    "accelerate.backends.fsdp",
+    "accelerate.backends.ddp",  # several processes only
+    "accelerate.backends.parallel",
+    "accelerate.backends.xla",
+    "accelerate.backends.pipeline",
+    "accelerate.backends.megatron_lm",
+    "accelerate.data",  # prepare_data_loader, skip_first_batches, gather_for_metrics
+    "accelerate.profiling",
+    "accelerate.utils.hardware_dataclasses",
+    "accelerate.utils.parallel_configs",
+    "accelerate.utils.regional_compilation",
+    "accelerate.logging",
+]
+# How many accelerate modules that may load (53 on 2026-11-27 after the lazy imports; 77 before them).
+# A new module in the import path of Accelerator is a cost every user pays at start-up: raise the bound
+# only for one the constructor really needs, and say so in the commit.
+MAX_ACCELERATE_MODULES_AT_ACCELERATOR = 55
+
+
+def _accelerate_modules_after(code: str) -> list[str]:
+    """The ``accelerate`` modules in sys.modules after ``code`` in a fresh python (launcher variables unset)."""
+    probe = (
+        f"import sys, json\n{code}\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m == 'accelerate' or m.startswith('accelerate.'))))"
+    )
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("ACCELERATE_", "FSDP_", "PARALLELISM_CONFIG_"))
+    }
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    loaded: list[str] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return loaded
+
+
+@pytest.mark.parametrize(
+    "code",
+    ["from accelerate import Accelerator", "from accelerate import Accelerator\nAccelerator()"],
+    ids=["import", "construct"],
+)
+def test_accelerator_loads_only_what_it_needs(code: str) -> None:
+    """Guards start-up (bench/startup.py's in-process rows): structure only, no timings."""
+    loaded = _accelerate_modules_after(code)
+    early = [m for m in loaded if any(m == p or m.startswith(p + ".") for p in NOT_AT_ACCELERATOR)]
+    assert early == [], f"loaded before they are used (import them where they are used): {early}"
+    assert len(loaded) <= MAX_ACCELERATE_MODULES_AT_ACCELERATOR, (
+        f"{len(loaded)} accelerate modules load with Accelerator (bound {MAX_ACCELERATE_MODULES_AT_ACCELERATOR}): "
+        f"{loaded}"
+    )
+
+
+def test_fsdp_switch_name_matches_the_plugin() -> None:
+    """backends/resolve.py spells FSDP's launcher switch itself so that a run without FSDP never imports it."""
+    from accelerate.backends.fsdp.plugin import USE_FSDP_ENV
+    from accelerate.backends.resolve import _USE_FSDP_ENV
+
+    assert _USE_FSDP_ENV == USE_FSDP_ENV
+
+
 BENCH_MODULES = [
     "startup",
     "step_overhead",

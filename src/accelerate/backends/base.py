@@ -5,13 +5,15 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from accelerate.backends.registry import Prepared
-from accelerate.checkpointing.checkpoint_io import CheckpointIO
 from accelerate.state.distributed_type import DistributedType
+
+if TYPE_CHECKING:  # an annotation only: Accelerator() loads no checkpoint code until it saves or loads
+    from accelerate.checkpointing.checkpoint_io import CheckpointIO
 
 
 @dataclasses.dataclass

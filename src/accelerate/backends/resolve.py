@@ -7,6 +7,7 @@ before any model is touched.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,6 +18,10 @@ from accelerate.state.distributed_type import DistributedType
 from accelerate.state.process import PartialState
 from accelerate.state.run import RunDescription, check_unavailable, describe_process
 from accelerate.utils.dataclasses import DistributedDataParallelKwargs, check_mixed_precision
+
+# ``accelerate.backends.fsdp.plugin.USE_FSDP_ENV``, spelled here so that a run the launcher did not
+# start with --use_fsdp never imports the FSDP package (a test keeps the two equal).
+_USE_FSDP_ENV = "ACCELERATE_USE_FSDP"
 
 __all__ = [
     "check_unavailable",  # the plugin rules live beside the description (state/run.py): one copy
@@ -116,10 +121,13 @@ def resolve_fsdp_plugin(plugin: Any, deepspeed_plugin: Any, environ: Mapping[str
 
     The result is a copy; the caller's plugin stays as they built it.
     """
+    env = os.environ if environ is None else environ
+    if plugin is None and (deepspeed_plugin is not None or _USE_FSDP_ENV not in env):
+        return None  # nothing asks for FSDP: the FSDP package stays unloaded
     from accelerate.backends.fsdp.launch import plugin_with_launch_env
     from accelerate.backends.fsdp.plugin import FullyShardedDataParallelPlugin, use_fsdp_from_env
 
-    if plugin is None and (deepspeed_plugin is not None or not use_fsdp_from_env(environ)):
+    if plugin is None and not use_fsdp_from_env(env):
         return None
     if plugin is not None and not isinstance(plugin, FullyShardedDataParallelPlugin):
         raise TypeError(

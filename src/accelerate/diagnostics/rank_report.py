@@ -16,7 +16,6 @@ import json
 import os
 import socket
 import sys
-import sysconfig
 import threading
 import time
 import traceback
@@ -59,6 +58,10 @@ def describe_shapes(data: Any, limit: int = 8) -> list[str]:
 
 def _library_dirs() -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Folders whose frames are not "the user's code": (accelerate's, torch's and the standard library's)."""
+    # Imported here, when a report is built: every process loads this module (through the hang
+    # watchdog, with the collectives), and sysconfig is the one module it would add after torch.
+    import sysconfig
+
     ours = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # .../accelerate/
     others = set()
     for key in ("stdlib", "platstdlib"):

@@ -14,7 +14,6 @@ import os
 import sys
 import threading
 import warnings
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -23,9 +22,12 @@ import torch.distributed as dist
 
 from accelerate.state import teardown
 from accelerate.state.environment import ClusterEnvironment
+from accelerate.utils.records import frozen_record
 
 
-@dataclass(frozen=True)
+# Frozen records, not dataclasses: every PartialState() loads this module, and a dataclass compiles
+# its methods when created (see accelerate.utils.records).
+@frozen_record
 class GroupRequest:
     """What the caller asked for; ``None`` means "no preference" (torch's or accelerate's default)."""
 
@@ -208,7 +210,7 @@ def _report_ignored(request: GroupRequest) -> None:
     warnings.warn(message, UserWarning, stacklevel=4)
 
 
-@dataclass(frozen=True)
+@frozen_record
 class GroupSpec:
     """What it takes to create the default group again: its settings and the store it met on."""
 

@@ -17,9 +17,10 @@ import torch
 from accelerate.state.distributed_type import DistributedType, is_multi_device
 from accelerate.state.process import PartialState
 from accelerate.utils.errors import NotAvailableYetError
+from accelerate.utils.records import frozen_record
 
 
-@dataclasses.dataclass(frozen=True)
+@frozen_record  # not a dataclass, which compiles its methods at import (see accelerate.utils.records)
 class Topology:
     """Where this process sits in the job: world size, ranks and device."""
 

@@ -22,6 +22,7 @@ import torch
 
 from accelerate.collectives.communicator import Communicator
 from accelerate.state.environment import ClusterEnvironment
+from accelerate.utils.records import frozen_record
 
 
 def xla_requested(cpu: bool = False) -> bool:
@@ -84,7 +85,7 @@ class XLACommunicator(Communicator):
         xm.rendezvous(tag)
 
 
-@dataclass(frozen=True)
+@frozen_record  # not a dataclass: this module loads with every PartialState (see accelerate.utils.records)
 class XLAPlacement:
     """The XLA device of this process and its place among the processes."""
 
@@ -122,7 +123,7 @@ def xla_placement() -> XLAPlacement:
         master_addr=os.environ.get("MASTER_ADDR", "127.0.0.1"),
         source="xla",
     )
-    return XLAPlacement(torch.device(device), environment)
+    return XLAPlacement(device=torch.device(device), environment=environment)
 
 
 def detect_xla(cpu: bool = False) -> XLAPlacement | None:
