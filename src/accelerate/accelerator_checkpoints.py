@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from accelerate.accelerator import Accelerator
     from accelerate.backends.base import Strategy
     from accelerate.checkpointing.accelerator_io import TrainingObjects
+    from accelerate.checkpointing.membership import ProgressRecord
     from accelerate.optimizer import AcceleratedOptimizer
     from accelerate.precision.amp import Precision
     from accelerate.scheduler import AcceleratedScheduler
@@ -43,9 +44,11 @@ class AcceleratorCheckpoints:
     _load_model_state_pre_hook: dict[int, Callable[..., Any]]
     unwrap_model: Callable[..., torch.nn.Module]
 
-    def _progress_record(self) -> membership.ProgressRecord:
+    def _progress_record(self) -> ProgressRecord:
         """This Accelerator's checkpoints folder for the progress record of an abnormal end (made on first use)."""
-        record: membership.ProgressRecord | None = self.__dict__.get("_accelerate_progress_record")
+        from accelerate.checkpointing import membership
+
+        record: ProgressRecord | None = self.__dict__.get("_accelerate_progress_record")
         if record is None:
             record = self.__dict__["_accelerate_progress_record"] = membership.ProgressRecord()
         return record
@@ -130,7 +133,6 @@ class AcceleratorCheckpoints:
         ``end_training`` or exit waits for it and raises its error, if any.
         """
         from accelerate.checkpointing import accelerator_io as checkpoint_io
-        from accelerate.checkpointing import membership
 
         saved = checkpoint_io.save_state(
             self._training_objects(),
@@ -159,7 +161,6 @@ class AcceleratorCheckpoints:
         every restart (``accelerate launch --max_restarts N``).
         """
         from accelerate.checkpointing import accelerator_io as checkpoint_io
-        from accelerate.checkpointing import membership
 
         loaded = checkpoint_io.load_state(
             self._training_objects(),
