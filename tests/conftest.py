@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -56,6 +57,11 @@ def _clean_state() -> Iterator[None]:
     reset_state()
     yield
     reset_state()
+    # The progress record an abnormal end writes points at the last Accelerator's checkpoints folder
+    # (a module reference, for the exception and SIGTERM handlers); a later test must not write there.
+    membership = sys.modules.get("accelerate.checkpointing.membership")
+    if membership is not None:
+        membership._active = None
     leaked = {k for k in os.environ if k not in before or os.environ[k] != before[k]}
     leaked |= {k for k in before if k not in os.environ}
     # pytest's own bookkeeping, and cache locations torch's compiler sets for itself on first use.

@@ -13,6 +13,7 @@ method that uses it, so ``from accelerate import Accelerator`` stays cheap
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -453,9 +454,11 @@ class Accelerator(AcceleratorCheckpoints, AcceleratorFacts):
 
     def end_training(self) -> None:
         """Finishes the trackers and tears the process group down."""
-        from accelerate.checkpointing.accelerator_io import wait_for_async_save
-
-        wait_for_async_save()  # a background save_state commits (or raises) first
+        # A background save_state commits (or raises) first. No save without the checkpoint code
+        # loaded: a run that never saved does not load it here just to find nothing pending.
+        checkpoint_io = sys.modules.get("accelerate.checkpointing.accelerator_io")
+        if checkpoint_io is not None:
+            checkpoint_io.wait_for_async_save()
         for tracker in self.trackers:
             tracker.finish()
         self.partial_state.destroy_process_group()

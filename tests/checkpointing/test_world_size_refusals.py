@@ -69,7 +69,7 @@ def test_an_iterable_position_saved_mid_epoch_is_refused_at_another_world_size(t
     message = str(caught.value)
     assert f"{path / 'dl_state_dict.bin'} does not fit dataloader 0" in message
     assert "saved by 1 process, loading on 2" in message
-    assert "with 1 process, but now there are 2" in message
+    assert "with 1 process, but this run has 2 processes" in message
     assert "Resume with the same number of processes (1)" in message and "Nothing was loaded." in message
     assert torch.equal(model.weight, before)  # the model, checked first, was left as it was
 
@@ -88,3 +88,13 @@ def test_a_tensor_sized_by_the_world_names_both_world_sizes(tmp_path: Path) -> N
     message = str(caught.value)
     assert "size mismatch for weight: shape (1, 2) in the checkpoint, (2, 2) in the model" in message
     assert "saved by 1 process and this run has 2" in message
+
+
+def test_a_renamed_layer_at_another_world_size_does_not_blame_the_world_size(tmp_path: Path) -> None:
+    path = _saved_mid_epoch(tmp_path, torch.nn.Linear(2, 2))
+    renamed = torch.nn.Sequential(torch.nn.Linear(2, 2))  # keys "0.weight", "0.bias"
+    with pytest.raises(CheckpointError) as caught:
+        load_training_state(path, state=OtherWorld(2), models=[renamed])
+    message = str(caught.value)
+    assert "0.weight" in message and "Nothing was loaded." in message
+    assert "this run has 2" not in message

@@ -36,7 +36,7 @@ def test_a_checkpoint_that_cannot_reshard_stops_the_elastic_job(tmp_path: Path) 
     err = result.stderr
     assert "dl_state_dict.bin does not fit dataloader 0" in err, err
     assert "saved by 1 process, loading on 2" in err
-    assert "with 1 process, but now there are 2" in err
+    assert "with 1 process, but this run has 2 processes" in err
     lines = log.read_text().splitlines()
     # The first run's three steps, then two processes that each stopped in the load.
     assert lines[:4] == ["start world 1", "step 1 world 1", "step 2 world 1", "step 3 world 1"]

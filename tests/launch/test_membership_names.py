@@ -54,3 +54,27 @@ def test_this_node_is_host_and_launcher_pid() -> None:
     import socket
 
     assert this_node() == f"{socket.gethostname()}:{os.getpid()}"
+
+
+class CountingStore:
+    """A store that takes the write and the wait, then fails every read, counting the calls."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def set(self, key: str, value: str) -> None:
+        pass
+
+    def wait(self, keys: list[str], timeout: Any) -> None:
+        pass
+
+    def check(self, keys: list[str]) -> bool:
+        self.reads += 1
+        raise RuntimeError("the store's host is unreachable")
+
+
+def test_a_store_that_fails_a_read_is_not_asked_again() -> None:
+    # Each call to an unreachable store may wait the store's timeout; one failure is enough to know.
+    store = CountingStore()
+    assert exchange_node_names(store, 0, 4, "a:1") == ["#0", "#1", "#2", "#3"]
+    assert store.reads == 1

@@ -188,7 +188,7 @@ def _check_loader_state(
         check(dict(saved))
     except (KeyError, ValueError) as exc:
         # A KeyError's str() quotes its message; its first argument reads as the sentence it is.
-        reason = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+        reason = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
         sizes = f"saved by {_processes(saved_world)}" if saved_world is not None else "saved by ? processes"
         raise CheckpointError(
             f"Checkpoint file {path} does not fit dataloader {index} ({type(loader).__name__}; {sizes}, "

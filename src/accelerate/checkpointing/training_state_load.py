@@ -114,10 +114,12 @@ def _plan_models(
         problems = _model_problems(model, state_dict, strict)
         if problems:
             saved_world = reader.manifest.world_size if reader.manifest is not None else None
+            # Only a shape can depend on the number of processes; a renamed layer cannot.
+            shapes = any(problem.startswith("size mismatch for ") for problem in problems)
             raise CheckpointError(
                 f"Loading {names[0]} into model {i} ({type(model).__name__}) with strict={strict}: "
                 f"{'; '.join(problems)}. Nothing was loaded."
-                f"{_world_size_note(saved_world, state.num_processes)}"
+                f"{_world_size_note(saved_world, state.num_processes) if shapes else ''}"
             )
         plan.checked.append(functools.partial(_load_model_state, model, state_dict, strict, names[0], i))
 

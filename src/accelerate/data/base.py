@@ -433,8 +433,8 @@ class PreparedLoaderMixin(DataLoaderStateMixin):
         if base_saved < 0 or self._base_batches_per_step is None:
             raise ValueError(
                 f"this loader state was saved mid-epoch (after {batches} batches per process) with "
-                f"{saved_processes} process{'es' if saved_processes != 1 else ''}, but now there are "
-                f"{self._num_shards}; this loader (iterable "
+                f"{saved_processes} process{'es' if saved_processes != 1 else ''}, but this run has "
+                f"{self._num_shards} process{'es' if self._num_shards != 1 else ''}; this loader (iterable "
                 "or dispatched data) cannot re-split a position over another number of processes. Resume "
                 f"with the same number of processes ({saved_processes}), from a checkpoint saved at an epoch "
                 "boundary, or with a map-style dataset (its position re-splits over any number of processes)."

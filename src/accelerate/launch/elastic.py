@@ -243,15 +243,19 @@ def exchange_node_names(
     either way, and the log never stops the group.
     """
     keys = [f"{_NAME_KEY}{rank}" for rank in range(group_world_size)]
+    numbers = [f"#{rank}" for rank in range(group_world_size)]
     try:
         store.set(keys[group_rank], name)
+    except Exception:  # noqa: BLE001 - a store that cannot take a write would make every read wait too
+        return numbers
+    try:
         store.wait(keys, datetime.timedelta(seconds=timeout_s))
     except Exception:  # noqa: BLE001 - a missing name is shown as its rank below
         pass
     names = []
     for rank, key in enumerate(keys):
         try:
-            names.append(store.get(key).decode() if store.check([key]) else f"#{rank}")
-        except Exception:  # noqa: BLE001 - as above
-            names.append(f"#{rank}")
+            names.append(store.get(key).decode() if store.check([key]) else numbers[rank])
+        except Exception:  # noqa: BLE001 - an unreachable store: stop asking it (each call could wait its timeout)
+            return names + numbers[rank:]
     return names

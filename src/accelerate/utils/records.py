@@ -70,9 +70,11 @@ def frozen_record(cls: C) -> C:
     return cls
 
 
-def _init(self: Any, **values: Any) -> None:
+def _init(self: Any, *args: Any, **values: Any) -> None:
     cls = type(self)
     fields: tuple[str, ...] = getattr(cls, _FIELDS)
+    if args:
+        raise TypeError(f"{cls.__name__}() takes keyword arguments only ({', '.join(fields)}); got {len(args)} positional")
     unknown = values.keys() - set(fields)
     if unknown:
         raise TypeError(f"{cls.__name__}() got unexpected keyword argument(s): {', '.join(sorted(unknown))}")
