@@ -24,6 +24,7 @@ cost is one host copy of the state while a save is being written.
 from __future__ import annotations
 
 import logging
+import os
 import pickle
 import sys
 import threading
@@ -248,6 +249,18 @@ _LOCK = threading.Lock()
 _BUFFERS = HostBuffers()  # the last snapshot's memory, reused by the next (one copy of the state)
 _CURRENT: tuple[_Job, threading.Thread] | None = None
 _EXIT_HOOKS_INSTALLED = False
+
+
+def _forget_parent_save() -> None:
+    """In a forked child: a background save in flight belongs to the parent, whose writer thread did
+    not come along; the child neither waits for it nor reports it. The lock is made anew too."""
+    global _CURRENT, _LOCK
+    _CURRENT = None
+    _LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_parent_save)
 
 
 def async_save_in_flight() -> bool:

@@ -68,6 +68,20 @@ def _syncer() -> ThreadPoolExecutor:
         return _SYNCER
 
 
+def _forget_parent_threads() -> None:
+    """In a forked child: the parent's pools came along without their threads (fork copies only the
+    forking thread), so work handed to them would wait forever; the next use here starts new ones.
+    The lock is made anew too, in case another parent thread held it at the fork."""
+    global _EXECUTOR, _SYNCER, _EXECUTOR_LOCK
+    _EXECUTOR = _SYNCER = None
+    _EXECUTOR_LOCK = threading.Lock()
+
+
+# notebook_launcher / debug_launcher fork their processes from a parent that may have saved already.
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_parent_threads)
+
+
 def ensure_helper() -> None:
     """Starts the helper threads now (so their shutdown is registered before a later user's)."""
     _helper()
