@@ -96,8 +96,8 @@ def accelerate_loop() -> Loop:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mode", choices=["raw", "accelerate"], required=True)
-    parser.add_argument("--steps", type=int, default=8, help="optimizer steps per repeat")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=24, help="optimizer steps per repeat (accumulation 4: a quarter)")
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", required=True)
     parser.add_argument("--t0", type=float, required=True)
     args = parser.parse_args()
