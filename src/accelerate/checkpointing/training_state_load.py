@@ -33,6 +33,7 @@ from accelerate.checkpointing.load_checks import (
     _check_scaler_state,
     _model_problems,
     _optimizer_problems,
+    _processes,
     _world_size_note,
 )
 from accelerate.checkpointing.load_reader import (  # noqa: F401 - _open_folder, _Reader: functional.py's
@@ -237,7 +238,7 @@ def _plan_rng(
     rng_name = rng_file_name(state.process_index)
     if not reader.has(rng_name):
         count = reader.manifest.world_size if reader.manifest is not None else None
-        saved = "an unknown number of processes" if count is None else f"{count} process{'es' if count != 1 else ''}"
+        saved = "an unknown number of processes" if count is None else _processes(count)
         logger.warning(
             "Checkpoint %s has no %s (saved by %s, loading on %d); this process's random "
             "generators are not restored",
