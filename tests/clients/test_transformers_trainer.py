@@ -57,6 +57,8 @@ def _check(
     assert resumed["params"] == full["params"]
     assert resumed["eval_loss"] == full["eval_loss"]
     assert resumed["checkpoints"] == ["checkpoint-4"]
+    # The first Trainer still works after the second was built, and evaluates the same.
+    assert full["eval_loss_after_second_trainer"] == full["eval_loss"]
 
 
 def test_trainer_one_process(tmp_path: Path) -> None:

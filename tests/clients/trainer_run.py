@@ -4,7 +4,8 @@ Run directly (one process), under ``accelerate launch --cpu --num_processes 2`` 
 ``--lora`` trains a peft LoRA adapter on the BERT instead of the whole model.
 
 Trains without interruption, then trains again in a fresh Trainer resumed from the first run's
-``checkpoint-2``; prints both results (one JSON line, main process).
+``checkpoint-2``; then evaluates with the first Trainer again (a second Trainer's Accelerator reset the
+process state in between, as transformers does); prints the results (one JSON line, main process).
 
 Usage: trainer_run.py OUTPUT_DIR MAX_STEPS [--bf16] [--accumulation K] [--lora]
 """
@@ -46,8 +47,8 @@ def tiny_bert() -> BertForSequenceClassification:
     return BertForSequenceClassification(config)
 
 
-def run(output_dir: str, args: argparse.Namespace, resume: str | None = None) -> dict[str, object]:
-    """Trains (resuming from ``resume`` if given), evaluates and saves; returns what to compare."""
+def run(output_dir: str, args: argparse.Namespace, resume: str | None = None) -> tuple[dict[str, object], Trainer]:
+    """Trains (resuming from ``resume`` if given), evaluates and saves; returns what to compare and the Trainer."""
     training_args = TrainingArguments(
         output_dir=output_dir,
         max_steps=args.max_steps,
@@ -100,7 +101,7 @@ def run(output_dir: str, args: argparse.Namespace, resume: str | None = None) ->
         "checkpoints": sorted(d for d in os.listdir(output_dir) if d.startswith("checkpoint-")) if is_main else [],
         "final_files": sorted(os.listdir(os.path.join(output_dir, "final"))) if is_main else [],
         "is_main": is_main,
-    }
+    }, trainer
 
 
 def main() -> None:
@@ -113,8 +114,11 @@ def main() -> None:
     args = parser.parse_args()
 
     # An uninterrupted run, then a fresh Trainer resuming from its first checkpoint.
-    full = run(os.path.join(args.output_dir, "full"), args)
-    resumed = run(os.path.join(args.output_dir, "resumed"), args, resume=os.path.join(args.output_dir, "full", "checkpoint-2"))
+    full, first = run(os.path.join(args.output_dir, "full"), args)
+    resumed, _ = run(os.path.join(args.output_dir, "resumed"), args, resume=os.path.join(args.output_dir, "full", "checkpoint-2"))
+    # The first Trainer is used again after the second one was built (a second Accelerator reset the
+    # process state under it): as with upstream, it reads the current state and evaluates as before.
+    full["eval_loss_after_second_trainer"] = first.evaluate()["eval_loss"]
     if full["is_main"]:
         print(json.dumps({"full": full, "resumed": resumed}), flush=True)
 

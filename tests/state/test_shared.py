@@ -9,7 +9,7 @@ import threading
 import torch
 import torch.distributed as dist
 
-from accelerate import Accelerator
+from accelerate import Accelerator, DistributedType
 from accelerate.state import (
     AcceleratorState,
     GradientState,
@@ -162,3 +162,25 @@ def test_an_accelerator_after_a_partial_reset_uses_the_new_partial_state() -> No
     assert again.state is accelerator.state
     assert again.state.partial_state is PartialState()
     assert again.state.num_processes == 1
+
+
+def test_an_older_accelerator_reads_the_state_made_after_a_reset() -> None:
+    # Issue 35's five lines (transformers builds a second Trainer this way, then uses the first).
+    first = Accelerator(cpu=True)
+    held_partial = first.state.partial_state
+    AcceleratorState._reset_state(reset_partial_state=True)
+    second = Accelerator(cpu=True)
+    assert first.distributed_type == DistributedType.NO
+    assert first.state.num_processes == 1 and first.state.mixed_precision == second.state.mixed_precision
+    assert held_partial.num_processes == 1 and held_partial.device == second.device
+    assert first.state.initialized and held_partial.initialized
+    # A second reset empties every older reference again until the next state exists.
+    AcceleratorState._reset_state(reset_partial_state=True)
+    for held in (first.state, second.state):
+        try:
+            held.mixed_precision  # noqa: B018
+            raise AssertionError("a state held across a second reset still answered")
+        except AttributeError as exc:
+            assert "AcceleratorState._reset_state()" in str(exc)
+    Accelerator(cpu=True, mixed_precision="bf16")
+    assert first.state.mixed_precision == second.state.mixed_precision == "bf16"

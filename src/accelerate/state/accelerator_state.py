@@ -18,7 +18,7 @@ from accelerate.state.distributed_type import DistributedType
 from accelerate.state.parallelism_env import resolve_parallelism_config
 from accelerate.state.process import PartialState
 from accelerate.state.run import RunDescription, check_unavailable, describe_process
-from accelerate.state.shared import SharedStateView, mark_reset, was_reset
+from accelerate.state.shared import SharedStateView, adopt_held, mark_reset, was_reset
 
 _ACCEL_STATE: AcceleratorState | None = None
 T = TypeVar("T")
@@ -78,8 +78,8 @@ class AcceleratorState:
     def _reset_state(cls, reset_partial_state: bool = False) -> None:
         """Forgets this state (and the PartialState with ``reset_partial_state``); the group survives.
 
-        As upstream's, a reference still held answers no state attribute afterwards (the error names
-        this reset); the next Accelerator makes a fresh state.
+        As upstream's, a reference still held answers no state attribute until the next Accelerator
+        makes a fresh state (the error names this reset); from then on it reads the fresh one.
         """
         held = _ACCEL_STATE
         reset_accelerator_state()
@@ -92,6 +92,7 @@ class AcceleratorState:
         global _ACCEL_STATE
         if _ACCEL_STATE is None:
             _ACCEL_STATE = super().__new__(cls)
+            adopt_held(_ACCEL_STATE)
         return _ACCEL_STATE
 
     def __init__(

@@ -24,7 +24,14 @@ from accelerate.diagnostics.watchdog import SLOT, start_watchdog, stop_watchdog
 from accelerate.state.distributed_type import process_distributed_type
 from accelerate.state.environment import ClusterEnvironment, detect_environment
 from accelerate.state.process_group import GroupRequest, group_timeout, init_or_adopt, release_unused_groups
-from accelerate.state.shared import SharedStateView, fork_launched, mark_reset, set_device, was_reset
+from accelerate.state.shared import (
+    SharedStateView,
+    adopt_held,
+    fork_launched,
+    mark_reset,
+    set_device,
+    was_reset,
+)
 from accelerate.state.teardown import on_shutdown, stop_background_work
 from accelerate.state.xla import detect_xla
 
@@ -67,10 +74,11 @@ class PartialState:
 
     @classmethod
     def _reset_state(cls) -> None:
-        """Upstream's test helper: forgets the state; a reference still held then answers nothing.
+        """Upstream's test helper: forgets the state; a reference still held answers nothing until a new one exists.
 
         Reading a state attribute from such a reference raises an ``AttributeError`` that names this
-        reset (as upstream's does), instead of silently describing a process state that is gone.
+        reset (as upstream's does); once a new ``PartialState`` exists, the reference reads that one
+        (upstream's states share one dict), so an older Accelerator keeps working.
         """
         held = _STATE
         reset_process_state()
@@ -81,6 +89,7 @@ class PartialState:
         global _STATE
         if _STATE is None:
             _STATE = super().__new__(cls)
+            adopt_held(_STATE)
         return _STATE
 
     def __init__(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import multiprocessing
 import threading
+import weakref
 from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any
 
@@ -41,15 +42,27 @@ class SharedStateView:
         return shared
 
 
-# Set on a state object that _reset_state() emptied; upstream's states share one dict that a reset clears,
-# so a reference held across the reset then answers nothing, and ours behave the same.
+# Set on a state object that _reset_state() emptied. Upstream's states are views of one shared dict:
+# a reset clears it, so a reference held across the reset answers nothing until a new state exists,
+# and then answers for the new one. Ours keep that: a reset empties the held object and marks it, and
+# the next state of its class lends it its attribute dict (`adopt_held`), so an older Accelerator
+# (transformers' first Trainer after a second was built) reads the process's current state.
 _RESET_MARK = "_was_reset"
+_HELD: dict[type, weakref.WeakSet[Any]] = {}
 
 
 def mark_reset(state: Any) -> None:
-    """Empties a state object a reset let go of, so a reference still held says it was reset."""
+    """Empties a state object a reset let go of; it says it was reset until the next state exists."""
     state.__dict__.clear()
     state.__dict__[_RESET_MARK] = True
+    _HELD.setdefault(type(state), weakref.WeakSet()).add(state)
+
+
+def adopt_held(state: Any) -> None:
+    """Makes every reset object of ``state``'s class a view of ``state`` (one attribute dict, as upstream's)."""
+    for held in list(_HELD.get(type(state), ())):
+        if held is not state:
+            held.__dict__ = state.__dict__
 
 
 def was_reset(state: Any) -> bool:
