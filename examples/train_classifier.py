@@ -121,7 +121,9 @@ def main() -> None:
             optimizer.step()
             scheduler.step()
             progress.step += 1
-            bar.set_postfix(loss=f"{loss.item():.3f}")
+            # Shown at the bar's next refresh, with the count it has then (refreshing here would
+            # print the count as of the last refresh: a stale 0/32 when written to a file or pipe).
+            bar.set_postfix(loss=f"{loss.item():.3f}", refresh=False)
             # Not after the epoch's last batch: its loader position already means "next epoch",
             # while `progress.epoch` moves on only after the evaluation below.
             end_of_epoch = accelerator.gradient_state.end_of_dataloader

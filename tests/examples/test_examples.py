@@ -43,6 +43,10 @@ def test_train_classifier_as_make_demo_runs_it(tmp_path: Path) -> None:
     final = re.search(r"Final accuracy: ([\d.]+) \((\d+)/500\)", result.stdout)
     assert final, result.stdout
     assert float(final.group(1)) == float(epochs[-1][1]) > 0.85  # chance is 0.25
+    # Written to a pipe, each progress line that shows a loss shows the batches done with it (the bar
+    # once printed a stale 0/32 beside every new loss).
+    counts = [int(n) for n in re.findall(r"(\d+)/32 \[[^\]]*loss=", result.stderr)]
+    assert counts and min(counts) > 0, result.stderr[-2000:]
 
 
 def test_train_classifier_with_a_checkpoint_dir_continues_from_its_newest_checkpoint(tmp_path: Path) -> None:
