@@ -109,8 +109,8 @@ def connect(
         deepspeed_plugins=deepspeed_plugins,
         parallelism_config=parallelism_config,
     )
-    trackers = _trackers(log_with)
     project = _project(project_dir, project_config)
+    trackers = _trackers(log_with, project.logging_dir)
     # fp8 recipes (AORecipeKwargs, ...) configure the precision, not a torch object: resolved below.
     fp8_recipes, kwargs_handlers = _split_fp8_recipes(kwargs_handlers)
     handlers = collect_kwargs_handlers(kwargs_handlers)
@@ -252,12 +252,12 @@ def _mixed_precision(requested: str | None, launch: LaunchEnv, partial: PartialS
     return resolve_mixed_precision(requested, launch.mixed_precision, partial.device)
 
 
-def _trackers(log_with: Any) -> list[Any]:
+def _trackers(log_with: Any, logging_dir: str | None) -> list[Any]:
     if log_with is None or log_with == [] or log_with == "none":
         return []
     from accelerate.tracking import check_trackers
 
-    return check_trackers(log_with)
+    return check_trackers(log_with, logging_dir)
 
 
 def _project(project_dir: str | None, project_config: ProjectConfiguration | None) -> ProjectConfiguration:

@@ -64,7 +64,7 @@ def test_clearml_offline_session_holds_configuration_and_scalars(tmp_path: Path)
     events = [event for line in (folder / "metrics.jsonl").read_text().splitlines() for event in json.loads(line)]
     scalars = [(e["metric"], e["variant"], e["value"], e["iter"]) for e in events if e.get("type") == "training_stats_scalar"]
     assert scalars[:5] == [
-        ("loss", "train", 2.0, 1), ("acc", "acc", 0.5, 1), ("d/a", "d/a", 3.0, 1),
+        ("loss", "train", 2.0, 1), ("acc", "train", 0.5, 1), ("d/a", "train", 3.0, 1),
         ("loss", "train", 1.5, 2), ("loss", "eval", 1.75, 2),
     ]  # fmt: skip
     assert ("Summary", "final", 0.9) in [row[:3] for row in scalars]  # a value without a step

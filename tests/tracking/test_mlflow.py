@@ -43,7 +43,9 @@ def test_mlflow_writes_params_and_metrics_to_its_file_store(
     assert _read_metric(run_dir, "loss") == [(1, 2.0), (2, 1.5)]
     assert _read_metric(run_dir, "acc") == [(1, 0.5)]
     assert _read_metric(run_dir, "split/val") == [(1, 0.25)]
-    assert (run_dir / "params" / "lr").read_text() == "0.1" and (run_dir / "params" / "name").read_text() == "x"
+    assert (run_dir / "params" / "lr").read_text() == "0.1" and (
+        run_dir / "params" / "name"
+    ).read_text() == "x"
     assert (run_dir / "tags" / "mlflow.runName").read_text() == "first"
     assert "cannot log 'note': a str" in caplog.text  # mlflow records numbers only: skipped, with a warning
     assert str(tmp_path / "artifacts") in (run_dir.parent / "meta.yaml").read_text()
@@ -78,3 +80,37 @@ def test_mlflow_without_tracking_uri_writes_a_sqlite_store_in_the_logging_dir(
     assert [(m.step, m.value) for m in client.get_metric_history(run_id, "loss")] == [(1, 2.0), (2, 1.5)]
     assert client.get_run(run_id).data.params == {"lr": "0.1"}
     assert client.get_experiment_by_name("exp").artifact_location.endswith(str(logs))
+
+
+def test_mlflow_log_takes_extra_keywords_no_step_and_artifacts_and_leaves_the_config_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = tmp_path / "mlruns"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store.as_uri())
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    config = {"lr": 0.1, "long": "x" * 7000, "nested": {"a": 1}}
+    given = {**config, "nested": dict(config["nested"])}  # type: ignore[dict-item]
+    accelerator = Accelerator(log_with="mlflow")
+    accelerator.init_trackers("exp", config=config)
+    assert config == given  # the too-long value is skipped, not deleted from the caller's dict
+    tracker = accelerator.get_tracker("mlflow")
+    run_id = tracker.tracker.info.run_id
+    # Keywords for mlflow.log_metrics travel through log_kwargs, as upstream forwards them.
+    accelerator.log({"loss": 2.0}, step=1, log_kwargs={"mlflow": {"synchronous": True}})
+    accelerator.log({"loss": 1.0})  # no step: MLflow records step 0
+    with pytest.raises(TypeError, match="unexpected keyword argument 'not_an_mlflow_argument'"):
+        accelerator.log({"loss": 1.0}, log_kwargs={"mlflow": {"not_an_mlflow_argument": 1}})
+    (tmp_path / "notes.txt").write_text("hello")
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "a.txt").write_text("a")
+    tracker.log_artifact(str(tmp_path / "notes.txt"))
+    tracker.log_artifacts(str(tmp_path / "folder"), artifact_path="more")
+    accelerator.end_training()
+
+    (run_dir,) = store.glob(f"*/{run_id}")
+    assert _read_metric(run_dir, "loss") == [(1, 2.0), (0, 1.0)]
+    assert (run_dir / "params" / "lr").read_text() == "0.1" and not (run_dir / "params" / "long").exists()
+    artifacts = run_dir / "artifacts"
+    assert (artifacts / "notes.txt").read_text() == "hello" and (
+        artifacts / "more" / "a.txt"
+    ).read_text() == "a"

@@ -40,7 +40,7 @@ def test_filter_trackers_accepts_every_form(tmp_path: Any) -> None:
     assert filter_trackers(None) == [] and filter_trackers(custom) == [custom]
     everything = filter_trackers(["all", custom], logging_dir=tmp_path)
     assert everything == [*get_available_trackers(), custom]
-    with pytest.raises(ValueError, match="log_with='tensorboard' needs a logging directory"):
+    with pytest.raises(ValueError, match="Logging with `tensorboard` requires a `logging_dir`"):
         filter_trackers("tensorboard")
 
 

@@ -8,6 +8,7 @@ import torch
 
 from accelerate import Accelerator
 from accelerate.tracking import LoggerType
+from accelerate.utils import ProjectConfiguration
 from accelerate.utils.imports import is_tensorboard_available
 
 pytestmark = pytest.mark.skipif(not is_tensorboard_available(), reason="tensorboard is not installed")
@@ -31,7 +32,9 @@ def test_tensorboard_writes_what_was_logged_tensors_included(tmp_path: Path) -> 
     accelerator = Accelerator(log_with=LoggerType.TENSORBOARD, project_dir=str(tmp_path))
     accelerator.init_trackers("run", config={"lr": 0.1, "name": "x"})
     accelerator.log({"loss": torch.tensor(2.0), "acc": 0.5, "steps": 3, "note": "hello"}, step=1)
-    accelerator.log({"loss": torch.tensor([1.5]), "acc": np.float32(0.75), "split": {"a": torch.tensor(1.0)}}, step=2)
+    accelerator.log(
+        {"loss": torch.tensor([1.5]), "acc": np.float32(0.75), "split": {"a": torch.tensor(1.0)}}, step=2
+    )
     with pytest.raises(TypeError, match=r"cannot log 'vec': a Tensor of shape \(3,\).*mean\(\)\.item\(\)"):
         accelerator.log({"vec": torch.ones(3)}, step=3)
     accelerator.get_tracker("tensorboard").log_images({"pics": torch.zeros(2, 3, 4, 4)}, step=2)
@@ -50,7 +53,14 @@ def test_tensorboard_writes_what_was_logged_tensors_included(tmp_path: Path) -> 
     assert _scalars(_events(next((tmp_path / "run").glob("split_a*"))))["split"] == [(2, 1.0)]
 
 
-def test_tensorboard_without_a_logging_directory_says_how_to_set_one() -> None:
-    accelerator = Accelerator(log_with="tensorboard")
-    with pytest.raises(ValueError, match=r"needs a logging directory: pass Accelerator\(project_dir=\.\.\.\)"):
-        accelerator.init_trackers("run")
+def test_tensorboard_without_a_logging_directory_says_how_to_set_one(tmp_path: Path) -> None:
+    # As upstream: the Accelerator refuses at once, in upstream's words, and says how to give one.
+    with pytest.raises(
+        ValueError,
+        match=r"Logging with `tensorboard` requires a `logging_dir`.*Accelerator\(project_dir=\.\.\.\)",
+    ):
+        Accelerator(log_with="tensorboard")
+    Accelerator(log_with="tensorboard", project_dir=str(tmp_path))
+    Accelerator(
+        log_with="tensorboard", project_config=ProjectConfiguration(project_dir=str(tmp_path), total_limit=3)
+    )

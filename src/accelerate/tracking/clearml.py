@@ -13,11 +13,12 @@ _ACCEPTED = "numbers (one-element tensors too) and dicts of numbers (logged as '
 
 
 def _title_and_series(key: str) -> tuple[str, str]:
-    # `eval_loss` and `train_loss` become the series "eval" and "train" of one "loss" plot.
+    # `eval_loss` and `train_loss` become the series "eval" and "train" of one "loss" plot; a key
+    # without a split prefix is a training series (as upstream reports it).
     for split in ("eval", "test", "train"):
         if key.startswith(f"{split}_"):
             return key[len(split) + 1 :], split
-    return key, key
+    return key, "train"
 
 
 # ClearML's switch for running repository detection in a thread (config

@@ -6,7 +6,7 @@ from typing import Any
 
 from accelerate.tracking.base import GeneralTracker, loggable, on_main_process, require_tracker_package
 
-_ACCEPTED = "numbers (one-element tensors too) and dicts of numbers (logged as 'outer/inner')"
+_ACCEPTED = "numbers (one-element tensors too), strings and dicts of those (logged as 'outer/inner')"
 
 
 class DVCLiveTracker(GeneralTracker):
@@ -43,7 +43,9 @@ class DVCLiveTracker(GeneralTracker):
     def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
         if step is not None:
             self.live.step = step
-        for key, value in loggable(self.name, values, _ACCEPTED, dicts="flatten").items():
+        # DVCLive records strings as metrics too (in the summary and the step's row), as upstream passes them.
+        prepared = loggable(self.name, values, _ACCEPTED, keep=lambda v: isinstance(v, str), dicts="flatten")
+        for key, value in prepared.items():
             self.live.log_metric(key, value, **kwargs)
         # One call is one step: DVCLive writes the step's row and moves on.
         self.live.next_step()

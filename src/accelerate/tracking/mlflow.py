@@ -136,7 +136,8 @@ class MLflowTracker(GeneralTracker):
         import mlflow
 
         metrics = loggable(self.name, values, _ACCEPTED, dicts="flatten")
-        mlflow.log_metrics({key: float(value) for key, value in metrics.items()}, step=step)
+        # Extra keywords (Accelerator.log(log_kwargs={"mlflow": {...}})) go to MLflow: synchronous, run_id, ...
+        mlflow.log_metrics({key: float(value) for key, value in metrics.items()}, step=step, **kwargs)
 
     @on_main_process
     def log_figure(self, figure: Any, artifact_file: str, **save_kwargs: Any) -> None:

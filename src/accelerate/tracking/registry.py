@@ -112,9 +112,10 @@ def _resolve(log_with: Any, logging_dir: str | os.PathLike[str] | None, check_di
                 f"Install it with: pip install {pip_name}"
             )
         if check_dir and tracker_class.requires_logging_directory and logging_dir is None:
+            # Upstream's opening words (clients match on them), then how to give one.
             raise ValueError(
-                f"log_with={name!r} needs a logging directory: pass Accelerator(project_dir=...) or "
-                "ProjectConfiguration(logging_dir=...)."
+                f"Logging with `{name}` requires a `logging_dir` to be passed in: pass "
+                "Accelerator(project_dir=...) or ProjectConfiguration(logging_dir=...)."
             )
         add(LoggerType(name) if name in LoggerType else name)
     return out
@@ -131,10 +132,10 @@ def filter_trackers(log_with: Any, logging_dir: str | os.PathLike[str] | None = 
     return _resolve(log_with, logging_dir, check_dir=True)
 
 
-def check_trackers(log_with: Any) -> list[Any]:
-    """``filter_trackers`` for ``Accelerator(log_with=...)``: the logging directory is checked when the
-    tracker is built, since a ``ProjectConfiguration`` may set it later."""
-    return _resolve(log_with, None, check_dir=False)
+def check_trackers(log_with: Any, logging_dir: str | os.PathLike[str] | None = None) -> list[Any]:
+    """``filter_trackers`` for ``Accelerator(log_with=...)``: a tracker that writes files needs the
+    project's logging directory when the Accelerator is made (as upstream checks it)."""
+    return _resolve(log_with, logging_dir, check_dir=True)
 
 
 def build_tracker(

@@ -22,8 +22,8 @@ class TensorBoardTracker(GeneralTracker):
         super().__init__()
         if logging_dir is None:
             raise ValueError(
-                "log_with='tensorboard' needs a logging directory: pass Accelerator(project_dir=...) "
-                "or ProjectConfiguration(logging_dir=...)."
+                "Logging with `tensorboard` requires a `logging_dir` to be passed in: pass "
+                "Accelerator(project_dir=...) or ProjectConfiguration(logging_dir=...)."
             )
         require_tracker_package(self.name, *self.package)
         self.run_name = run_name
