@@ -184,3 +184,16 @@ def test_an_older_accelerator_reads_the_state_made_after_a_reset() -> None:
             assert "AcceleratorState._reset_state()" in str(exc)
     Accelerator(cpu=True, mixed_precision="bf16")
     assert first.state.mixed_precision == second.state.mixed_precision == "bf16"
+
+
+def test_prepare_with_an_accelerator_whose_state_was_reset_names_the_reset() -> None:
+    # Upstream's test_reinstantiated_state: the error comes early and says what happened.
+    AcceleratorState._reset_state()
+    accelerator = Accelerator(cpu=True)
+    AcceleratorState._reset_state()
+    try:
+        accelerator.prepare(torch.nn.Linear(1, 1))
+        raise AssertionError("prepare() ran on a state that was reset")
+    except AttributeError as exc:
+        assert "`AcceleratorState` object has no attribute" in str(exc.args[0])
+        assert "This happens if `AcceleratorState._reset_state()`" in str(exc.args[0])

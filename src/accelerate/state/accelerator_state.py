@@ -223,7 +223,8 @@ class AcceleratorState:
         plugins[name].select(_from_accelerator_state=True)
 
     def __getattr__(self, name: str) -> Any:
-        if was_reset(self) and (name in _FORWARDED or name in _OWN):
+        # A class attribute reached here is a descriptor (a run setting) that found no run: the reset's.
+        if was_reset(self) and (name in _FORWARDED or name in _OWN or hasattr(type(self), name)):
             raise AttributeError(
                 f"`AcceleratorState` object has no attribute `{name}`. This happens if "
                 "`AcceleratorState._reset_state()` was called and an `Accelerator` was not reinitialized: "
