@@ -26,6 +26,11 @@ class SeedableRandomSampler(RandomSampler):
     plain shuffle), so a run moved from upstream with the same seed sees the same order in every
     epoch. (Consequently seed ``s`` at epoch ``e + 1`` repeats seed ``s + 1`` at epoch ``e``.)
 
+    As upstream's, a complete pass moves the sampler on to the next epoch by itself, so a plain
+    `DataLoader` over it (no accelerate, no ``set_epoch``) reshuffles every epoch in the order a
+    prepared loader, which sets the epoch itself, uses: one process reading the whole global batch
+    sees what N prepared processes see together.
+
     Args:
         data_source: the dataset (anything with ``len``).
         replacement: draw with replacement (as `RandomSampler`).
@@ -68,7 +73,7 @@ class SeedableRandomSampler(RandomSampler):
 
     def __iter__(self) -> Iterator[int]:
         if len(self.data_source) == 0:
-            return iter(())  # RandomSampler would divide by the size
+            return self._then_next_epoch([])  # RandomSampler would divide by the size
         # RandomSampler's own draws (randperm per pass, randint in its chunks with replacement)
         # with this epoch's generator: the same numbers upstream's sampler gets. The user's
         # generator is put back at once (it only chose the seed), and the epoch is read here,
@@ -78,7 +83,11 @@ class SeedableRandomSampler(RandomSampler):
             order = list(super().__iter__())
         finally:
             self.generator = own
-        return iter(order)
+        return self._then_next_epoch(order)
+
+    def _then_next_epoch(self, order: list[int]) -> Iterator[int]:
+        yield from order
+        self.set_epoch(self.epoch + 1)  # only after a complete pass, as upstream's sampler
 
 
 # Epoch e of a base seed s is shuffled with seed (s + e * stride) mod 2**64: an odd stride, so the
