@@ -218,3 +218,17 @@ def test_indexed_fast_path_matches_generic_rounds(
             want = list(slow._iter_rounds(skip))
             assert got == want, (skip, rank)
             assert fast.last_round_duplicates == slow.last_round_duplicates
+
+
+@pytest.mark.parametrize(("replacement", "num_samples"), [(False, None), (False, 30), (False, 7), (True, 12)])
+def test_one_pass_is_what_random_sampler_yields(replacement, num_samples):
+    """The list fast path draws exactly RandomSampler's order from the same generator state."""
+    from torch.utils.data import RandomSampler
+
+    from accelerate.data.shuffle import one_pass
+
+    sampler = RandomSampler(range(13), replacement=replacement, num_samples=num_samples)
+    sampler.generator = torch.Generator().manual_seed(3)
+    expected = list(sampler)
+    sampler.generator = torch.Generator().manual_seed(3)
+    assert one_pass(sampler) == expected

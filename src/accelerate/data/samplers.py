@@ -13,7 +13,7 @@ from typing import Any
 
 from torch.utils.data import BatchSampler, Sampler
 
-from accelerate.data.shuffle import SeedableRandomSampler, TorchOrderRandomSampler, epoch_seed
+from accelerate.data.shuffle import SeedableRandomSampler, TorchOrderRandomSampler, epoch_seed, sampler_order
 
 
 def check_process_index(owner: str, num_processes: int, process_index: int) -> None:
@@ -188,7 +188,7 @@ class BatchSamplerShard(WrappedBatchSampler):
         n, rank = self.num_processes, self.process_index
         size = self.batch_size
         assert size is not None  # a BatchSampler always has one
-        indices = list(self.sampler)
+        indices = sampler_order(self.sampler)
         total = len(indices) // size if self.drop_last else -(-len(indices) // size)
         remaining = total - skip
         if remaining <= 0:

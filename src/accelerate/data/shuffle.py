@@ -9,7 +9,8 @@ seed in a loader's ``state_dict`` decides every later epoch's order.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sized
+from collections.abc import Callable, Iterable, Iterator, Sized
+from typing import Any
 
 import torch
 from torch.utils.data import RandomSampler
@@ -71,23 +72,51 @@ class SeedableRandomSampler(RandomSampler):
         generator.manual_seed(self.initial_seed + self.epoch)  # upstream's rule, to share its orders
         return generator
 
-    def __iter__(self) -> Iterator[int]:
+    def _order(self) -> list[int]:
         if len(self.data_source) == 0:
-            return self._then_next_epoch([])  # RandomSampler would divide by the size
+            return []  # RandomSampler would divide by the size
         # RandomSampler's own draws (randperm per pass, randint in its chunks with replacement)
         # with this epoch's generator: the same numbers upstream's sampler gets. The user's
-        # generator is put back at once (it only chose the seed), and the epoch is read here,
-        # when the iteration is created, so a later set_epoch cannot change a running epoch.
+        # generator is put back at once (it only chose the seed).
         own, self.generator = self.generator, self._epoch_generator()
         try:
-            order = list(super().__iter__())
+            return one_pass(self)
         finally:
             self.generator = own
-        return self._then_next_epoch(order)
+
+    def epoch_order(self) -> list[int]:
+        """The whole epoch's order at once (a complete pass: the sampler moves to the next epoch)."""
+        order = self._order()
+        self.set_epoch(self.epoch + 1)
+        return order
+
+    def __iter__(self) -> Iterator[int]:
+        # The epoch is read here, when the iteration is created, so a later set_epoch cannot
+        # change a running epoch.
+        return self._then_next_epoch(self._order())
 
     def _then_next_epoch(self, order: list[int]) -> Iterator[int]:
         yield from order
         self.set_epoch(self.epoch + 1)  # only after a complete pass, as upstream's sampler
+
+
+def one_pass(sampler: RandomSampler) -> list[int]:
+    """What iterating ``sampler`` yields, drawn with its generator, as one list.
+
+    A plain shuffle is one ``randperm`` (RandomSampler's first draw; the extra empty draw it makes
+    after it only moves a generator that these samplers re-seed every epoch anyway), taken as a
+    list without stepping a generator per index: that is most of the index cost of an epoch.
+    """
+    size = len(sampler.data_source)
+    if sampler.replacement or sampler.num_samples != size or size == 0:
+        return list(RandomSampler.__iter__(sampler))
+    return torch.randperm(size, generator=sampler.generator).tolist()
+
+
+def sampler_order(sampler: Iterable[Any]) -> list[Any]:
+    """A sampler's whole epoch as a list: at once where the sampler can (``epoch_order``)."""
+    epoch_order = getattr(sampler, "epoch_order", None)
+    return list(epoch_order()) if callable(epoch_order) else list(sampler)
 
 
 # Epoch e of a base seed s is shuffled with seed (s + e * stride) mod 2**64: an odd stride, so the
@@ -151,7 +180,11 @@ class TorchOrderRandomSampler(RandomSampler):
             self._own.manual_seed(epoch_seed(self.base_seed, self.epoch))
         self.state_at_epoch_start = self._own.get_state()
 
+    def epoch_order(self) -> list[int]:
+        """The whole epoch's order at once (what iterating yields; begins the epoch as iterating does)."""
+        self._begin_epoch()
+        return one_pass(self)
+
     def __iter__(self) -> Iterator[int]:
         # A generator function: this body runs at the first next(), after the iterator's base seed.
-        self._begin_epoch()
-        yield from super().__iter__()
+        yield from self.epoch_order()
