@@ -126,14 +126,9 @@ def test_resume_in_one_process_is_exact(seedable, stop_epoch, stop_batch):
             if epoch == stop_epoch and step + 1 == stop_batch:
                 break
     state = first.state_dict()
-    rng = torch.get_rng_state()  # save_state stores it too (random_states_*.pkl)
-    torch.manual_seed(12345)  # the resumed process's global RNG differs until the checkpoint restores it
-    resumed = make()
+    torch.manual_seed(12345)  # the resumed process's global RNG differs, and is not restored:
+    resumed = make()  # the loader's state alone decides the current and the later epochs' order
     resumed.load_state_dict(state)
-    if not seedable:
-        # PyTorch's order draws each new epoch's seed from the global RNG, so the resumed run needs
-        # the global RNG as it was (load_state restores it); the current epoch replays from the state.
-        torch.set_rng_state(rng)
     rest = [flat(b) for _ in range(state["epoch"], 3) for b in resumed]
     assert done + rest == reference
 
