@@ -108,7 +108,8 @@ def prepare_data_loader(
         slice_fn_for_dispatch: custom ``slice_fn(batch, slice)`` for the dispatcher.
         use_seedable_sampler: replace a `RandomSampler` by a `SeedableRandomSampler`, whose order
             depends only on (seed, epoch). By default a `RandomSampler` without a generator shuffles
-            exactly as PyTorch's (a `TorchOrderRandomSampler`); both resume exactly.
+            its first epoch exactly as PyTorch's, and later epochs from that first draw and the
+            epoch (a `TorchOrderRandomSampler`); both resume exactly from the loader's state alone.
         data_seed: the seedable sampler's seed; giving one implies ``use_seedable_sampler=True``
             (a seed that nothing would use is never ignored silently).
         non_blocking: copy batches to the device asynchronously (helps with ``pin_memory=True``).
