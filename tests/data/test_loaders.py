@@ -126,14 +126,9 @@ def test_resume_in_one_process_is_exact(seedable, stop_epoch, stop_batch):
             if epoch == stop_epoch and step + 1 == stop_batch:
                 break
     state = first.state_dict()
-    rng = torch.get_rng_state()  # save_state stores it too (random_states_*.pkl)
-    torch.manual_seed(12345)  # the resumed process's global RNG differs until the checkpoint restores it
-    resumed = make()
+    torch.manual_seed(12345)  # the resumed process's global RNG differs, and is not restored:
+    resumed = make()  # the loader's state alone decides the current and the later epochs' order
     resumed.load_state_dict(state)
-    if not seedable:
-        # PyTorch's order draws each new epoch's seed from the global RNG, so the resumed run needs
-        # the global RNG as it was (load_state restores it); the current epoch replays from the state.
-        torch.set_rng_state(rng)
     rest = [flat(b) for _ in range(state["epoch"], 3) for b in resumed]
     assert done + rest == reference
 
@@ -252,9 +247,9 @@ def test_iterable_shard_in_several_workers_neither_duplicates_nor_reorders(even_
 
 
 @pytest.mark.parametrize("seed", [0, 7])
-def test_default_shuffle_is_pytorch_order_epoch_after_epoch(seed):
-    """One process: the prepared loader yields exactly what DataLoader(shuffle=True) yields under the
-    same torch.manual_seed, every epoch, and leaves the global RNG where PyTorch leaves it."""
+def test_default_shuffle_starts_in_pytorch_order_and_leaves_the_global_rng_as_pytorch(seed):
+    """One process: the first epoch is exactly what DataLoader(shuffle=True) yields under the same
+    torch.manual_seed, later epochs are reshuffled, and the global RNG ends where PyTorch leaves it."""
     torch.manual_seed(seed)
     prepared = prepare_data_loader(index_loader(23, 4, shuffle=True), num_processes=1, process_index=0)
     got = [[flat(b) for b in prepared] for _ in range(3)]
@@ -262,5 +257,21 @@ def test_default_shuffle_is_pytorch_order_epoch_after_epoch(seed):
     torch.manual_seed(seed)
     plain_loader = index_loader(23, 4, shuffle=True)
     plain = [[flat(b) for b in plain_loader] for _ in range(3)]
-    assert got == plain and got[0] != got[1]
+    assert got[0] == plain[0] and got[0] != got[1] != got[2]
     assert torch.equal(got_rng, torch.rand(2))
+
+
+def test_default_shuffle_later_epochs_follow_from_the_first_draw_not_the_global_rng():
+    """Only the first epoch reads the global RNG: what it holds later does not change the order."""
+
+    def epochs(reseed_between: bool) -> list[list[list[int]]]:
+        torch.manual_seed(4)
+        loader = prepare_data_loader(index_loader(23, 4, shuffle=True), num_processes=1, process_index=0)
+        out = []
+        for epoch in range(3):
+            if reseed_between and epoch:
+                torch.manual_seed(100 + epoch)
+            out.append([flat(b) for b in loader])
+        return out
+
+    assert epochs(False)[1:] == epochs(True)[1:]

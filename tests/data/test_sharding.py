@@ -87,9 +87,22 @@ def test_seedable_sampler_depends_only_on_seed_and_epoch():
     torch.manual_seed(999)  # the global RNG must not matter
     assert list(a) == list(b)
     a.set_epoch(1)
+    b.set_epoch(0)
     assert list(a) != list(b)
     b.set_epoch(1)
+    a.set_epoch(1)
     assert list(a) == list(b) and sorted(a) == list(range(50))
+
+
+def test_seedable_sampler_moves_to_the_next_epoch_after_a_complete_pass():
+    """As upstream's: a plain DataLoader over it reshuffles each epoch (epoch e is seed + e)."""
+    sampler = SeedableRandomSampler(range(12), data_seed=8)
+    first, second = list(sampler), list(sampler)
+    assert first == _upstream_order(8, 0, 12) and second == _upstream_order(8, 1, 12)
+    partial = iter(sampler)
+    next(partial)
+    assert sampler.epoch == 2  # an unfinished pass leaves the epoch alone
+    assert list(sampler) == _upstream_order(8, 2, 12) and sampler.epoch == 3
     with_replacement = SeedableRandomSampler(range(5), replacement=True, num_samples=12, data_seed=1)
     assert len(list(with_replacement)) == 12
     more = SeedableRandomSampler(range(5), num_samples=12, data_seed=1)
@@ -205,3 +218,17 @@ def test_indexed_fast_path_matches_generic_rounds(
             want = list(slow._iter_rounds(skip))
             assert got == want, (skip, rank)
             assert fast.last_round_duplicates == slow.last_round_duplicates
+
+
+@pytest.mark.parametrize(("replacement", "num_samples"), [(False, None), (False, 30), (False, 7), (True, 12)])
+def test_one_pass_is_what_random_sampler_yields(replacement, num_samples):
+    """The list fast path draws exactly RandomSampler's order from the same generator state."""
+    from torch.utils.data import RandomSampler
+
+    from accelerate.data.shuffle import one_pass
+
+    sampler = RandomSampler(range(13), replacement=replacement, num_samples=num_samples)
+    sampler.generator = torch.Generator().manual_seed(3)
+    expected = list(sampler)
+    sampler.generator = torch.Generator().manual_seed(3)
+    assert one_pass(sampler) == expected

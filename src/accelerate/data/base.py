@@ -56,8 +56,18 @@ def check_no_device_mesh(torch_device_mesh: Any, owner: str) -> None:
         )
 
 
+def _shuffle_seed(sampler: Any) -> int | None:
+    """The seed from which every epoch's order of ``sampler`` follows (None: none yet, or no shuffle)."""
+    if isinstance(sampler, SeedableRandomSampler):
+        return sampler.initial_seed
+    if isinstance(sampler, TorchOrderRandomSampler):
+        return sampler.base_seed
+    return None
+
+
 def _seed_of_process_zero(seed: int) -> int:
-    # One int64 broadcast per epoch (an object broadcast would pickle and send twice).
+    # Once per loader, at its first shuffled epoch: later epochs derive their seed from this one.
+    # One int64 broadcast (an object broadcast would pickle and send twice).
     holder = torch.tensor([seed], dtype=torch.int64, device=current_communicator().device)
     broadcast(holder, from_process=0)
     return int(holder.item())
@@ -306,7 +316,8 @@ class PreparedLoaderMixin(DataLoaderStateMixin):
             progress.generator_state_at_epoch_start = generator.get_state()
         if isinstance(sampler, TorchOrderRandomSampler):
             # It seeds itself when the epoch's first batch is drawn (PyTorch's moment): hand it the
-            # saved state to replay, or the way to agree with process 0 on a fresh draw.
+            # saved state to replay, and the way to agree with process 0 on its first draw (made
+            # once per loader: later epochs derive their seed from that one, with no collective).
             if restoring and progress.pending_generator_state is not None:
                 sampler.pending_state = progress.pending_generator_state
             sampler.sync_seed = _seed_of_process_zero if self._syncs_shuffle() else None
@@ -329,9 +340,11 @@ class PreparedLoaderMixin(DataLoaderStateMixin):
         Keys: ``epoch``, ``batches_yielded`` (this process, this epoch), ``base_batches_consumed``
         (underlying batches, -1 if not tracked), ``samples_consumed`` (samples of the epoch's global
         order consumed by all processes together, -1 if not tracked: the world-size independent
-        position, see `load_state_dict`), ``num_processes``, ``split_batches``, ``seed`` (of a
-        `SeedableRandomSampler`, else None), ``generator_state`` (the shuffle generator's state at the
-        start of the epoch, else None) and ``format``.
+        position, see `load_state_dict`), ``num_processes``, ``split_batches``, ``seed`` (the seed every
+        epoch's shuffle follows from: a `SeedableRandomSampler`'s, or the default sampler's base seed
+        once its first epoch has drawn it; else None), ``generator_state`` (the shuffle generator's
+        state at the start of the epoch, else None) and ``format``. With the seed, the state alone
+        decides the order of the current and every later epoch, whatever the global RNG holds.
         """
         progress = self._progress
         epoch, batches, base = progress.epoch, progress.batches_yielded, progress.base_batches_consumed
@@ -361,7 +374,7 @@ class PreparedLoaderMixin(DataLoaderStateMixin):
             "samples_consumed": base * base_size if tracked and base_size is not None else -1,
             "num_processes": self._num_shards,
             "split_batches": self._split_batches,
-            "seed": sampler.initial_seed if isinstance(sampler, SeedableRandomSampler) else None,
+            "seed": _shuffle_seed(sampler),
             "generator_state": generator_state.clone() if generator_state is not None else None,
         }
 
@@ -400,8 +413,12 @@ class PreparedLoaderMixin(DataLoaderStateMixin):
         generator_state = state_dict.get("generator_state")
         progress.pending_generator_state = generator_state.clone() if generator_state is not None else None
         sampler = self._shuffle_sampler()
-        if state_dict.get("seed") is not None and isinstance(sampler, SeedableRandomSampler):
-            sampler.initial_seed = int(state_dict["seed"])
+        seed = state_dict.get("seed")
+        if seed is not None and isinstance(sampler, SeedableRandomSampler):
+            sampler.initial_seed = int(seed)
+        elif isinstance(sampler, TorchOrderRandomSampler):
+            # No seed: saved before the first epoch drew one (or by an older version): draw it then.
+            sampler.base_seed = int(seed) if seed is not None else None
 
     def check_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Raises what `load_state_dict` would raise for ``state_dict``; changes nothing.

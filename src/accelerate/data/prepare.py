@@ -108,7 +108,8 @@ def prepare_data_loader(
         slice_fn_for_dispatch: custom ``slice_fn(batch, slice)`` for the dispatcher.
         use_seedable_sampler: replace a `RandomSampler` by a `SeedableRandomSampler`, whose order
             depends only on (seed, epoch). By default a `RandomSampler` without a generator shuffles
-            exactly as PyTorch's (a `TorchOrderRandomSampler`); both resume exactly.
+            its first epoch exactly as PyTorch's, and later epochs from that first draw and the
+            epoch (a `TorchOrderRandomSampler`); both resume exactly from the loader's state alone.
         data_seed: the seedable sampler's seed; giving one implies ``use_seedable_sampler=True``
             (a seed that nothing would use is never ignored silently).
         non_blocking: copy batches to the device asynchronously (helps with ``pin_memory=True``).
@@ -169,6 +170,17 @@ def prepare_data_loader(
     return prepared
 
 
+def _alike_everywhere(batch_sampler: Any, use_seedable_sampler: bool, data_seed: int | None) -> Any:
+    """A stock `BatchSampler` rebuilt over a sampler that shuffles alike on every process (a
+    `SeedableRandomSampler`, or a `TorchOrderRandomSampler` for a `RandomSampler` without a
+    generator); the user's batch sampler is left untouched. Other batch samplers are kept."""
+    if type(batch_sampler) is not BatchSampler:
+        return batch_sampler
+    sampler = batch_sampler.sampler
+    sampler = _seedable(sampler, data_seed) if use_seedable_sampler else _torch_order(sampler)
+    return BatchSampler(sampler, batch_sampler.batch_size, batch_sampler.drop_last)
+
+
 def _map_shard(
     dataloader: DataLoader[Any],
     num_processes: int,
@@ -185,7 +197,7 @@ def _map_shard(
         # DataLoader(ds, sampler=BatchSampler(...), batch_size=None): the dataset is indexed with
         # whole index lists. Shard those lists (padding the last round by samples, as any batch
         # sampler) and keep the loader's shape: the shard is its sampler, batch_size stays None.
-        sampler_batches = dataloader.sampler
+        sampler_batches = _alike_everywhere(dataloader.sampler, use_seedable_sampler, data_seed)
         generator = _install_generator(getattr(sampler_batches, "sampler", None))
         shard = BatchSamplerShard(sampler_batches, num_processes, process_index, split_batches, even_batches)
         return DataLoaderShard(
@@ -200,10 +212,7 @@ def _map_shard(
         # batch_size=None: each index is a batch of its own; keep the loader's collate semantics.
         batch_sampler = BatchSampler(dataloader.sampler, batch_size=1, drop_last=False)
         kwargs["collate_fn"] = _Unbatched(dataloader.collate_fn)
-    if type(batch_sampler) is BatchSampler:
-        sampler = batch_sampler.sampler
-        sampler = _seedable(sampler, data_seed) if use_seedable_sampler else _torch_order(sampler)
-        batch_sampler = BatchSampler(sampler, batch_sampler.batch_size, batch_sampler.drop_last)
+    batch_sampler = _alike_everywhere(batch_sampler, use_seedable_sampler, data_seed)
     inner_sampler = getattr(batch_sampler, "sampler", None)
     generator = _install_generator(inner_sampler)
     shard = BatchSamplerShard(batch_sampler, num_processes, process_index, split_batches, even_batches)

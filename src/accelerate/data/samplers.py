@@ -1,4 +1,4 @@
-"""Samplers: a shuffle that depends only on (seed, epoch), and the per-process batch sampler shard.
+"""Samplers: the per-process batch sampler shard, and the shuffles of `accelerate.data.shuffle`.
 
 `BatchSamplerShard` reads the *whole* underlying batch sampler on every process (index lists only,
 no data is loaded) and keeps its own part. Because every process walks the same batches, every
@@ -8,121 +8,12 @@ round, where a resumed epoch starts — without talking to the others.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sized
+from collections.abc import Iterable, Iterator, Sized
 from typing import Any
 
-import torch
-from torch.utils.data import BatchSampler, RandomSampler, Sampler
+from torch.utils.data import BatchSampler, Sampler
 
-
-class SeedableRandomSampler(RandomSampler):
-    """A `RandomSampler` whose order depends only on ``(initial_seed, epoch)``.
-
-    Every process (and a process restarted from a checkpoint) that knows the seed and the epoch
-    draws the same permutation, so shuffling needs no generator state to be saved or broadcast.
-
-    Epoch ``e`` is shuffled exactly as upstream's sampler does it: a generator seeded with
-    ``initial_seed + e`` draws what `RandomSampler` draws with it (``torch.randperm(len)`` for a
-    plain shuffle), so a run moved from upstream with the same seed sees the same order in every
-    epoch. (Consequently seed ``s`` at epoch ``e + 1`` repeats seed ``s + 1`` at epoch ``e``.)
-
-    Args:
-        data_source: the dataset (anything with ``len``).
-        replacement: draw with replacement (as `RandomSampler`).
-        num_samples: samples per epoch (as `RandomSampler`; defaults to ``len(data_source)``).
-        generator: only used to choose the seed when ``data_seed`` is not given.
-        data_seed: the seed; defaults to ``generator.initial_seed()`` or ``torch.initial_seed()``
-            (which ``set_seed`` sets).
-
-    Example:
-        >>> sampler = SeedableRandomSampler(range(8), data_seed=0)
-        >>> sampler.set_epoch(3)
-        >>> order = list(sampler)  # the same in every process and every run
-    """
-
-    def __init__(
-        self,
-        data_source: Sized,
-        replacement: bool = False,
-        num_samples: int | None = None,
-        generator: torch.Generator | None = None,
-        data_seed: int | None = None,
-    ) -> None:
-        super().__init__(data_source, replacement=replacement, num_samples=num_samples, generator=generator)
-        if data_seed is not None:
-            seed = data_seed
-        elif generator is not None:
-            seed = generator.initial_seed()
-        else:
-            seed = torch.initial_seed()
-        self.initial_seed = int(seed)
-        self.epoch = 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = int(epoch)
-
-    def _epoch_generator(self) -> torch.Generator:
-        generator = torch.Generator()
-        generator.manual_seed(self.initial_seed + self.epoch)  # upstream's rule, to share its orders
-        return generator
-
-    def __iter__(self) -> Iterator[int]:
-        if len(self.data_source) == 0:
-            return iter(())  # RandomSampler would divide by the size
-        # RandomSampler's own draws (randperm per pass, randint in its chunks with replacement)
-        # with this epoch's generator: the same numbers upstream's sampler gets. The user's
-        # generator is put back at once (it only chose the seed), and the epoch is read here,
-        # when the iteration is created, so a later set_epoch cannot change a running epoch.
-        own, self.generator = self.generator, self._epoch_generator()
-        try:
-            order = list(super().__iter__())
-        finally:
-            self.generator = own
-        return iter(order)
-
-
-class TorchOrderRandomSampler(RandomSampler):
-    """A `RandomSampler` (no generator of its own) that shuffles exactly as PyTorch's, and can resume.
-
-    PyTorch's `RandomSampler` without a generator draws a seed from the global RNG when an epoch's
-    iteration starts (after the DataLoader iterator drew its workers' base seed) and shuffles with
-    it. This sampler does the same draw at the same point, so with the same ``torch.manual_seed``
-    a prepared loader yields plain PyTorch's order; but it keeps the seeded generator, so its state
-    at the start of the epoch can be saved (``state_at_epoch_start``) and replayed on resume
-    (``pending_state``) instead of drawing again.
-
-    With several processes ``sync_seed`` (set by the loader) replaces each process's draw by
-    process 0's, so all of them walk the same permutation; every process still makes the draw, so
-    each global RNG advances as it would in PyTorch.
-    """
-
-    def __init__(self, data_source: Sized, replacement: bool = False, num_samples: int | None = None) -> None:
-        super().__init__(data_source, replacement=replacement, num_samples=num_samples, generator=None)
-        self._own = torch.Generator()
-        self.generator = self._own
-        self.pending_state: torch.Tensor | None = None
-        self.state_at_epoch_start: torch.Tensor | None = None
-        self.sync_seed: Callable[[int], int] | None = None
-
-    @classmethod
-    def replacing(cls, sampler: RandomSampler) -> TorchOrderRandomSampler:
-        return cls(sampler.data_source, replacement=sampler.replacement, num_samples=sampler._num_samples)
-
-    def _begin_epoch(self) -> None:
-        if self.pending_state is not None:
-            self._own.set_state(self.pending_state)
-            self.pending_state = None
-        else:
-            seed = int(torch.empty((), dtype=torch.int64).random_().item())
-            if self.sync_seed is not None:
-                seed = self.sync_seed(seed)
-            self._own.manual_seed(seed)
-        self.state_at_epoch_start = self._own.get_state()
-
-    def __iter__(self) -> Iterator[int]:
-        # A generator function: this body runs at the first next(), after the iterator's base seed.
-        self._begin_epoch()
-        yield from super().__iter__()
+from accelerate.data.shuffle import SeedableRandomSampler, TorchOrderRandomSampler, epoch_seed, sampler_order
 
 
 def check_process_index(owner: str, num_processes: int, process_index: int) -> None:
@@ -297,7 +188,7 @@ class BatchSamplerShard(WrappedBatchSampler):
         n, rank = self.num_processes, self.process_index
         size = self.batch_size
         assert size is not None  # a BatchSampler always has one
-        indices = list(self.sampler)
+        indices = sampler_order(self.sampler)
         total = len(indices) // size if self.drop_last else -(-len(indices) // size)
         remaining = total - skip
         if remaining <= 0:
@@ -489,5 +380,6 @@ def set_sampler(dataloader: Any, sampler: Any) -> None:
 
 
 __all__ = [
-    "BatchSampler", "BatchSamplerShard", "SeedableRandomSampler", "base_batch_sampler", "get_sampler", "set_sampler",
+    "BatchSampler", "BatchSamplerShard", "SeedableRandomSampler", "TorchOrderRandomSampler", "base_batch_sampler",
+    "epoch_seed", "get_sampler", "set_sampler",
 ]  # fmt: skip

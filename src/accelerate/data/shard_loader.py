@@ -208,7 +208,7 @@ def _install_generator(sampler: Any) -> torch.Generator | None:
     """The generator of a `RandomSampler` that brought its own, to synchronise and save its state.
 
     Samplers that manage their state themselves (`SeedableRandomSampler`: seed and epoch;
-    `TorchOrderRandomSampler`: re-seeded from the global RNG each epoch) need none.
+    `TorchOrderRandomSampler`: base seed and epoch) need none.
     """
     if not isinstance(sampler, RandomSampler) or isinstance(
         sampler, SeedableRandomSampler | TorchOrderRandomSampler
