@@ -115,6 +115,17 @@ def test_clean_device_map() -> None:
     assert clean_device_map({"a": "cpu", "b": "cpu"}) == {"": "cpu"}
 
 
+def test_check_device_map_warns_about_unknown_keys_in_upstream_words() -> None:
+    from tests.big_modeling.test_planner import ModelForTest
+
+    device_map = {"linear1": "cpu", "batchnorm": "cpu", "linear2": "cpu", "invalid_module": 0, "another_invalid": 1}
+    with pytest.warns(UserWarning) as record:
+        check_device_map(ModelForTest(), device_map)
+    assert str(record[0].message).startswith(
+        "The following device_map keys do not match any submodules in the model: ['invalid_module', 'another_invalid']"
+    )
+
+
 def test_check_device_map_errors_name_the_problem() -> None:
     model = _empty()
     # Upstream ignores names the model lacks; we warn, naming them, and go on.

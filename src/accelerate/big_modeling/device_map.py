@@ -98,7 +98,7 @@ def check_device_map(model: nn.Module, device_map: Mapping[str, DeviceLike]) -> 
     Checks that every parameter and buffer is placed and that every value is a device. As upstream,
     the devices need not exist on this machine (a map may be planned for another one; moving
     weights there is what fails), and names the model lacks do not fail the check: they are named
-    in a warning (upstream ignores them silently).
+    in a warning worded as upstream's (which also warns about tensor names; we accept those).
     """
     weights = list(model.state_dict(keep_vars=True))  # keep_vars: names only, no detached copies
     known = {name for name, _ in model.named_modules()}
@@ -110,8 +110,8 @@ def check_device_map(model: nn.Module, device_map: Mapping[str, DeviceLike]) -> 
         unknown = [key for key in device_map if key not in known]
     if unknown:
         warnings.warn(
-            f"device_map names {unknown}, which {type(model).__name__} does not have; these entries place "
-            f"nothing. Use names from model.named_modules() (top level: "
+            f"The following device_map keys do not match any submodules in the model: {unknown}. "
+            f"These entries place nothing; use names from model.named_modules() (top level: "
             f"{[name for name, _ in model.named_children()][:10]}).",
             UserWarning,
             stacklevel=2,
