@@ -247,3 +247,29 @@ def test_balanced_memory_measures_each_no_split_class_by_its_first_block() -> No
     # Room added: 1.25 x max(first Sequential block, mean leaf module), not the largest Sequential.
     leaves = [sizes[n] for n in ("0.0", "1.0.linear1", "1.0.batchnorm", "1.0.linear2", "1.1")]
     assert balanced[0] == sizes[""] // 2 + int(1.25 * max(sizes["0"], sum(leaves) // len(leaves)))
+
+
+def test_t5_embeddings_tied_three_ways_land_on_gpu0_as_upstream_plans_t0pp() -> None:
+    # Upstream's T0pp case on a tiny T5 from config: shared, both embed_tokens (and the tied lm_head)
+    # are planned together on GPU 0 by splitting the encoder and decoder around them.
+    transformers = pytest.importorskip("transformers")
+    from accelerate import init_empty_weights
+
+    config = transformers.T5Config(
+        vocab_size=64, d_model=16, d_kv=4, d_ff=32, num_layers=3, num_decoder_layers=3, num_heads=2
+    )
+    with init_empty_weights():
+        model = transformers.T5ForConditionalGeneration(config)
+    model.tie_weights()
+    special = {n: torch.float32 for n, _ in model.named_parameters() if "wo" in n}
+    third = compute_module_sizes(model, dtype=torch.float16)[""] // 3
+    device_map = _quiet(
+        model,
+        max_memory={0: third, 1: third, "cpu": third},
+        no_split_module_classes=["T5Block"],
+        dtype=torch.float16,
+        special_dtypes=special,
+    )
+    tied = ["shared", "encoder.embed_tokens", "decoder.embed_tokens", "lm_head"]
+    assert [device_map[name] for name in tied] == [0, 0, 0, 0]
+    assert device_map["encoder.block.0"] == 1 and device_map["decoder.block"] == "disk"
