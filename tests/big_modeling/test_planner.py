@@ -273,3 +273,17 @@ def test_t5_embeddings_tied_three_ways_land_on_gpu0_as_upstream_plans_t0pp() -> 
     tied = ["shared", "encoder.embed_tokens", "decoder.embed_tokens", "lm_head"]
     assert [device_map[name] for name in tied] == [0, 0, 0, 0]
     assert device_map["encoder.block.0"] == 1 and device_map["decoder.block"] == "disk"
+
+
+def test_a_config_asking_for_ties_the_weights_lack_is_warned_in_upstream_words(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class Untied(ModelForTest):
+        config = type("Config", (), {"tie_word_embeddings": True})()
+
+        def get_output_embeddings(self) -> nn.Module:
+            return self.linear2
+
+    with caplog.at_level(logging.WARNING):
+        _quiet(Untied(), max_memory={"cpu": 10**6})
+    assert "The model weights are not tied. Please use the `tie_weights` method" in caplog.text

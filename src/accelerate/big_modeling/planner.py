@@ -287,9 +287,9 @@ def _plan(
         del budgets["disk"]
     ties = find_tied_parameters(model)
     if not ties and check_tied_parameters_in_config(model):
-        logger.warning(
-            "infer_auto_device_map: the model's config ties its word embeddings, but its weights are not tied; "
-            "call model.tie_weights() first so that tied weights are planned on one device."
+        logger.warning(  # upstream's words
+            "The model weights are not tied. Please use the `tie_weights` method before using the "
+            "`infer_auto_device` function."
         )
     todo: list[Named] = [
         *model.named_parameters(recurse=False),
