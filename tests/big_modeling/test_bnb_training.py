@@ -16,6 +16,12 @@ from tests.big_modeling.bnb_models import Net, reference, save_checkpoint, train
 pytest.importorskip("bitsandbytes")
 peft = pytest.importorskip("peft")
 
+EIGHT = BnbQuantizationConfig(load_in_8bit=True)
+OFFLOAD_REFUSED = (
+    r"^You can't train a model that has been loaded in 8-bit or 4-bit precision with CPU or disk offload\. If you "
+    r"want train the 8-bit or 4-bit model in CPU, please install bitsandbytes with multi-backend, see "
+    r"https://huggingface\.co/docs/bitsandbytes/main/en/installation#multi-backend$"
+)
 FOUR = BnbQuantizationConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype="fp32")
 
 
@@ -64,5 +70,40 @@ def test_prepare_refuses_a_quantized_model_offloaded_to_disk(tmp_path: Path) -> 
         device_map={"embed": "cpu", "blocks.0": "disk", "blocks.1": "cpu", "head": "cpu"},
         offload_folder=tmp_path / "offload",
     )
-    with pytest.raises(ValueError, match="loaded in 4-bit with some blocks offloaded to the disk"):
+    with pytest.raises(ValueError, match=OFFLOAD_REFUSED):
         Accelerator(cpu=True).prepare(model)
+
+
+def _cpu_offloaded_8bit(folder: Path) -> nn.Module:
+    # Loaded on the CPU, then marked as upstream's loaders mark a model with blocks offloaded to the CPU.
+    model = _quantized(folder, EIGHT)
+    model.hf_device_map = {"embed": 0, "blocks": 0, "head": "cpu"}  # type: ignore[assignment]
+    return model
+
+
+def test_prepare_refuses_an_8bit_model_offloaded_to_cpu_without_multi_backend_bnb(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Upstream: CPU offload of a quantized model is refused when bitsandbytes cannot run on the CPU
+    # (no multi-backend build) or when an XPU is present; the disk is always refused.
+    import accelerate.utils.imports as imports
+
+    model = _cpu_offloaded_8bit(tmp_path / "ckpt")
+    monkeypatch.setattr(imports, "is_bitsandbytes_multi_backend_available", lambda: False)
+    with pytest.raises(ValueError, match=OFFLOAD_REFUSED):
+        Accelerator(cpu=True).prepare(model)
+    monkeypatch.setattr(imports, "is_bitsandbytes_multi_backend_available", lambda: True)
+    monkeypatch.setattr(imports, "is_xpu_available", lambda check_device=False: True)
+    with pytest.raises(ValueError, match=OFFLOAD_REFUSED):
+        Accelerator(cpu=True).prepare(model)
+
+
+def test_prepare_keeps_an_8bit_model_offloaded_to_cpu_with_multi_backend_bnb(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import accelerate.utils.imports as imports
+
+    model = _cpu_offloaded_8bit(tmp_path / "ckpt")
+    monkeypatch.setattr(imports, "is_bitsandbytes_multi_backend_available", lambda: True)
+    monkeypatch.setattr(imports, "is_xpu_available", lambda check_device=False: False)
+    assert Accelerator(cpu=True).prepare(model) is not None

@@ -82,15 +82,17 @@ def test_unsplittable_block_too_large_without_disk_names_it() -> None:
     model = _empty()
     sizes = compute_module_sizes(model)
     with pytest.raises(ValueError, match=rf"'blocks.0' \(Block, {sizes['blocks.0']} bytes\)"):
-        infer_auto_device_map(
-            model, max_memory={"cpu": sizes["blocks.0"] - 1, "disk": 0}, no_split_module_classes=["Block"]
-        )
+        # The CPU keeps room for the largest block (a Block): the embedding fits beside it, no Block does.
+        budget = sizes["blocks.0"] + sizes["embed"] + 100
+        infer_auto_device_map(model, max_memory={"cpu": budget, "disk": 0}, no_split_module_classes=["Block"])
 
 
 def test_blocks_split_when_allowed() -> None:
     model = _empty()
     sizes = compute_module_sizes(model)
-    device_map = infer_auto_device_map(model, max_memory={"cpu": sizes[""] // 2, "disk": "1GB"}, clean_result=False)
+    device_map = infer_auto_device_map(
+        model, max_memory={"cpu": sizes[""] // 2, "disk": "1GB"}, clean_result=False
+    )
     assert any(name.count(".") >= 2 for name in device_map)  # inside a block
     check_device_map(model, device_map)
 
@@ -111,6 +113,17 @@ def test_clean_device_map() -> None:
     assert clean_device_map({"a.0": "cpu", "a.1": "cpu", "b": "disk"}) == {"a": "cpu", "b": "disk"}
     assert clean_device_map({"a.0": "cpu", "a.1": "disk"}) == {"a.0": "cpu", "a.1": "disk"}
     assert clean_device_map({"a": "cpu", "b": "cpu"}) == {"": "cpu"}
+
+
+def test_check_device_map_warns_about_unknown_keys_in_upstream_words() -> None:
+    from tests.big_modeling.test_planner import ModelForTest
+
+    device_map = {"linear1": "cpu", "batchnorm": "cpu", "linear2": "cpu", "invalid_module": 0, "another_invalid": 1}
+    with pytest.warns(UserWarning) as record:
+        check_device_map(ModelForTest(), device_map)
+    assert str(record[0].message).startswith(
+        "The following device_map keys do not match any submodules in the model: ['invalid_module', 'another_invalid']"
+    )
 
 
 def test_check_device_map_errors_name_the_problem() -> None:

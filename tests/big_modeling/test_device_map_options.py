@@ -22,10 +22,14 @@ def test_the_disk_is_the_last_resort_unless_refused() -> None:
     # does not name it; "disk": 0 refuses the disk.
     model = _empty()
     sizes = compute_module_sizes(model)
-    device_map = infer_auto_device_map(model, max_memory={"cpu": sizes[""] // 2}, no_split_module_classes=["Block"])
+    device_map = infer_auto_device_map(
+        model, max_memory={"cpu": sizes[""] // 2}, no_split_module_classes=["Block"]
+    )
     assert set(device_map.values()) == {"cpu", "disk"}
     with pytest.raises(ValueError, match=rf"'blocks.\d' \(Block, {sizes['blocks.0']} bytes\).*'disk': 0"):
-        infer_auto_device_map(model, max_memory={"cpu": sizes[""] // 2, "disk": 0}, no_split_module_classes=["Block"])
+        infer_auto_device_map(
+            model, max_memory={"cpu": sizes[""] // 2, "disk": 0}, no_split_module_classes=["Block"]
+        )
 
 
 def test_dtype_and_special_dtypes_size_the_blocks() -> None:
@@ -36,7 +40,10 @@ def test_dtype_and_special_dtypes_size_the_blocks() -> None:
     assert infer_auto_device_map(model, max_memory=budget, dtype=torch.float16) == {"": "cpu"}
     # Every weight kept in float32 through special_dtypes: as large as without dtype again.
     keep = {name: torch.float32 for name, _ in model.named_parameters()}
-    assert "disk" in infer_auto_device_map(model, max_memory=budget, dtype="float16", special_dtypes=keep).values()
+    assert (
+        "disk"
+        in infer_auto_device_map(model, max_memory=budget, dtype="float16", special_dtypes=keep).values()
+    )
 
 
 class _BufferBlock(nn.Module):
@@ -49,7 +56,9 @@ class _BufferBlock(nn.Module):
         return self.linear(x) + self.table[:16]
 
 
-def test_offload_buffers_frees_room_on_the_execution_device() -> None:
+def test_offload_buffers_changes_no_plan() -> None:
+    # As upstream: buffers are not counted against a device's budget; offload_buffers only silences
+    # the warning about buffers of offloaded blocks that no GPU can hold (see test_planner).
     with init_empty_weights():
         model = nn.Sequential(*[_BufferBlock() for _ in range(4)])
     sizes = compute_module_sizes(model)
@@ -57,9 +66,7 @@ def test_offload_buffers_frees_room_on_the_execution_device() -> None:
     options = {"max_memory": budget, "no_split_module_classes": ["_BufferBlock"], "clean_result": False}
     kept = infer_auto_device_map(model, **options)  # type: ignore[arg-type]
     offloaded = infer_auto_device_map(model, offload_buffers=True, **options)  # type: ignore[arg-type]
-    # Without offload_buffers the buffers of disk blocks live on the CPU, so fewer blocks fit there.
-    on_cpu = [sum(device == "cpu" for device in m.values()) for m in (kept, offloaded)]
-    assert on_cpu[0] < on_cpu[1], (kept, offloaded)
+    assert kept == offloaded == {"0": "cpu", "1": "disk", "2": "disk", "3": "disk"}
 
 
 def test_fallback_allocation_fills_a_device_the_next_block_skips() -> None:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import struct
 from pathlib import Path
 
@@ -85,6 +86,23 @@ def test_unexpected_weights_with_strict(tmp_path: Path) -> None:
     save_file({**state, "extra": torch.zeros(1)}, str(tmp_path / "model.safetensors"))
     with pytest.raises(ValueError, match="not in the model: extra"):
         load_checkpoint_in_model(_empty(), tmp_path, strict=True)
+
+
+@pytest.mark.parametrize("device_map", [None, {"": "cpu"}])
+def test_unexpected_weights_are_logged_in_upstream_words(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, device_map: dict[str, str] | None
+) -> None:
+    ref = reference()
+    state = {k: v.contiguous() for k, v in ref.state_dict().items() if k != "head.weight"}
+    path = tmp_path / "model.safetensors"
+    save_file({**state, "extra": torch.zeros(1)}, str(path))
+    with caplog.at_level(logging.WARNING):
+        load_checkpoint_in_model(reference(), str(path), device_map=device_map)
+    assert (
+        f"Some weights of the model checkpoint at {path} were not used when initializing TiedLM: ['extra']. This "
+        "may or may not be an issue - make sure that the checkpoint does not have unnecessary parameters, or that "
+        "the model definition correctly corresponds to the checkpoint."
+    ) in caplog.messages
 
 
 def test_disk_without_offload_folder_is_an_error(tmp_path: Path) -> None:

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 from torch import nn
@@ -31,7 +33,7 @@ def test_set_module_tensor_to_device_fills_meta_weights() -> None:
     assert model[1].num_batches_tracked.dtype == torch.int64  # integers are never cast
     with pytest.raises(ValueError, match="meta device"):
         set_module_tensor_to_device(model, "1.weight", "cpu")
-    with pytest.raises(ValueError, match=r"shape \(2,\)"):
+    with pytest.raises(ValueError, match=r"shape torch.Size\(\[2\]\)"):
         set_module_tensor_to_device(model, "1.weight", "cpu", value=torch.zeros(2))
     with pytest.raises(ValueError, match="no parameter or buffer named 'nope'"):
         set_module_tensor_to_device(model, "0.nope", "cpu", value=torch.zeros(1))
@@ -87,3 +89,16 @@ def test_align_module_device_loads_offloaded_weights_for_the_block() -> None:
     with align_module_device(plain, "cpu"):  # not offloaded: moved for the block, then back
         assert plain.weight.device.type == "cpu"
     assert torch.equal(plain.weight, before)
+
+
+@pytest.mark.parametrize("meta", [False, True])
+def test_a_value_of_another_shape_is_refused_in_upstream_words(meta: bool) -> None:
+    # As upstream: checked whether the old tensor has data or is on the meta device.
+    with init_empty_weights(include_buffers=False) if meta else contextlib.nullcontext():
+        model = nn.Sequential(nn.Linear(3, 4))
+    with pytest.raises(ValueError) as error:
+        set_module_tensor_to_device(model, "0.weight", "cpu", value=torch.zeros(2, 2))
+    assert str(error.value) == (
+        'Trying to set a tensor of shape torch.Size([2, 2]) in "weight" (which has shape torch.Size([4, 3])), '
+        "this looks incorrect."
+    )

@@ -22,7 +22,7 @@ _LAZY: dict[str, str] = {
     "cpu_offload_with_hook": "accelerate.big_modeling.dispatch",
     "disk_offload": "accelerate.big_modeling.dispatch",
     "attach_layerwise_casting_hooks": "accelerate.big_modeling.casting",
-    "infer_auto_device_map": "accelerate.big_modeling.device_map",
+    "infer_auto_device_map": "accelerate.big_modeling.planner",
     # transformers swaps this attribute out to skip the check; dispatch_model looks it up here.
     "check_device_map": "accelerate.big_modeling.device_map",
     "load_checkpoint_in_model": "accelerate.big_modeling.loading",
@@ -37,7 +37,6 @@ if TYPE_CHECKING:
         attach_layerwise_casting_hooks as attach_layerwise_casting_hooks,
     )
     from accelerate.big_modeling.device_map import check_device_map as check_device_map
-    from accelerate.big_modeling.device_map import infer_auto_device_map as infer_auto_device_map
     from accelerate.big_modeling.dispatch import cpu_offload as cpu_offload
     from accelerate.big_modeling.dispatch import cpu_offload_with_hook as cpu_offload_with_hook
     from accelerate.big_modeling.dispatch import disk_offload as disk_offload
@@ -46,5 +45,6 @@ if TYPE_CHECKING:
     from accelerate.big_modeling.empty import init_empty_weights as init_empty_weights
     from accelerate.big_modeling.empty import init_on_device as init_on_device
     from accelerate.big_modeling.loading import load_checkpoint_in_model as load_checkpoint_in_model
+    from accelerate.big_modeling.planner import infer_auto_device_map as infer_auto_device_map
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)

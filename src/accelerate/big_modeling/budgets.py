@@ -145,7 +145,13 @@ def balance_budgets(
     sizes = compute_module_sizes(model, dtype=dtype, special_dtypes=special_dtypes)
     share = sizes[""] // (len(gpus) - 1 if low_zero else len(gpus))
     no_split = set(no_split_module_classes or ())
-    blocks = [sizes[name] for name, module in model.named_modules() if type(module).__name__ in no_split]
+    # As upstream: each no-split class is measured by its first block that holds tensors.
+    first: dict[str, int] = {}
+    for name, module in model.named_modules():
+        kind = type(module).__name__
+        if name and name in sizes and kind in no_split:
+            first.setdefault(kind, sizes[name])
+    blocks = list(first.values())
     # The leaves of the module tree (not the tensors): the smallest pieces placement moves whole.
     tensors = set(get_module_leaves(sizes))
     modules = {name: size for name, size in sizes.items() if name not in tensors}

@@ -228,8 +228,8 @@ def load_checkpoint_and_dispatch(
         ...                                      max_memory={"cpu": "2GB", "disk": "100GB"})
     """
     from accelerate.big_modeling.budgets import get_balanced_memory
-    from accelerate.big_modeling.device_map import infer_auto_device_map
     from accelerate.big_modeling.loading import load_checkpoint_in_model
+    from accelerate.big_modeling.planner import infer_auto_device_map
 
     modes = ("auto", "balanced", "balanced_low_0", "sequential")
     if isinstance(device_map, str):

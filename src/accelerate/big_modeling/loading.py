@@ -328,9 +328,16 @@ def _report(
             + "; ".join(problems)
             + ("" if strict else " (these weights would stay on the meta device, without data)")
         )
-    if missing or unexpected:
+    if missing:
+        logger.warning("Loaded %s with missing keys %s", checkpoint, missing)
+    if unexpected and not strict:  # upstream's words
         logger.warning(
-            "Loaded %s with missing keys %s and unexpected keys %s", checkpoint, missing, unexpected
+            "Some weights of the model checkpoint at %s were not used when initializing %s: %s. This may or may not "
+            "be an issue - make sure that the checkpoint does not have unnecessary parameters, or that the model "
+            "definition correctly corresponds to the checkpoint.",
+            checkpoint,
+            type(model).__name__,
+            unexpected,
         )
     return LoadResult(missing, sorted(unexpected))
 

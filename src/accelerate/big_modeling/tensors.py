@@ -123,10 +123,11 @@ def set_owned_tensor(
     if value is not None:
         if not isinstance(value, torch.Tensor):
             value = torch.tensor(value)
-        if tuple(value.shape) != tuple(old.shape):
+        # Upstream's check and words; a bitsandbytes 4-bit parameter is stored packed, in another shape.
+        if value.shape != old.shape and type(old).__name__ != "Params4bit":
             raise ValueError(
-                f"set_module_tensor_to_device: the value for {tensor_name!r} has shape {tuple(value.shape)} but the "
-                f"model's tensor has shape {tuple(old.shape)}"
+                f'Trying to set a tensor of shape {value.shape} in "{name}" (which has shape {old.shape}), '
+                "this looks incorrect."
             )
         if dtype is None:
             value = value.to(old.dtype) if value.is_floating_point() or value.dtype == old.dtype else value

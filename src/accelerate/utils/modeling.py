@@ -25,9 +25,9 @@ _LAZY: dict[str, str] = {
     ),
     **dict.fromkeys(["get_max_memory", "get_balanced_memory"], _BIG + "budgets"),
     **dict.fromkeys(
-        ["infer_auto_device_map", "check_device_map", "check_device_same", "clean_device_map", "fallback_allocate"],
-        _BIG + "device_map",
+        ["check_device_map", "check_device_same", "clean_device_map"], _BIG + "device_map"
     ),
+    **dict.fromkeys(["infer_auto_device_map", "fallback_allocate"], _BIG + "planner"),
     **dict.fromkeys(
         ["set_module_tensor_to_device", "named_module_tensors", "get_non_persistent_buffers", "id_tensor_storage",
          "find_tied_parameters", "retie_parameters", "check_tied_parameters_in_config",

@@ -69,10 +69,11 @@ def _net_run(
     batch = torch.randn(8, 4)
     with torch.no_grad():
         expected = model(batch)
+    # The example is one micro-batch (as upstream): 8 rows are num_chunks (default: 2) of them.
     model = prepare_pippy(
         model,
         split_points=split_points,
-        example_args=(batch,),
+        example_args=(batch[: 8 // (num_chunks or 2)],),
         num_chunks=num_chunks,
         gather_output=gather_output,
     )
@@ -81,7 +82,7 @@ def _net_run(
         again = model(torch.zeros(8, 4) + batch)  # a second batch through the same stages
     if tuple_output:
         # Prepared again (another split, a smaller batch): traced through the model's own forward.
-        model = prepare_pippy(model, split_points=["layers.1"], example_args=(batch[:4],), gather_output=True)
+        model = prepare_pippy(model, split_points=["layers.1"], example_args=(batch[:2],), gather_output=True)
         with torch.no_grad():
             redone = model(batch[:4])
         first = (first[0], first[1], redone[0]) if first is not None else None
@@ -134,6 +135,44 @@ def test_pipelined_forward_matches_the_plain_forward(
     assert all(r["has_stage"] for r in results)
 
 
+def _micro_batch_run() -> dict[str, Any]:
+    """Upstream's meaning: the example is ONE micro-batch; a call's batch is num_chunks of them."""
+    from accelerate import PartialState
+    from accelerate.inference import prepare_pippy
+
+    _quiet()
+    torch.manual_seed(0)
+    model = Net().eval()
+    batch = torch.randn(4, 4)
+    with torch.no_grad():
+        expected = model(batch)
+    # A micro-batch of 2; num_chunks defaults to the 2 processes: batches of up to 2 x 2 rows.
+    model = prepare_pippy(model, split_points=["layers.2"], example_args=(batch[:2],), gather_output=True)
+    results: dict[str, Any] = {"rank": PartialState().process_index}
+    with torch.no_grad():
+        for rows in (4, 3, 1):  # 3 and 1 are padded to 4, and the padding is dropped from the output
+            output = model(batch[:rows])
+            results[f"shape{rows}"] = list(output.shape)
+            results[f"diff{rows}"] = float((output - expected[:rows]).abs().max())
+        for name, bad in {"too_big": torch.randn(5, 4), "wrong_width": torch.randn(4, 5)}.items():
+            try:
+                model(bad)
+            except ValueError as exc:
+                results[name] = str(exc)
+            else:
+                results[name] = "no error"
+    return results
+
+
+def test_the_example_is_one_micro_batch_and_short_batches_are_padded(pool2: WorkerPool) -> None:
+    results = pool2.run(_micro_batch_run, timeout=240)
+    for result in results:
+        assert [result[f"shape{rows}"] for rows in (4, 3, 1)] == [[4, 3], [3, 3], [1, 3]], result
+        assert max(result[f"diff{rows}"] for rows in (4, 3, 1)) <= 1e-6, result
+        assert "batch size 5" in result["too_big"] and "2 micro-batches of 2" in result["too_big"], result
+        assert "tensor[4, 5]" in result["wrong_width"] and "tensor[2, 4]" in result["wrong_width"], result
+
+
 def _errors_on_bad_input() -> dict[str, str]:
     """Each bad call, caught on this rank: every case must raise here (a case that hung fails the test)."""
     from accelerate import PartialState
@@ -148,7 +187,6 @@ def _errors_on_bad_input() -> dict[str, str]:
             Net(), split_points=["layers.1", "layers.2"], example_args=(batch,)
         ),
         "no_example": lambda: prepare_pippy(Net()),
-        "indivisible": lambda: prepare_pippy(Net(), example_args=(torch.randn(6, 4),), num_chunks=4),
         "disagree": lambda: prepare_pippy(Net(), split_points=[f"layers.{rank + 1}"], example_args=(batch,)),
         "one_rank": lambda: prepare_pippy(
             Net(), split_points=["bogus" if rank else "layers.2"], example_args=(batch,)
@@ -164,7 +202,8 @@ def _errors_on_bad_input() -> dict[str, str]:
         else:
             messages[name] = "no error"
     model = prepare_pippy(Net().eval(), split_points=["layers.2"], example_args=(batch,))
-    for name, inputs in {"wrong_batch": (torch.randn(6, 4),), "wrong_dtype": (batch.double(),)}.items():
+    calls = {"too_big": (torch.randn(17, 4),), "wrong_batch": (torch.randn(6, 5),), "wrong_dtype": (batch.double(),)}
+    for name, inputs in calls.items():
         try:
             with torch.no_grad():
                 model(*inputs)
@@ -186,7 +225,8 @@ def test_bad_input_raises_on_every_process(pool2: WorkerPool) -> None:
         assert "2 split points give 3 stages, more than the 2 processes" in messages["too_many"]
         assert "pass exactly 1 split point(s)" in messages["too_many"]
         assert "needs example inputs" in messages["no_example"] and "example_args" in messages["no_example"]
-        assert "batch size of 6" in messages["indivisible"] and "num_chunks=4" in messages["indivisible"]
+        assert "2 micro-batches of 8 rows" in messages["too_big"]
+        assert "its batch size 17 is more than 16" in messages["too_big"]
         assert "called differently on the processes" in messages["disagree"]
         assert "rank 0: split_points=['layers.1']" in messages["disagree"]
         assert "rank 1: split_points=['layers.2']" in messages["disagree"]
@@ -194,7 +234,8 @@ def test_bad_input_raises_on_every_process(pool2: WorkerPool) -> None:
             messages["untraceable"].startswith("RuntimeError")
             and "could not trace Branchy" in messages["untraceable"]
         )
-        assert "tensor[6, 4]" in messages["wrong_batch"] and "tensor[8, 4]" in messages["wrong_batch"]
+        assert "tensor[6, 5] (torch.float32), expected tensor[6, 4]" in messages["wrong_batch"]
+        assert "like its example (tensor[8, 4]" in messages["wrong_batch"]
         assert "torch.float64" in messages["wrong_dtype"]
     # A mistake made on one process only: that process raises it, the other names it.
     assert results[1]["one_rank"].startswith("ValueError: split_points ['bogus'] are not modules")
@@ -219,7 +260,7 @@ def _gpt2_run() -> dict[str, Any]:
     try:
         model = prepare_pippy(
             model,
-            example_args=(ids,),
+            example_args=(ids[:2],),  # one micro-batch: calls take 2 of them
             example_kwargs={"use_cache": False},
             no_split_module_classes=model._no_split_modules,
             gather_output=True,

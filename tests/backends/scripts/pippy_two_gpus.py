@@ -24,7 +24,8 @@ def main() -> None:
     batch = torch.randn(8, 32)
     with torch.no_grad():
         expected = model(batch)
-    model = prepare_pippy(model, example_args=(batch,), num_chunks=4, gather_output=True)
+    # The example is one micro-batch (as upstream): 4 of 2 rows make the batch of 8.
+    model = prepare_pippy(model, example_args=(batch[:2],), num_chunks=4, gather_output=True)
     with torch.no_grad():
         output = model(batch)
     row = {

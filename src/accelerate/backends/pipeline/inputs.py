@@ -1,10 +1,11 @@
 """The inputs of a traced pipeline: their shapes, the batch they split into micro-batches, and checks.
 
-torch's tracer records one micro-batch's shapes, and each stage allocates its receive buffers from
-them, so a pipeline runs the shapes it was traced with and nothing else: a different batch would
+As upstream, the example :func:`prepare_pippy` traces is one micro-batch, and a call's batch is
+``num_chunks`` of them. torch's tracer records the micro-batch's shapes, and each stage allocates its
+receive buffers from them, so a pipeline runs those shapes and nothing else: a different batch would
 come back the wrong size, or fail inside one stage while the others wait for it. The first process
-therefore checks every call against the example :func:`prepare_pippy` traced, before any process
-starts the schedule, and says what differs.
+therefore checks every call against the example before any process starts the schedule, pads a
+short batch with zero rows (the output drops them again), and says what differs otherwise.
 """
 
 from __future__ import annotations
@@ -88,19 +89,48 @@ def _show(description: Any) -> str:
     return str(description) if isinstance(description, TensorSpec) else repr(description)
 
 
+def _rebatch(description: Any, rows: int | None) -> Any:
+    """``description`` with the batch dimension (the first) of each tensor set to ``rows``."""
+    if rows is None:
+        return description
+
+    def _resize(spec: TensorSpec) -> TensorSpec:
+        return TensorSpec((rows, *spec.shape[1:]), spec.dtype) if spec.shape else spec
+
+    return recursively_apply(_resize, description, test_type=lambda x: isinstance(x, TensorSpec))
+
+
+def pad_batch(data: Any, rows: int, full: int) -> Any:
+    """``data`` with each batch-first tensor of ``rows`` rows padded with zero rows to ``full`` (as upstream)."""
+
+    def _pad(tensor: torch.Tensor) -> torch.Tensor:
+        if tensor.dim() == 0 or tensor.shape[0] != rows or full <= rows:
+            return tensor
+        return torch.cat([tensor, tensor.new_zeros((full - rows, *tensor.shape[1:]))])
+
+    return recursively_apply(_pad, data)
+
+
+def drop_padding(output: Any, rows: int, full: int) -> Any:
+    """``output`` without the rows :func:`pad_batch` added: each tensor of ``full`` rows keeps its first ``rows``."""
+    return recursively_apply(lambda t: t[:rows] if t.dim() > 0 and t.shape[0] == full else t, output)
+
+
 @dataclass(frozen=True)
 class InputSignature:
-    """The example a pipeline was traced with, and the check of each later call against it.
+    """The example micro-batch a pipeline was traced with, and the check of each later call against it.
 
-    Positional inputs must match one for one. A keyword input that holds tensors must be passed
-    every time; one that holds none (``use_cache=False``) was fixed when tracing, so it may be left
-    out, and passing another value is an error. Only the tensor inputs reach the first stage, which
-    takes nothing else.
+    As upstream, the example is ONE micro-batch: a call's batch holds ``num_chunks`` of them (every
+    tensor input is batch-first), and a shorter batch is padded with zero rows to that size, the
+    padding being dropped from the output. Positional inputs must match one for one, in everything
+    but the batch size. A keyword input that holds tensors must be passed every time; one that holds
+    none (``use_cache=False``) was fixed when tracing, so it may be left out, and passing another
+    value is an error. Only the tensor inputs reach the first stage, which takes nothing else.
     """
 
     args: tuple[Any, ...]
     kwargs: dict[str, Any] = field(default_factory=dict)
-    batch_size: int | None = None
+    batch_size: int | None = None  # of the example: one micro-batch
     num_chunks: int = 1
 
     @classmethod
@@ -109,47 +139,59 @@ class InputSignature:
             describe(tuple(args)), describe(dict(kwargs)), find_pippy_batch_size(args, kwargs), num_chunks
         )
 
+    @property
+    def full_batch(self) -> int | None:
+        """The batch size each call runs as: ``num_chunks`` micro-batches of the example's size."""
+        return None if self.batch_size is None else self.batch_size * self.num_chunks
+
     def __str__(self) -> str:
         parts = [_show(a) for a in self.args] + [f"{k}={_show(v)}" for k, v in self.kwargs.items()]
         return f"({', '.join(parts)})"
 
-    def feed(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-        """The keyword inputs to send to the first stage, after checking the call matches the example.
+    def feed(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any], int | None]:  # fmt: skip
+        """What the first stage gets for this call: ``(args, kwargs, rows)``, padded to a full batch.
+
+        ``rows`` is the call's own batch size (the output keeps that many rows); the keyword inputs
+        are the tensor ones only.
 
         Raises:
             ValueError: naming every difference from the example, and how to run other shapes.
         """
+        rows = find_pippy_batch_size(args, kwargs)
         problems: list[str] = []
+        expected_args = _rebatch(self.args, rows)
         if len(args) != len(self.args):
             problems.append(f"{len(args)} positional inputs were passed, the example had {len(self.args)}")
         else:
-            for index, (value, expected) in enumerate(zip(describe(tuple(args)), self.args, strict=True)):
+            for index, (value, expected) in enumerate(zip(describe(tuple(args)), expected_args, strict=True)):
                 if value != expected:
-                    problems.append(
-                        f"positional input {index} is {_show(value)}, the example's was {_show(expected)}"
-                    )
+                    problems.append(f"positional input {index} is {_show(value)}, expected {_show(expected)}")
         extra = sorted(set(kwargs) - set(self.kwargs))
         if extra:
             problems.append(f"keyword inputs {extra} were not in the example")
         fed: dict[str, Any] = {}
-        for key, expected in self.kwargs.items():
+        for key, example in self.kwargs.items():
+            expected = _rebatch(example, rows)
             if key not in kwargs:
                 if holds_tensor(expected):
-                    problems.append(f"keyword input {key!r} is missing (the example had {_show(expected)})")
+                    problems.append(f"keyword input {key!r} is missing (the example had {_show(example)})")
                 continue
             value = describe(kwargs[key])
             if value != expected:
-                problems.append(
-                    f"keyword input {key!r} is {_show(value)}, the example's was {_show(expected)}"
-                )
+                problems.append(f"keyword input {key!r} is {_show(value)}, expected {_show(expected)}")
             elif holds_tensor(expected):
                 fed[key] = kwargs[key]
+        full = self.full_batch
+        if full is not None and rows is not None and rows > full:
+            problems.append(f"its batch size {rows} is more than {full}")
         if problems:
-            micro = f", {self.num_chunks} micro-batches of {self.batch_size // self.num_chunks}" if self.batch_size else ""  # fmt: skip
+            micro = f"{self.num_chunks} micro-batches of {self.batch_size} rows, " if self.batch_size else ""
             raise ValueError(
-                f"This model was split by prepare_pippy for inputs like its example {self} (batch size "
-                f"{self.batch_size}{micro}), and a traced pipeline runs those shapes only; this call differs: "
-                f"{'; '.join(problems)}. Pass inputs shaped like the example (pad the last batch), or call "
-                "prepare_pippy again with an example of the new shape."
+                f"This model was split by prepare_pippy for batches of {micro}each like its example {self} "
+                f"(a traced pipeline runs those shapes only; shorter batches are padded); this call differs: "
+                f"{'; '.join(problems)}. Pass inputs shaped like the example with at most {full} rows (split "
+                "larger batches), or call prepare_pippy again with an example micro-batch of the new shape."
             )
-        return fed
+        if full is None or rows is None or rows == full:
+            return tuple(args), fed, rows
+        return tuple(pad_batch(tuple(args), rows, full)), pad_batch(fed, rows, full), rows

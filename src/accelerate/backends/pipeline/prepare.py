@@ -6,7 +6,7 @@ from typing import Any
 
 from torch import nn
 
-from accelerate.backends.pipeline.inputs import InputSignature, check_divisible
+from accelerate.backends.pipeline.inputs import InputSignature
 from accelerate.backends.pipeline.schedule import agree, build_pipeline, run_pipeline
 from accelerate.backends.pipeline.split import resolve_split_points
 from accelerate.state import PartialState
@@ -35,8 +35,9 @@ def _check_example(example_args: Any, example_kwargs: Any) -> tuple[tuple[Any, .
     kwargs = dict(example_kwargs or {})
     if not args and not kwargs:
         raise ValueError(
-            "prepare_pippy needs example inputs to trace the model: pass example_args=(batch,) (or "
-            "example_kwargs={'input_ids': batch, ...}) shaped like the batches the model will be called with."
+            "prepare_pippy needs example inputs to trace the model: pass example_args=(micro_batch,) (or "
+            "example_kwargs={'input_ids': micro_batch, ...}): one micro-batch, a call's batch being num_chunks "
+            "of them."
         )
     return args, kwargs
 
@@ -59,7 +60,7 @@ def _install(model: nn.Module, schedule: Any, split_points: list[str], num_chunk
     original = model.forward
 
     def forward(*args: Any, **kwargs: Any) -> Any:
-        return run_pipeline(schedule.step, num_chunks, gather_output, args, kwargs, check=signature.feed)
+        return run_pipeline(schedule.step, num_chunks, gather_output, args, kwargs, signature=signature)
 
     forward.__wrapped__ = original  # type: ignore[attr-defined]  # inspect.signature shows the model's inputs
     # Plain attributes (none is a Module, Parameter or buffer), as upstream names them.
@@ -84,10 +85,12 @@ def prepare_pippy(
 ) -> nn.Module:
     """Splits ``model`` into one pipeline stage per process and makes its forward run the pipeline.
 
-    Call it on every process with the same arguments. Afterwards ``model(*inputs)`` (also on every
-    process) runs a batch through the stages: the first process's inputs are used, cut into
-    ``num_chunks`` micro-batches, and the last process returns the output (the others None, unless
-    ``gather_output``). The output is what the last stage computes, flattened by torch's tracer: one
+    Call it on every process with the same arguments. As upstream, the example is ONE micro-batch:
+    afterwards ``model(*inputs)`` (also on every process) runs a batch of up to ``num_chunks`` such
+    micro-batches through the stages (e.g. an example of 2 rows, 2 processes: batches of 4 rows in 2
+    micro-batches). The first process's inputs are used; a shorter batch is padded with zero rows
+    and the padding dropped from the output (upstream returns the padded rows). The last process
+    returns the output (the others None, unless ``gather_output``). The output is what the last stage computes, flattened by torch's tracer: one
     tensor, or a tuple of the tensors the model returns (a transformers ``ModelOutput`` comes back as
     its tensors, e.g. the logits alone). The model object is returned with its attributes
     (``config``, ...) intact, plus ``hf_split_points`` and ``pippy_stage`` (the schedule).
@@ -97,9 +100,9 @@ def prepare_pippy(
         split_points: ``"auto"`` for a split balanced by parameter size, or the names of the modules
             that begin stages 1, 2, ... (one fewer than the processes).
         no_split_module_classes: class names ``"auto"`` keeps within one stage (e.g. ``["GPT2Block"]``).
-        example_args: a batch of positional inputs like those the model will be called with.
+        example_args: positional inputs of ONE micro-batch (batch-first tensors), shaped like the calls'.
         example_kwargs: keyword inputs likewise; non-tensor ones (``use_cache=False``) are fixed by tracing.
-        num_chunks: micro-batches per batch (default: the number of processes); must divide the batch.
+        num_chunks: micro-batches per batch (default: the number of processes).
         gather_output: send the output from the last process to every process.
 
     Raises:
@@ -109,9 +112,9 @@ def prepare_pippy(
         RuntimeError: the model cannot be traced or split (on every process).
 
     Example:
-        >>> model = prepare_pippy(model.eval(), example_args=(torch.randint(0, 100, (4, 16)),))
+        >>> model = prepare_pippy(model.eval(), example_args=(torch.randint(0, 100, (2, 16)),))
         >>> with torch.no_grad():
-        ...     logits = model(batch)  # on the last process; None elsewhere
+        ...     logits = model(batch)  # batch: up to 2 x num_processes rows; logits on the last process
     """
     if not is_pippy_available():
         raise ImportError(
@@ -130,7 +133,6 @@ def prepare_pippy(
     try:
         chunks = _check_num_chunks(num_chunks, state.num_processes)
         args, kwargs = _check_example(example_args, example_kwargs)
-        check_divisible(args, kwargs, chunks, "The example (example_args/example_kwargs)")
         points = resolve_split_points(model, split_points, state.num_processes, no_split_module_classes)
         plan = (points, chunks, InputSignature.of(args, kwargs, chunks))
     except (TypeError, ValueError) as exc:

@@ -18,7 +18,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from accelerate.backends.pipeline.inputs import TensorSpec, check_divisible, describe, first_micro_batch
+from accelerate.backends.pipeline.inputs import (
+    InputSignature,
+    TensorSpec,
+    check_divisible,
+    describe,
+    drop_padding,
+)
 from accelerate.collectives.agreement import agree_on_failure, agree_on_outcome
 from accelerate.collectives.communicator import current_communicator
 from accelerate.collectives.operations import broadcast, broadcast_object_list
@@ -89,17 +95,16 @@ def build_pipeline(model: nn.Module, split_points: list[str], args: Any, kwargs:
     Args:
         model: the whole model (each process holds it; only this process's stage runs here).
         split_points: module names; stage ``i + 1`` begins at ``split_points[i]``.
-        args: example positional inputs: a whole batch, as the model will be called with.
+        args: example positional inputs: ONE micro-batch (as upstream); a batch is ``num_chunks`` of them.
         kwargs: example keyword inputs (or None).
-        num_chunks: micro-batches per batch; the batch size must be a multiple of it.
+        num_chunks: micro-batches per batch.
 
     Returns:
         A ``torch.distributed.pipelining.ScheduleGPipe`` whose ``step`` runs one batch: call
         ``step(*inputs)`` on the first process and ``step()`` on the others.
 
     Raises:
-        ValueError: the example batch does not split into ``num_chunks``, or the split gives a number
-            of stages other than the number of processes.
+        ValueError: the split gives a number of stages other than the number of processes.
         RuntimeError: torch's tracer cannot capture the model (the message says what usually helps).
     """
     from torch.distributed.pipelining import ScheduleGPipe, SplitPoint, pipeline
@@ -108,14 +113,12 @@ def build_pipeline(model: nn.Module, split_points: list[str], args: Any, kwargs:
     device = _model_device(model)
     args = send_to_device(tuple(args or ()), device)
     kwargs = send_to_device(dict(kwargs or {}), device)
-    check_divisible(args, kwargs, num_chunks, "The example (example_args/example_kwargs)")
-    micro_args, micro_kwargs = first_micro_batch(args, kwargs, num_chunks)
     try:
         with _split_markers_removed_after(model, split_points):
             pipe = pipeline(
                 model,
-                mb_args=micro_args,
-                mb_kwargs=micro_kwargs,
+                mb_args=args,
+                mb_kwargs=kwargs,
                 split_spec={point: SplitPoint.BEGINNING for point in split_points},
             )
     except Exception as exc:  # noqa: BLE001 - the tracer raises many types; each gets the same advice
@@ -167,26 +170,36 @@ def run_pipeline(
     gather_output: bool,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
-    check: Callable[[tuple[Any, ...], dict[str, Any]], dict[str, Any]] | None = None,
+    signature: InputSignature | None = None,
 ) -> Any:
-    """:func:`pippy_forward`, with ``check`` (run on the first process) turning the call's keyword inputs
-    into those the first stage takes, or raising ``ValueError`` for inputs the pipeline cannot run."""
+    """:func:`pippy_forward`, with the ``signature`` of the example the pipeline was traced with: the
+    first process checks each call against it (``ValueError`` for inputs the pipeline cannot run) and
+    pads a short batch to ``num_chunks`` micro-batches; the padding is dropped from the output."""
     state = PartialState()
     if state.num_processes == 1:
         return forward(*args, **kwargs)
     first = state.process_index == 0
     error: Exception | None = None
+    rows = 0
     if first:
         try:
-            if check is not None:
-                kwargs = check(args, kwargs)
-            check_divisible(args, kwargs, num_chunks, "This batch")
+            if signature is not None:
+                args, kwargs, found = signature.feed(args, kwargs)
+                rows = found or 0
+            else:
+                check_divisible(args, kwargs, num_chunks, "This batch")
             args = send_to_device(tuple(args), state.device)
             kwargs = send_to_device(dict(kwargs), state.device)
         except ValueError as exc:
             error = exc
     # One small all-reduce: the later stages learn whether a batch is coming before waiting for it.
     agree(error, what="The pipelined forward", error_type=ValueError, exchange=False)
+    full = signature.full_batch if signature is not None else None
+    if full is not None:
+        # The last stage computes the padded batch: it learns how many of its rows are real.
+        count = torch.tensor([rows], dtype=torch.int64, device=current_communicator().device)
+        broadcast(count, from_process=0)
+        rows = int(count.item())
     output = None
     if first:
         forward(*args, **kwargs)
@@ -194,6 +207,8 @@ def run_pipeline(
         output = forward()
     else:
         forward()
+    if full is not None and 0 < rows < full and state.is_last_process:
+        output = drop_padding(output, rows, full)
     if gather_output:
         output = _broadcast_from_last(output, state)
     return output

@@ -18,7 +18,7 @@ from typing import Any
 
 from torch import nn
 
-from accelerate.big_modeling.device_map import infer_auto_device_map
+from accelerate.big_modeling.planner import infer_auto_device_map, infer_stage_map
 from accelerate.big_modeling.sizes import compute_module_sizes, get_max_layer_size
 
 
@@ -71,14 +71,13 @@ def generate_device_map(
     no_split = list(no_split_module_classes or [])
     if num_processes == 1:
         return infer_auto_device_map(model, no_split_module_classes=no_split, clean_result=False)
-    balance = max_memory is None
-    if max_memory is None:
-        max_memory = _balanced_budgets(model, num_processes, no_split)
     with _stages_are_not_gpus():
-        device_map = infer_auto_device_map(
-            model, max_memory=max_memory, no_split_module_classes=no_split, clean_result=False
-        )
-    return _spread(model, device_map, num_processes) if balance else device_map
+        if max_memory is not None:  # the plain planner, as upstream: stage 0 keeps room for offloaded blocks
+            return infer_auto_device_map(
+                model, max_memory=max_memory, no_split_module_classes=no_split, clean_result=False
+            )
+        device_map = infer_stage_map(model, _balanced_budgets(model, num_processes, no_split), no_split)
+    return _spread(model, device_map, num_processes)
 
 
 def _spread(model: nn.Module, device_map: dict[str, Any], num_processes: int) -> dict[str, Any]:
@@ -124,9 +123,7 @@ def _fits(model: nn.Module, budget: int, num_processes: int, no_split: list[str]
     """Whether the planner places all of ``model`` on ``num_processes`` stages of ``budget`` bytes each."""
     try:
         with _stages_are_not_gpus():
-            infer_auto_device_map(
-                model, max_memory=_stage_budgets(budget, num_processes), no_split_module_classes=no_split
-            )
+            infer_stage_map(model, _stage_budgets(budget, num_processes), no_split)
     except ValueError:
         return False
     return True

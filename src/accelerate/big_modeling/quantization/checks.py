@@ -70,24 +70,36 @@ def _same_device(here: torch.device, there: torch.device) -> bool:
     return here.type == there.type and (here.index is None or there.index is None or here.index == there.index)
 
 
+def _offload_refused(mapped: set[str]) -> bool:
+    """Upstream's rule: blocks on the disk never train; blocks on the CPU only with a bitsandbytes that
+    runs there (its multi-backend build) and no XPU (whose bitsandbytes backend does not take them)."""
+    from accelerate.utils import imports
+
+    if "disk" in mapped:
+        return True
+    return "cpu" in mapped and (not imports.is_bitsandbytes_multi_backend_available() or imports.is_xpu_available())
+
+
 def check_quantized_placement(model: nn.Module, device: torch.device, place: bool) -> bool:
     """For ``Accelerator.prepare_model``: whether to move ``model`` to ``device``.
 
     A quantized model is never moved (bitsandbytes' parameters would quantize again or lose their
-    scales); instead it must already be where training runs, and not be offloaded to the disk.
+    scales); instead it must already be where training runs, and not be offloaded to the disk (nor
+    to the CPU, where bitsandbytes cannot run there), as upstream.
 
     Raises:
-        ValueError: a quantized model with disk-offloaded blocks, or loaded on another device
-            than ``device``.
+        ValueError: a quantized model with offloaded blocks (upstream's message), or loaded on
+            another device than ``device``.
     """
     if not is_quantized_model(model):
         return place
     width = "8-bit" if getattr(model, "is_loaded_in_8bit", False) else "4-bit"
     mapped = {str(d) for d in (getattr(model, "hf_device_map", None) or {}).values()}
-    if "disk" in mapped:
+    if _offload_refused(mapped):
         raise ValueError(
-            f"prepare(): this model was loaded in {width} with some blocks offloaded to the disk, which cannot be "
-            "trained; load it with a device_map that keeps every block in memory (no 'disk' entries)."
+            "You can't train a model that has been loaded in 8-bit or 4-bit precision with CPU or disk offload. "
+            "If you want train the 8-bit or 4-bit model in CPU, please install bitsandbytes with multi-backend, "
+            "see https://huggingface.co/docs/bitsandbytes/main/en/installation#multi-backend"
         )
     elsewhere = sorted(
         {str(t.device) for t in model.parameters() if t.device.type != "meta" and not _same_device(t.device, device)}

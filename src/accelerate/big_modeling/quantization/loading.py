@@ -98,7 +98,7 @@ def get_quantized_model_device_map(
             rest (8-bit layers may go to the disk).
     """
     from accelerate.big_modeling.budgets import get_balanced_memory
-    from accelerate.big_modeling.device_map import infer_auto_device_map
+    from accelerate.big_modeling.planner import infer_auto_device_map
 
     config = bnb_quantization_config
     if device_map is None:
