@@ -115,6 +115,34 @@ def _mismatched_gather() -> str:
     return "no error"
 
 
+def _reductions() -> dict[str, object]:
+    rank = PartialState().process_index
+    values = torch.tensor([1.0 + rank, 5.0 - 4 * rank])  # rank 0: [1, 5]; rank 1: [2, 1]
+    return {
+        "max": reduce(values, "max").tolist(),
+        "max_nested": reduce({"a": [torch.tensor([rank]), torch.tensor([-rank])]}, reduction="max"),
+        "none": reduce(values, "none").tolist(),
+        "sum": reduce(values, "sum").tolist(),
+        "inputs_kept": values.tolist(),
+    }
+
+
+def test_reduce_max_and_none_as_upstream(pool2: WorkerPool) -> None:
+    for rank, result in enumerate(pool2.run(_reductions)):
+        assert result["max"] == [2.0, 5.0]
+        nested = result["max_nested"]
+        assert [t.tolist() for t in nested["a"]] == [[1], [0]]  # type: ignore[index]
+        # Upstream's "none" divides nothing but still sums (its all-reduce is a sum for all but "max").
+        assert result["none"] == result["sum"] == [3.0, 6.0]
+        assert result["inputs_kept"] == [1.0 + rank, 5.0 - 4 * rank]
+
+
+def test_reduce_max_in_one_process_and_unknown_reductions() -> None:
+    assert reduce(torch.tensor([3.0]), "max").tolist() == [3.0]
+    with pytest.raises(ValueError, match="'sum', 'mean', 'max' or 'none'"):
+        reduce(torch.tensor([3.0]), "avg")
+
+
 def test_debug_mode_reports_shapes_on_every_rank(pool2: WorkerPool) -> None:
     results = pool2.run(_mismatched_gather, env={"ACCELERATE_DEBUG_MODE": "1"}, timeout=60)
     for text in results:

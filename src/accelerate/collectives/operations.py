@@ -219,19 +219,29 @@ def broadcast_object_list(object_list: list[Any], from_process: int = 0) -> list
 
 
 def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
-    """All-reduces each tensor (``"mean"``, ``"sum"`` or ``"none"``); the inputs are not modified.
+    """All-reduces each tensor across the processes; the inputs are not modified.
 
-    The default is ``"mean"`` here and ``"sum"`` in ``Accelerator.reduce``, as upstream.
+    ``reduction``: ``"sum"``, ``"mean"`` (the sum divided by the number of processes) or ``"max"``
+    (element-wise maximum). ``"none"`` divides nothing but, as upstream, still sums across the
+    processes (upstream's ``reduce`` all-reduces with a sum for every reduction but ``"max"``). The
+    default is ``"mean"`` here and ``"sum"`` in ``Accelerator.reduce``, as upstream.
+
+    Example:
+        >>> reduce(torch.tensor([1.0 + rank]), "max")  # doctest: +SKIP
+        tensor([2.])  # on both of two processes
     """
-    if reduction not in ("sum", "mean", "none"):
-        raise ValueError(f"reduce(reduction={reduction!r}) must be 'sum', 'mean' or 'none'")
+    if reduction not in ("sum", "mean", "none", "max"):
+        raise ValueError(f"reduce(reduction={reduction!r}) must be 'sum', 'mean', 'max' or 'none'")
     check_tensor_leaves(tensor, "reduce")
     world = _world()
 
     def _reduce(t: torch.Tensor) -> torch.Tensor:
         out = t.clone()
-        if world > 1 and reduction != "none":
-            current_communicator().all_reduce_sum_(out)
+        if world > 1:
+            if reduction == "max":
+                current_communicator().all_reduce_max_(out)
+            else:
+                current_communicator().all_reduce_sum_(out)
         if reduction == "mean":
             out = out / world if not out.is_floating_point() else out.div_(world)
         if scale != 1.0:
