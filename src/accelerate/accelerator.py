@@ -55,6 +55,9 @@ class Accelerator(AcceleratorCheckpoints, AcceleratorFacts):
         ...     optimizer.step()
     """
 
+    # Class-level too, as upstream (introspection and mocks see it); set per Accelerator in __init__.
+    profile_handler: ProfileKwargs | None = None
+
     def __init__(
         self,
         device_placement: bool = True,
@@ -120,7 +123,7 @@ class Accelerator(AcceleratorCheckpoints, AcceleratorFacts):
         self.scaler_handler = setup.scaler_handler
         self.autocast_handler = setup.autocast_handler
         self.init_handler = setup.init_handler
-        self.profile_handler: ProfileKwargs | None = setup.profile_handler
+        self.profile_handler = setup.profile_handler
         # The run's config as connect() resolved it: the script's, else the launcher's (--use_parallelism_config).
         self.parallelism_config = self.state.parallelism_config
         self._trigger = ProcessTrigger(self.partial_state.device)
