@@ -24,6 +24,7 @@ from accelerate.accelerator_checkpoints import AcceleratorCheckpoints
 from accelerate.accelerator_facts import AcceleratorFacts
 from accelerate.backends.registry import Prepared
 from accelerate.collectives import operations as collectives
+from accelerate.config.dynamo import TorchDynamoPlugin
 from accelerate.connector import connect
 from accelerate.optimizer import AcceleratedOptimizer
 from accelerate.scheduler import AcceleratedScheduler
@@ -36,7 +37,6 @@ from accelerate.utils.dataclasses import (
     KwargsHandler,
     ProfileKwargs,
     ProjectConfiguration,
-    TorchDynamoPlugin,
 )
 from accelerate.utils.imports import is_bitsandbytes_multi_backend_available  # noqa: F401 (upstream module path)
 from accelerate.utils.memory import release_memory
@@ -400,8 +400,9 @@ class Accelerator(AcceleratorCheckpoints, AcceleratorFacts):
         from accelerate.backends.join import join_uneven_inputs
 
         return join_uneven_inputs(
-            joinables, dataloaders=self._dataloaders, distributed=self.use_distributed, even_batches=even_batches
-        )
+            joinables, dataloaders=self._dataloaders, distributed_type=self.distributed_type,
+            even_batches=even_batches, default_even_batches=self.even_batches,
+        )  # fmt: skip
 
     def set_trigger(self) -> None:
         """Raises a flag on this process that :meth:`check_trigger` reports on every process."""

@@ -248,6 +248,35 @@ def parallelism_defaults(environ: Mapping[str, str] | None = None) -> dict[str, 
     return out
 
 
+_DYNAMO_DEFAULTS = {
+    "ACCELERATE_DYNAMO_BACKEND": "backend",
+    "ACCELERATE_DYNAMO_MODE": "mode",
+    "ACCELERATE_DYNAMO_USE_FULLGRAPH": "fullgraph",
+    "ACCELERATE_DYNAMO_USE_DYNAMIC": "dynamic",
+    "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION": "use_regional_compilation",
+}
+
+
+def dynamo_defaults(environ: Mapping[str, str] | None = None) -> dict[str, object]:
+    """The ``TorchDynamoPlugin`` fields the launcher wrote (``--dynamo_*``), by field name.
+
+    Upstream's ``TorchDynamoPlugin()`` fills the fields it was not given from these variables.
+
+    Example:
+        >>> dynamo_defaults({"ACCELERATE_DYNAMO_BACKEND": "inductor", "ACCELERATE_DYNAMO_USE_FULLGRAPH": "1"})
+        {'backend': 'inductor', 'fullgraph': True}
+    """
+    env = os.environ if environ is None else environ
+    by_name = {var.name: var for var in ENV_CONTRACT}
+    out: dict[str, object] = {}
+    for name, field in _DYNAMO_DEFAULTS.items():
+        raw = env.get(name)
+        if raw is None or raw == "":
+            continue
+        out[field] = parse_bool(name, raw) if by_name[name].kind == "bool" else raw
+    return out
+
+
 def write_launch_env(settings: Mapping[str, object]) -> dict[str, str]:
     """Turns launcher settings (keyed by contract field) into the variables a child gets.
 
