@@ -191,18 +191,16 @@ class Accelerator(AcceleratorCheckpoints, AcceleratorFacts):
         # fp8: the library's layers go in before any wrapper (FSDP2 then shards the float8 linears).
         model = self.precision.convert_model(model, sharded=bool(self.state.is_fsdp2))
         self.precision.check_model(model)
-        if self.dynamo_plugin.enabled and self.dynamo_plugin.use_regional_compilation:
-            # Before the forward wrapper and DDP: both then wrap the compiled copy (see compile_regions).
-            from accelerate.utils.regional_compilation import compile_regions
-
-            model = compile_regions(model, **self.dynamo_plugin.to_kwargs())
+        # Regional compilation before the forward wrapper and DDP (they wrap the compiled copy), or, for
+        # FSDP2 (and DeepSpeed, in its engine build), in place after setup, under the engine's hooks.
+        in_place = self.strategy.compiles_regions_in_place and not evaluation_mode
+        model = preparation.compile_before_setup(model, self.dynamo_plugin, in_place=in_place)
         self.precision.wrap_forward(model)
         if evaluation_mode:
             model = model.to(self.device) if place else model
         else:
             model = self.strategy.setup_module(model, device_placement=place)
-        if self.dynamo_plugin.enabled and not self.dynamo_plugin.use_regional_compilation:
-            model = torch.compile(model, **self.dynamo_plugin.to_kwargs())  # type: ignore[assignment]
+        model = preparation.compile_after_setup(model, self.dynamo_plugin, self.strategy, in_place=in_place)
         self._models.append(model)
         return model
 
