@@ -181,3 +181,12 @@ def test_context_parallel_config_constructs_on_cpu() -> None:
     # Upstream builds it anywhere; only running context parallelism needs CUDA.
     config = ParallelismConfig(cp_size=2)
     assert config.cp_enabled and config.total_size == 2
+
+
+def test_dimensions_in_use_get_upstreams_default_handlers() -> None:
+    config = ParallelismConfig(tp_size=2, cp_size=2, dp_shard_size=2)
+    assert config.tp_handler == TorchTensorParallelConfig() and config.cp_handler == TorchContextParallelConfig()
+    plain = ParallelismConfig(dp_shard_size=2)
+    assert plain.tp_handler is None and plain.cp_handler is None
+    mine = TorchTensorParallelConfig(enable_async_tp=True)
+    assert ParallelismConfig(tp_size=2, tp_handler=mine).tp_handler is mine

@@ -74,6 +74,13 @@ class ParallelismConfig:
                 )
         self.cp_backend = self.cp_backend or "torch"
         self.sp_backend = self.sp_backend or "deepspeed"
+        # As upstream: a dimension in use gets its default handler (what the user sees on the config).
+        from accelerate.utils.parallel_configs import TorchContextParallelConfig, TorchTensorParallelConfig
+
+        if self.tp_handler is None and self._size("tp") > 1:
+            self.tp_handler = TorchTensorParallelConfig()
+        if self.cp_handler is None and self._size("cp") > 1:
+            self.cp_handler = TorchContextParallelConfig()
         if self.cp_backend != "torch":
             raise ValueError(f"ParallelismConfig(cp_backend={self.cp_backend!r}) must be 'torch'.")
         if self.sp_backend != "deepspeed":
