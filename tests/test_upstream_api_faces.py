@@ -164,3 +164,33 @@ def test_the_walk_covers_every_section() -> None:
         pytest.skip("the upstream API reference is not available here")
     assert {e.module for e in ENTRIES} >= set(SECTIONS) | {"accelerate.utils"}
     assert len(ENTRIES) > 100
+
+
+@pytest.mark.parametrize(
+    ("module", "cls", "name"),
+    [
+        ("accelerate", "Accelerator", "profile_handler"),
+        ("accelerate", "AcceleratorState", "destroy_process_group"),
+        ("accelerate", "AcceleratorState", "fork_launched"),
+        ("accelerate.data_loader", "DataLoaderDispatcher", "submesh_dp"),
+        ("accelerate.data_loader", "DataLoaderDispatcher", "submesh_fsdp"),
+        ("accelerate.data_loader", "DataLoaderDispatcher", "submesh_tp"),
+    ],
+)
+def test_members_upstream_defines_on_the_class(module: str, cls: str, name: str) -> None:
+    # hasattr(Class, name), inspect.getmembers and mock.patch.object(Class, name) see them, as upstream.
+    from unittest import mock
+
+    owner = getattr(importlib.import_module(module), cls)
+    assert hasattr(owner, name) and name in dict(inspect.getmembers(owner))
+    with mock.patch.object(owner, name, "patched"):
+        assert getattr(owner, name) == "patched"
+
+
+def test_accelerator_state_forwards_fork_launched_and_destroy_process_group() -> None:
+    from accelerate import AcceleratorState, PartialState
+
+    state = AcceleratorState(cpu=True)
+    assert state.fork_launched is PartialState().fork_launched is False
+    assert inspect.signature(AcceleratorState.destroy_process_group).parameters["group"].default is None
+    state.destroy_process_group()  # one process, no group: nothing to destroy

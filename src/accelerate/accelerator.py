@@ -24,6 +24,7 @@ from accelerate.accelerator_checkpoints import AcceleratorCheckpoints
 from accelerate.accelerator_facts import AcceleratorFacts
 from accelerate.backends.registry import Prepared
 from accelerate.collectives import operations as collectives
+from accelerate.config.dynamo import TorchDynamoPlugin
 from accelerate.connector import connect
 from accelerate.optimizer import AcceleratedOptimizer
 from accelerate.scheduler import AcceleratedScheduler
@@ -36,7 +37,6 @@ from accelerate.utils.dataclasses import (
     KwargsHandler,
     ProfileKwargs,
     ProjectConfiguration,
-    TorchDynamoPlugin,
 )
 from accelerate.utils.imports import is_bitsandbytes_multi_backend_available  # noqa: F401 (upstream module path)
 from accelerate.utils.memory import release_memory
@@ -54,6 +54,9 @@ class Accelerator(AcceleratorCheckpoints, AcceleratorFacts):
         ...     accelerator.backward(loss_fn(model(x), y))
         ...     optimizer.step()
     """
+
+    # Class-level too, as upstream (introspection and mocks see it); set per Accelerator in __init__.
+    profile_handler: ProfileKwargs | None = None
 
     def __init__(
         self,
@@ -120,7 +123,7 @@ class Accelerator(AcceleratorCheckpoints, AcceleratorFacts):
         self.scaler_handler = setup.scaler_handler
         self.autocast_handler = setup.autocast_handler
         self.init_handler = setup.init_handler
-        self.profile_handler: ProfileKwargs | None = setup.profile_handler
+        self.profile_handler = setup.profile_handler
         # The run's config as connect() resolved it: the script's, else the launcher's (--use_parallelism_config).
         self.parallelism_config = self.state.parallelism_config
         self._trigger = ProcessTrigger(self.partial_state.device)
@@ -188,18 +191,16 @@ class Accelerator(AcceleratorCheckpoints, AcceleratorFacts):
         # fp8: the library's layers go in before any wrapper (FSDP2 then shards the float8 linears).
         model = self.precision.convert_model(model, sharded=bool(self.state.is_fsdp2))
         self.precision.check_model(model)
-        if self.dynamo_plugin.enabled and self.dynamo_plugin.use_regional_compilation:
-            # Before the forward wrapper and DDP: both then wrap the compiled copy (see compile_regions).
-            from accelerate.utils.regional_compilation import compile_regions
-
-            model = compile_regions(model, **self.dynamo_plugin.to_kwargs())
+        # Regional compilation before the forward wrapper and DDP (they wrap the compiled copy), or, for
+        # FSDP2 (and DeepSpeed, in its engine build), in place after setup, under the engine's hooks.
+        in_place = self.strategy.compiles_regions_in_place and not evaluation_mode
+        model = preparation.compile_before_setup(model, self.dynamo_plugin, in_place=in_place)
         self.precision.wrap_forward(model)
         if evaluation_mode:
             model = model.to(self.device) if place else model
         else:
             model = self.strategy.setup_module(model, device_placement=place)
-        if self.dynamo_plugin.enabled and not self.dynamo_plugin.use_regional_compilation:
-            model = torch.compile(model, **self.dynamo_plugin.to_kwargs())  # type: ignore[assignment]
+        model = preparation.compile_after_setup(model, self.dynamo_plugin, self.strategy, in_place=in_place)
         self._models.append(model)
         return model
 
@@ -397,8 +398,9 @@ class Accelerator(AcceleratorCheckpoints, AcceleratorFacts):
         from accelerate.backends.join import join_uneven_inputs
 
         return join_uneven_inputs(
-            joinables, dataloaders=self._dataloaders, distributed=self.use_distributed, even_batches=even_batches
-        )
+            joinables, dataloaders=self._dataloaders, distributed_type=self.distributed_type,
+            even_batches=even_batches, default_even_batches=self.even_batches,
+        )  # fmt: skip
 
     def set_trigger(self) -> None:
         """Raises a flag on this process that :meth:`check_trigger` reports on every process."""

@@ -24,6 +24,7 @@ from accelerate.backends.resolve import (
     resolve_mixed_precision,
     resolve_strategy,
 )
+from accelerate.config.dynamo import TorchDynamoPlugin
 from accelerate.config.env import LaunchEnv, read_launch_env
 from accelerate.precision.amp import Precision
 from accelerate.state import AcceleratorState, GradientState, PartialState
@@ -41,9 +42,9 @@ from accelerate.utils.dataclasses import (
     KwargsHandler,
     ProfileKwargs,
     ProjectConfiguration,
-    TorchDynamoPlugin,
     collect_kwargs_handlers,
 )
+from accelerate.utils.kernel_check import check_os_kernel
 from accelerate.utils.records import frozen_record
 
 if TYPE_CHECKING:
@@ -116,6 +117,7 @@ def connect(
     handlers = collect_kwargs_handlers(kwargs_handlers)
     pg: InitProcessGroupKwargs | None = handlers.get(InitProcessGroupKwargs)
     partial = _partial_state(cpu, pg)
+    check_os_kernel()  # as upstream's Accelerator(): a warning on Linux kernels older than 5.5.0
     earlier = _initialized_state()
     if not mixed_precision and earlier is not None:
         # As upstream: a later Accelerator() that names no precision re-uses the process's (an
@@ -277,17 +279,15 @@ def _dynamo_plugin(
     plugin: TorchDynamoPlugin | None, backend: str | None, launch: LaunchEnv
 ) -> TorchDynamoPlugin:
     """The ``torch.compile`` settings: what the caller set, the launcher's settings for the rest."""
-    if (
-        plugin is not None
-        and backend is not None
-        and str(plugin.backend or backend).lower() != backend.lower()
-    ):
+    given = plugin is not None and getattr(plugin, "_backend_given", True)
+    if plugin is not None and backend is not None and given and str(plugin.backend).lower() != backend.lower():
         raise ValueError(
             f"Accelerator got dynamo_backend={backend!r} and dynamo_plugin with backend={plugin.backend!r}; "
             "set the backend in one place (the plugin is preferred)."
         )
-    plugin = dataclasses.replace(plugin) if plugin is not None else TorchDynamoPlugin()
-    chosen = str(plugin.backend or backend or launch.dynamo_backend or "no")
+    # The plugin fills what it was not given from the launcher when it is built (as upstream).
+    plugin = dataclasses.replace(plugin) if plugin is not None else TorchDynamoPlugin(backend=backend)
+    chosen = str((backend if backend is not None and not given else plugin.backend) or "no")
     # Upstream's plugin holds a DynamoBackend member whatever the case it was given in (scripts compare
     # `backend != DynamoBackend.NO`); a backend name torch knows but the enum does not stays as given.
     from accelerate.utils.enums import DynamoBackend

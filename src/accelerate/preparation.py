@@ -125,3 +125,23 @@ def mark_prepared(accelerator: Accelerator, results: list[Any]) -> None:
     for item in results:
         if id(item) in tracked:
             item._is_accelerate_prepared = True
+
+
+def compile_before_setup(model: Any, plugin: Any, *, in_place: bool) -> Any:
+    """Regional compilation as a compiled copy, before the strategy wraps the model (unless ``in_place``)."""
+    if plugin.enabled and plugin.use_regional_compilation and not in_place:
+        from accelerate.utils.regional_compilation import compile_regions
+
+        return compile_regions(model, **plugin.to_kwargs())
+    return model
+
+
+def compile_after_setup(model: Any, plugin: Any, strategy: Any, *, in_place: bool) -> Any:
+    """Whole-model ``torch.compile`` after setup, or the strategy's in-place regional compilation."""
+    if not plugin.enabled:
+        return model
+    if not plugin.use_regional_compilation:
+        return torch.compile(model, **plugin.to_kwargs())
+    if in_place:
+        strategy.compile_regions(model, plugin.to_kwargs())
+    return model

@@ -296,3 +296,39 @@ def _prepare_and_train_one_epoch(accelerator: Any, model: torch.nn.Module) -> An
         optimizer.step()
         optimizer.zero_grad()
     return model
+
+
+def regional_compilation_facts() -> dict[str, Any]:
+    """ZeRO-3 with TorchDynamoPlugin(use_regional_compilation=True): the engine's blocks compile in place."""
+    from torch import nn
+
+    from accelerate.utils import TorchDynamoPlugin
+
+    accelerator = _accelerator(3, dynamo_plugin=TorchDynamoPlugin(backend="eager", use_regional_compilation=True))
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 8), nn.ModuleList([nn.Linear(8, 8) for _ in range(3)]), nn.Linear(8, 2))
+
+    class Tower(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inp, self.blocks, self.out = model[0], model[1], model[2]
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = self.inp(x)
+            for block in self.blocks:
+                h = torch.tanh(block(h))
+            return self.out(h)
+
+    tower = Tower()
+    optimizer = torch.optim.AdamW(tower.parameters(), lr=LR)
+    loader = DataLoader(make_data(), batch_size=4)
+    engine, optimizer, loader = accelerator.prepare(tower, optimizer, loader)
+    x, y = next(iter(loader))
+    loss = F.mse_loss(engine(x), y)
+    accelerator.backward(loss)
+    optimizer.step()
+    return {
+        "module_is_the_model": engine.module is tower,
+        "blocks_compiled": [block._compiled_call_impl is not None for block in engine.module.blocks],
+        "loss_finite": bool(torch.isfinite(loss).item()),
+    }

@@ -133,3 +133,9 @@ def test_free_memory_forgets_the_engines_so_a_new_prepare_trains_and_saves_alone
     assert [r["engines"] for r in results] == [1, 1]
     _close(results[0]["weights"], payloads.reference_weights(batch_size=8), atol=1e-5)
     assert not (folder / "pytorch_model_1").exists()  # only the new engine's checkpoint
+
+
+def test_regional_compilation_compiles_the_engines_blocks_in_place(ds_pool: WorkerPool) -> None:
+    # As upstream: compile_regions_deepspeed(engine.module) after the engine is built (ZeRO-3's hooks stay).
+    for rank in ds_pool.run(payloads.regional_compilation_facts, env=ENV, timeout=300):
+        assert rank == {"module_is_the_model": True, "blocks_compiled": [True] * 3, "loss_finite": True}

@@ -285,3 +285,33 @@ def test_one_process_keeps_the_plugin_and_runs_unsharded() -> None:
     model = accelerator.prepare(make_model())
     assert accelerator.state.fsdp_plugin.state_dict_type == "SHARDED_STATE_DICT"
     assert isinstance(model.blocks[0], Block)
+
+
+def _fsdp2_regional_compilation() -> dict[str, Any]:
+    from torch.distributed.fsdp import FSDPModule
+
+    from accelerate.utils import TorchDynamoPlugin
+
+    accelerator = Accelerator(
+        fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2, **WRAP),
+        dynamo_plugin=TorchDynamoPlugin(backend="eager", use_regional_compilation=True),
+    )
+    original = make_model()
+    model = accelerator.prepare(original)
+    x, y = dataset(4)
+    loss = F.mse_loss(model(x), y)
+    accelerator.backward(loss)
+    return {
+        "same_object": model is original,  # in place: no compiled copy for fully_shard to miss
+        "root_sharded": isinstance(model, FSDPModule),
+        "blocks_sharded": all(isinstance(block, FSDPModule) for block in model.blocks),
+        "blocks_compiled": all(block._compiled_call_impl is not None for block in model.blocks),
+        "grads": all(p.grad is not None for p in model.parameters()),
+    }
+
+
+def test_fsdp2_regional_compilation_compiles_the_sharded_blocks_in_place(pool2: WorkerPool) -> None:
+    # As upstream: under FSDP2, TorchDynamoPlugin(use_regional_compilation=True) compiles each block in place
+    # after fully_shard (compile_regions_fsdp2), so the blocks keep their all-gather/reshard hooks.
+    for rank in pool2.run(_fsdp2_regional_compilation, timeout=120):
+        assert rank == dict.fromkeys(rank, True)

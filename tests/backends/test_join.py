@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
+from torch.distributed.algorithms.join import Joinable, JoinHook
 from torch.utils.data import DataLoader, TensorDataset
 
-from accelerate import Accelerator
+from accelerate import Accelerator, DistributedType
+from accelerate.backends.join import join_uneven_inputs
+from accelerate.data_loader import DataLoaderDispatcher
 from tests.helpers.pool import WorkerPool
 
 
@@ -39,10 +44,51 @@ def test_uneven_inputs_finish_on_both_ranks(pool2: WorkerPool) -> None:
 def test_one_process_runs_the_block_as_it_is() -> None:
     accelerator = Accelerator(cpu=True)
     model = accelerator.prepare(torch.nn.Linear(2, 2))
-    with accelerator.join_uneven_inputs([model]):
-        model(torch.ones(1, 2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # as upstream: nothing to join and nothing to say in one process
+        with accelerator.join_uneven_inputs([model]):
+            model(torch.ones(1, 2))
+        with accelerator.join_uneven_inputs([model], even_batches=False):
+            pass
+
+
+class _Joinable(Joinable):
+    def __init__(self) -> None:
+        super().__init__()
+
+    def join_hook(self, **kwargs: object) -> JoinHook:
+        return JoinHook()
+
+    @property
+    def join_device(self) -> torch.device:
+        return torch.device("cpu")
+
+    @property
+    def join_process_group(self) -> object:
+        return None
+
+
+def test_upstreams_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
+    import contextlib
+
+    import accelerate.backends.join as join_module
+
+    seen: list[dict[str, object]] = []
+    monkeypatch.setattr(join_module, "Join", lambda joinables, **kw: seen.append(kw) or contextlib.nullcontext())
+    # Another distributed setup (FSDP, DeepSpeed, XLA): the block runs as it is, with upstream's warning.
     with (
-        pytest.warns(UserWarning, match="no effect in one process"),
-        accelerator.join_uneven_inputs([model], even_batches=False),
+        pytest.warns(UserWarning, match="only supported for multi-GPU training"),
+        join_uneven_inputs([_Joinable()], dataloaders=[], distributed_type="FSDP", even_batches=None),
     ):
         pass
+    # A dispatching loader keeps its even_batches when the block overrides it, with upstream's warning.
+    dispatcher = object.__new__(DataLoaderDispatcher)
+    with (
+        pytest.warns(UserWarning, match="Overridding even_batches is only supported for map-style datasets"),
+        join_uneven_inputs(
+            [_Joinable()], dataloaders=[dispatcher], distributed_type=DistributedType.MULTI_CPU, even_batches=True
+        ),
+    ):
+        pass
+    # Join shadows collectives only when the loaders do not even out the batches (as upstream).
+    assert seen == [{"enable": False, "throw_on_early_termination": False}]

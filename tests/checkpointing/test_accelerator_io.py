@@ -96,3 +96,19 @@ def test_save_model_of_an_offloaded_model_writes_the_real_weights(
     for name, tensor in expected.items():
         assert torch.equal(saved[name], tensor), name
     assert any(p.is_meta for p in model.parameters())  # still offloaded afterwards
+
+
+def test_register_for_checkpointing_lists_every_invalid_object_as_upstream() -> None:
+    from accelerate import Accelerator
+
+    accelerator = Accelerator(cpu=True)
+    model = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(ValueError) as error:
+        accelerator.register_for_checkpointing(torch.tensor([1]), torch.tensor([2]), model, optimizer)
+    message = str(error.value)
+    assert message.startswith("All `objects` must include a `state_dict` and `load_state_dict` function")
+    assert "Item at index 0, `Tensor`" in message and "Item at index 1" in message
+    assert "Item at index 2" not in message and "Item at index 3" not in message
+    accelerator.register_for_checkpointing(model, optimizer)  # nothing was registered by the failed call
+    assert accelerator._custom_objects == [model, optimizer]

@@ -40,6 +40,31 @@ def test_identity_in_one_process() -> None:
     assert pad_across_processes(ones) is ones  # nothing to pad against in one process
 
 
+def test_pad_across_processes_in_one_process_as_upstream() -> None:
+    from accelerate.utils import CannotPadNestedTensorWarning
+
+    with pytest.warns(UserWarning):  # torch's own prototype warning for nested tensors, then ours
+        nested = torch.nested.nested_tensor([[1, 2, 3], [1], [1, 2]])
+    with pytest.warns(CannotPadNestedTensorWarning):
+        assert pad_across_processes(nested) is nested
+    tensor = torch.randn(4, 3, 100)
+    assert pad_across_processes(tensor, dim=-1).shape[-1] == 100
+    assert pad_across_processes(tensor, dim=-4) is tensor  # out of range: as it is
+    with pytest.raises(TypeError):
+        pad_across_processes({"a": [tensor, "text"]})
+
+
+def _pad_with_a_tensor_index() -> list[list[int]]:
+    rank = PartialState().process_index
+    rows = torch.arange(2 * (rank + 1)).view(rank + 1, 2)
+    # upstream's split_between_processes pads with a row: pad_index=inputs[-1]
+    return pad_across_processes(rows, pad_index=torch.tensor([7, 9])).tolist()
+
+
+def test_pad_across_processes_with_a_row_as_pad_index(pool2: WorkerPool) -> None:
+    assert pool2.run(_pad_with_a_tensor_index) == [[[0, 1], [7, 9]], [[0, 1], [2, 3]]]
+
+
 def test_non_tensor_leaf_names_type_and_path() -> None:
     with pytest.raises(TypeError, match=r"gather .* found a str at \['b'\]\[1\]"):
         gather({"a": torch.ones(1), "b": [torch.ones(1), "oops"]})
@@ -113,6 +138,34 @@ def _mismatched_gather() -> str:
     except DistributedOperationException as exc:
         return f"{time.monotonic() - start:.1f}s|{exc}"
     return "no error"
+
+
+def _reductions() -> dict[str, object]:
+    rank = PartialState().process_index
+    values = torch.tensor([1.0 + rank, 5.0 - 4 * rank])  # rank 0: [1, 5]; rank 1: [2, 1]
+    return {
+        "max": reduce(values, "max").tolist(),
+        "max_nested": reduce({"a": [torch.tensor([rank]), torch.tensor([-rank])]}, reduction="max"),
+        "none": reduce(values, "none").tolist(),
+        "sum": reduce(values, "sum").tolist(),
+        "inputs_kept": values.tolist(),
+    }
+
+
+def test_reduce_max_and_none_as_upstream(pool2: WorkerPool) -> None:
+    for rank, result in enumerate(pool2.run(_reductions)):
+        assert result["max"] == [2.0, 5.0]
+        nested = result["max_nested"]
+        assert [t.tolist() for t in nested["a"]] == [[1], [0]]  # type: ignore[index]
+        # Upstream's "none" divides nothing but still sums (its all-reduce is a sum for all but "max").
+        assert result["none"] == result["sum"] == [3.0, 6.0]
+        assert result["inputs_kept"] == [1.0 + rank, 5.0 - 4 * rank]
+
+
+def test_reduce_max_in_one_process_and_unknown_reductions() -> None:
+    assert reduce(torch.tensor([3.0]), "max").tolist() == [3.0]
+    with pytest.raises(ValueError, match="'sum', 'mean', 'max' or 'none'"):
+        reduce(torch.tensor([3.0]), "avg")
 
 
 def test_debug_mode_reports_shapes_on_every_rank(pool2: WorkerPool) -> None:

@@ -167,3 +167,28 @@ def test_locate_order(tmp_path: Path) -> None:
         locate_config_file(None, {"ACCELERATE_CONFIG_FILE": str(tmp_path / "nope.yaml")})
     with pytest.raises(ConfigFileError, match="--config_file"):
         locate_config_file(str(tmp_path / "nope.yaml"), env)
+
+
+@pytest.mark.parametrize("value", ["DATA_PARALLEL", "MODEL_PARALLEL", "NO"])
+def test_a_sagemaker_files_distributed_type_is_sagemakers(tmp_path: Path, value: str) -> None:
+    # As upstream: under compute_environment: AMAZON_SAGEMAKER, distributed_type is a SageMakerDistributedType.
+    from accelerate.commands.config.config_args import SageMakerConfig, load_config_from_file
+    from accelerate.utils.enums import SageMakerDistributedType
+
+    path = tmp_path / "sagemaker.yaml"
+    path.write_text(
+        f"compute_environment: AMAZON_SAGEMAKER\ndistributed_type: {value}\nec2_instance_type: ml.p3.2xlarge\n"
+        "iam_role_name: role\nmixed_precision: 'no'\nnum_machines: 1\nprofile: default\nregion: us-east-1\n"
+        "use_cpu: false\ndebug: false\n"
+    )
+    config = load_config_from_file(str(path))
+    assert isinstance(config, SageMakerConfig)
+    assert config.distributed_type is SageMakerDistributedType(value)
+    assert config.to_dict()["distributed_type"] == value
+
+
+def test_data_parallel_is_not_a_local_distributed_type(tmp_path: Path) -> None:
+    path = tmp_path / "local.yaml"
+    path.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: DATA_PARALLEL\n")
+    with pytest.raises(ValueError, match="distributed_type"):
+        load_config_file(path)

@@ -152,3 +152,41 @@ def test_two_processes_get_a_one_dimensional_data_parallel_mesh(pool2: WorkerPoo
             "names": ("dp_replicate",), "shape": (2,), "local_rank": rank, "sum": 3.0, "same_as_state": True,
             "dp_rank": rank,
         }  # fmt: skip
+
+
+def test_unset_sizes_come_from_the_launchers_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    # As upstream: a ParallelismConfig() built inside `accelerate launch --parallelism_config_tp_size 2`
+    # has the launcher's sizes (with or without ACCELERATE_USE_PARALLELISM_CONFIG); given ones win.
+    monkeypatch.setenv("PARALLELISM_CONFIG_TP_SIZE", "2")
+    monkeypatch.setenv("PARALLELISM_CONFIG_DP_SHARD_SIZE", "3")
+    monkeypatch.setenv("PARALLELISM_CONFIG_CP_BACKEND", "torch")
+    config = ParallelismConfig()
+    assert (config.tp_size, config.dp_shard_size, config.dp_replicate_size, config.cp_size) == (2, 3, 1, 1)
+    assert config.total_size == 6 and config.cp_backend == "torch"
+    assert ParallelismConfig(tp_size=1).tp_size == 1
+    monkeypatch.setenv("PARALLELISM_CONFIG_TP_SIZE", "two")
+    with pytest.raises(ValueError, match="PARALLELISM_CONFIG_TP_SIZE='two' must be an integer"):
+        ParallelismConfig()
+
+
+def test_an_explicit_config_keeps_the_launchers_tp_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PARALLELISM_CONFIG_TP_SIZE", "2")
+    # One process here: the launcher's tp_size=2 is kept, so the run says it needs two processes
+    # instead of silently training without tensor parallelism.
+    with pytest.raises(ValueError, match="tp_size=2"):
+        Accelerator(cpu=True, parallelism_config=ParallelismConfig())
+
+
+def test_context_parallel_config_constructs_on_cpu() -> None:
+    # Upstream builds it anywhere; only running context parallelism needs CUDA.
+    config = ParallelismConfig(cp_size=2)
+    assert config.cp_enabled and config.total_size == 2
+
+
+def test_dimensions_in_use_get_upstreams_default_handlers() -> None:
+    config = ParallelismConfig(tp_size=2, cp_size=2, dp_shard_size=2)
+    assert config.tp_handler == TorchTensorParallelConfig() and config.cp_handler == TorchContextParallelConfig()
+    plain = ParallelismConfig(dp_shard_size=2)
+    assert plain.tp_handler is None and plain.cp_handler is None
+    mine = TorchTensorParallelConfig(enable_async_tp=True)
+    assert ParallelismConfig(tp_size=2, tp_handler=mine).tp_handler is mine

@@ -52,19 +52,34 @@ def _rows(dataset: object) -> list[int]:
 
 
 def test_split_a_datasets_dataset_by_select() -> None:
-    # As upstream: each share is `dataset.select(...)` of its rows (a Dataset again), padded with
-    # the share's own last row; a process past the end of the data gets the last row.
+    # As upstream 1.15: each share is `dataset.select(...)` of its rows (a Dataset again), padded with
+    # the dataset's last row (as lists and tensors are); a process past the end of the data gets no
+    # row unless apply_padding asks for one.
     datasets = pytest.importorskip("datasets")
     dataset = datasets.Dataset.from_dict({"x": list(range(7))})
     shares = [split_for_process(dataset, 3, i) for i in range(3)]
     assert all(isinstance(share, datasets.Dataset) for share in shares)
     assert [_rows(share) for share in shares] == [[0, 1, 2], [3, 4], [5, 6]]
     padded = [_rows(split_for_process(dataset, 3, i, apply_padding=True)) for i in range(3)]
-    assert padded == [[0, 1, 2], [3, 4, 4], [5, 6, 6]]
+    assert padded == [[0, 1, 2], [3, 4, 6], [5, 6, 6]]
     tiny = datasets.Dataset.from_dict({"x": [0, 1]})
-    assert [_rows(split_for_process(tiny, 3, i)) for i in range(3)] == [[0], [1], [1]]
+    assert [_rows(split_for_process(tiny, 3, i)) for i in range(3)] == [[0], [1], []]
+    assert [_rows(split_for_process(tiny, 3, i, apply_padding=True)) for i in range(3)] == [[0], [1], [1]]
     both = split_for_process({"d": dataset, "l": list(range(7))}, 2, 1, apply_padding=True)
     assert _rows(both["d"]) == [4, 5, 6, 6] and both["l"] == [4, 5, 6, 6]
+
+
+def test_three_processes_pad_with_the_inputs_last_item() -> None:
+    # Upstream pads every short share with inputs[-1] (tensors through pad_across_processes with
+    # pad_index=inputs[-1]), not with the share's own last item.
+    data = list(range(7))
+    assert [split_for_process(data, 3, i, True) for i in range(3)] == [[0, 1, 2], [3, 4, 6], [5, 6, 6]]
+    assert [split_for_process(tuple(data), 3, i, True) for i in range(3)] == [(0, 1, 2), (3, 4, 6), (5, 6, 6)]
+    rows = torch.arange(14).view(7, 2)
+    assert split_for_process(rows, 3, 1, True).tolist() == [[6, 7], [8, 9], [12, 13]]
+    assert [split_for_process(data[:6], 3, i, True) for i in range(3)] == [[0, 1], [2, 3], [4, 5]]
+    assert [split_for_process([0, 1], 4, i) for i in range(4)] == [[0], [1], [], []]
+    assert [split_for_process([0, 1], 4, i, True) for i in range(4)] == [[0], [1], [1], [1]]
 
 
 def split_dataset_on_rank() -> list[int]:

@@ -19,12 +19,14 @@ def test_torch_dynamo_plugin_fields_and_kwargs() -> None:
         "backend", "mode", "fullgraph", "dynamic", "options", "disable", "use_regional_compilation",
     ]  # fmt: skip
     assert dc.DynamoPlugin is dc.TorchDynamoPlugin
-    assert dc.TorchDynamoPlugin().to_kwargs() == {"backend": "no"}
+    # Upstream's defaults, filled at construction (outside a launch: no compilation).
+    assert dc.TorchDynamoPlugin().to_kwargs() == {"backend": "no", "mode": "default", "fullgraph": False}
     plugin = dc.TorchDynamoPlugin(backend="INDUCTOR", mode="max-autotune", dynamic=False, options={"x": 1})
     assert plugin.enabled
-    assert plugin.to_kwargs() == {"backend": "inductor", "mode": "max-autotune", "dynamic": False, "options": {"x": 1}}
+    assert plugin.to_kwargs() == {"backend": "inductor", "mode": "max-autotune", "fullgraph": False, "dynamic": False,
+                                  "options": {"x": 1}}  # fmt: skip
     assert dc.TorchDynamoPlugin(backend=dc.DynamoBackend.EAGER, disable=True).to_kwargs() == {
-        "backend": "eager", "disable": True,
+        "backend": "eager", "mode": "default", "fullgraph": False, "disable": True,
     }  # fmt: skip
 
 
@@ -43,6 +45,26 @@ def test_dynamo_plugin_with_backend_none_defers_to_the_launcher(monkeypatch: pyt
     assert accelerator.dynamo_plugin.backend == dc.DynamoBackend.EAGER
     assert accelerator.state.dynamo_backend == dc.DynamoBackend.EAGER
     assert accelerator.state.dynamo_plugin is accelerator.dynamo_plugin
+
+
+def test_dynamo_plugin_reads_the_launchers_settings_when_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    # As upstream: TorchDynamoPlugin() inside `accelerate launch --dynamo_backend ...` has the launcher's settings.
+    monkeypatch.setenv("ACCELERATE_DYNAMO_BACKEND", "inductor")
+    monkeypatch.setenv("ACCELERATE_DYNAMO_MODE", "reduce-overhead")
+    monkeypatch.setenv("ACCELERATE_DYNAMO_USE_FULLGRAPH", "true")
+    monkeypatch.setenv("ACCELERATE_DYNAMO_USE_DYNAMIC", "false")
+    monkeypatch.setenv("ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION", "1")
+    plugin = dc.TorchDynamoPlugin()
+    assert plugin.backend == dc.DynamoBackend.INDUCTOR and plugin.mode == "reduce-overhead"
+    assert (plugin.fullgraph, plugin.dynamic, plugin.use_regional_compilation) == (True, False, True)
+    assert dc.TorchDynamoPlugin(backend="eager", fullgraph=False).fullgraph is False  # given fields win
+    monkeypatch.delenv("ACCELERATE_DYNAMO_USE_DYNAMIC")
+    assert dc.TorchDynamoPlugin().dynamic is None  # unset: torch decides, as upstream
+
+
+def test_dynamo_backend_argument_fills_an_unset_plugin_backend() -> None:
+    accelerator = Accelerator(cpu=True, dynamo_backend="eager", dynamo_plugin=dc.TorchDynamoPlugin(mode="default"))
+    assert accelerator.dynamo_plugin.backend == dc.DynamoBackend.EAGER
 
 
 def test_dynamo_plugin_errors() -> None:

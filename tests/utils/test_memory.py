@@ -62,6 +62,21 @@ def test_single_process_shrinks_by_a_tenth_until_it_fits() -> None:
     assert tried == [128, 115, 103, 92, 82, 73, 65, 58, 52, 46, 41, 36, 32, 28, 25, 22, 19]
 
 
+def test_the_size_found_is_kept_for_the_next_call() -> None:
+    tried: list[int] = []
+
+    @find_executable_batch_size(starting_batch_size=16)
+    def train(batch_size: int) -> int:
+        tried.append(batch_size)
+        if batch_size > 12:
+            raise MemoryError
+        return batch_size
+
+    assert train() == 12 and tried == [16, 14, 12]
+    tried.clear()
+    assert train() == 12 and tried == [12]  # as upstream: no second search from 16
+
+
 def test_single_process_custom_reduction_and_exhaustion() -> None:
     tried: list[int] = []
 

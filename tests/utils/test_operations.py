@@ -260,3 +260,35 @@ def test_concatenate_joins_tensors_and_refuses_other_leaves_as_upstream() -> Non
     pair = namedtuple("pair", "x y")  # noqa: PYI024 (a plain namedtuple, as users pass)
     joined_pair = ops.concatenate([pair(torch.ones(1), [torch.zeros(1)]), pair(torch.ones(1), [torch.ones(1)])])
     assert type(joined_pair) is pair and joined_pair.y[0].tolist() == [0.0, 1.0]
+
+
+def test_concatenate_as_upstreams_tests_drive_it() -> None:
+    from accelerate.utils import concatenate
+
+    assert concatenate(["test_string"]) == "test_string"  # one batch comes back as it is
+    one = torch.randn(3, 4)
+    assert torch.equal(concatenate([one]), one)
+    with pytest.raises(TypeError):  # several batches cannot join a non-tensor leaf
+        concatenate([{"a": torch.ones(1), "c": "s1"}, {"a": torch.ones(1), "c": "s2"}])
+    with pytest.raises(RuntimeError):  # misaligned batches: torch.cat's own error
+        concatenate([torch.randn(5, 10), torch.randn(5, 12)])
+    nested = concatenate([{"inputs": (torch.ones(2, 3),), "labels": torch.ones(2, 1)}] * 3)
+    assert isinstance(nested["inputs"], tuple) and nested["inputs"][0].shape == (6, 3)
+    assert concatenate([torch.ones(3, 2, 4), torch.ones(3, 2, 4)], dim=1).shape == (3, 4, 4)
+
+
+def test_recursively_apply_error_is_upstreams() -> None:
+    with pytest.raises(TypeError) as error:
+        ops.recursively_apply(torch.neg, (torch.tensor(1), 1), error_on_other_type=True)
+    assert str(error.value) == (
+        "Unsupported types (<class 'int'>) passed to `neg`. Only nested list/tuple/dicts of objects that are valid "
+        "for `is_torch_tensor` should be passed."
+    )
+
+
+def test_honor_type_keeps_namedtuples_and_sequences() -> None:
+    from accelerate.utils import honor_type
+
+    Point = namedtuple("Point", ["x", "y"])
+    assert honor_type(Point(1, 2), iter([3, 4])) == Point(3, 4)
+    assert honor_type((1,), iter([3, 4])) == (3, 4) and honor_type([1], iter([5])) == [5]

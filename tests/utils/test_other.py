@@ -143,11 +143,62 @@ def test_ports() -> None:
 
 
 def test_check_os_kernel_reads_the_release(caplog: pytest.LogCaptureFixture) -> None:
-    assert _kernel_version("4.15.0-1-generic") == (4, 15, 0)
-    assert _kernel_version("6.8") == (6, 8, 0)
+    assert _kernel_version("4.15.0-1-generic") == "4.15.0"
+    assert _kernel_version("6.8") == "6.8.0"
     assert _kernel_version("unknown") is None
     with caplog.at_level(logging.WARNING):
         other.check_os_kernel()  # this machine's kernel: warns only if it is older than 5.5
+
+
+@pytest.mark.parametrize(("system", "release", "warns"), [
+    ("Linux", "5.4.0-35-generic", True), ("Linux", "5.15.0-35-generic", False), ("Darwin", "5.4.0-35-generic", False),
+])  # fmt: skip
+def test_check_os_kernel_as_upstreams_tests_drive_it(system: str, release: str, warns: bool) -> None:
+    from unittest import mock
+
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    logging.getLogger().addHandler(handler)
+    try:
+        with mock.patch("platform.uname", return_value=mock.Mock(release=release, system=system)):
+            other.check_os_kernel()
+    finally:
+        logging.getLogger().removeHandler(handler)
+    assert len(records) == warns
+    if warns:  # upstream's tests read record.msg itself (an f-string there, not %-arguments)
+        assert records[0].levelname == "WARNING" and "5.4.0" in records[0].msg and "5.5.0" in records[0].msg
+
+
+def test_accelerator_checks_the_kernel() -> None:
+    from unittest import mock
+
+    from accelerate import Accelerator
+
+    with mock.patch("accelerate.connector.check_os_kernel") as check:
+        Accelerator(cpu=True)
+    check.assert_called_once_with()
+
+
+def test_save_safetensors_with_shared_memory_warns_as_upstream(tmp_path: Path) -> None:
+    class Model(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = nn.Linear(10, 10)
+            self.b = self.a
+
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(level=logging.WARNING)
+    handler.emit = records.append  # type: ignore[method-assign]
+    logging.getLogger().addHandler(handler)
+    try:
+        other.save(Model().state_dict(), tmp_path / "model.safetensors", safe_serialization=True)
+    finally:
+        logging.getLogger().removeHandler(handler)
+    assert len(records) == 1 and "Removed shared tensor" in records[0].getMessage()
+    from safetensors.torch import load_file
+
+    assert sorted(load_file(tmp_path / "model.safetensors")) == ["a.bias", "a.weight"]
 
 
 def test_np_core_is_numpys_core_module() -> None:

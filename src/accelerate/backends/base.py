@@ -39,6 +39,16 @@ class Strategy:
     owns_backward = False
     # Backends that build one object from the model, optimizer and scheduler (see preparation.py).
     prepares_jointly = False
+    # Regional compilation (TorchDynamoPlugin(use_regional_compilation=True)) runs before setup_module
+    # as a compiled copy that the wrapper then wraps; backends whose hooks sit on the blocks themselves
+    # (FSDP2's all-gathers, DeepSpeed's ZeRO-3 fetches) compile the blocks in place after setup instead.
+    compiles_regions_in_place = False
+
+    def compile_regions(self, model: torch.nn.Module, compile_kwargs: dict[str, Any]) -> None:
+        """Compiles ``model``'s repeated blocks in place, after ``setup_module`` (see above)."""
+        from accelerate.utils.regional_compilation import compile_regions_fsdp2
+
+        compile_regions_fsdp2(model, **compile_kwargs)
 
     def __init__(self, device: torch.device, distributed_type: DistributedType = DistributedType.NO) -> None:
         self.device = device

@@ -28,27 +28,50 @@ def _batch_samplers(dataloaders: Sequence[Any]) -> list[Any]:
 
 @contextlib.contextmanager
 def join_uneven_inputs(
-    joinables: Sequence[Joinable], *, dataloaders: Sequence[Any], distributed: bool, even_batches: bool | None
+    joinables: Sequence[Joinable],
+    *,
+    dataloaders: Sequence[Any],
+    distributed_type: Any,
+    even_batches: bool | None,
+    default_even_batches: bool = True,
 ) -> Iterator[None]:
     """Runs the block under ``Join(joinables)``, with the loaders' ``even_batches`` set as asked.
 
-    In one process there is nothing to join: the block runs as it is (with a warning if
-    ``even_batches`` was given, since it changes nothing there).
+    As upstream: only multi-process data parallelism (DDP: a ``MULTI_*`` type; upstream leaves
+    MULTI_CPU out, here gloo processes join too) joins; ``Join`` is enabled when the
+    loaders do not even out the batches themselves (``even_batches`` False, given or the
+    Accelerator's), and a dispatching loader keeps its setting, with a warning. Under another
+    distributed setup (FSDP, DeepSpeed, XLA) the block runs as it is, with a warning; in one
+    process it simply runs.
     """
-    if not distributed:
-        if even_batches is not None:
+    kind = str(getattr(distributed_type, "value", distributed_type))
+    if not kind.startswith("MULTI_"):
+        if kind != "NO":
             warnings.warn(
-                "join_uneven_inputs(even_batches=...) has no effect in one process; the block runs as it is.",
+                "Joining uneven inputs is only supported for multi-GPU training, as a result "
+                "`join_uneven_inputs` will have no effect.",
                 stacklevel=3,
             )
         yield
         return
-    holders = _batch_samplers(dataloaders) if even_batches is not None else []
+    from accelerate.data.dispatcher import DataLoaderDispatcher
+
+    holders = []
+    if even_batches is not None:
+        if any(isinstance(loader, DataLoaderDispatcher) for loader in dataloaders):
+            warnings.warn(
+                "Overridding even_batches is only supported for map-style datasets, yet some dataloaders given "
+                "were iterable",
+                stacklevel=3,
+            )
+        holders = _batch_samplers([d for d in dataloaders if not isinstance(d, DataLoaderDispatcher)])
+    else:
+        even_batches = default_even_batches
     before = [holder.even_batches for holder in holders]
     for holder in holders:
         holder.even_batches = even_batches
     try:
-        with Join(list(joinables)):
+        with Join(list(joinables), enable=not even_batches, throw_on_early_termination=False):
             yield
     finally:
         for holder, value in zip(holders, before, strict=True):

@@ -50,11 +50,26 @@ def register_hook(registry: dict[int, Callable[..., Any]], hook: Callable[..., A
 
 
 def check_checkpointable_objects(objects: Sequence[Any]) -> None:
-    """Raises for an object ``register_for_checkpointing`` cannot save (before anything is registered)."""
-    from accelerate.checkpointing.training_state import check_checkpointable
+    """Raises for the objects ``register_for_checkpointing`` cannot save (before anything is registered).
 
-    for obj in objects:
-        check_checkpointable(obj)
+    One ``ValueError`` (NotStatefulError) lists every invalid object as upstream does ("Item at index
+    0, `Tensor`"), each followed by what it lacks.
+    """
+    from accelerate.checkpointing.objects import NotStatefulError
+    from accelerate.checkpointing.training_state import check_checkpointable
+    from accelerate.utils.text import get_pretty_name
+
+    problems = []
+    for index, obj in enumerate(objects):
+        try:
+            check_checkpointable(obj)
+        except NotStatefulError as error:
+            problems.append(f"\n\t- Item at index {index}, `{get_pretty_name(obj)}`: {error}")
+    if problems:
+        raise NotStatefulError(
+            "All `objects` must include a `state_dict` and `load_state_dict` function to be stored. The "
+            "following inputs are invalid:" + "".join(problems)
+        )
 
 
 def get_state_dict(

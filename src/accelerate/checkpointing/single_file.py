@@ -77,7 +77,25 @@ def _prepared(obj: Any) -> Any:
             f"save(safe_serialization=True) stores a dict of tensors (a state dict), not a {type(obj).__name__}; "
             "pass safe_serialization=False for other objects"
         )
+    _warn_shared(obj)
     return prepare_state_dict(obj, safetensors=True)  # tied tensors stored once, their aliases recorded
+
+
+def _warn_shared(state_dict: Mapping[str, Any]) -> None:
+    """Upstream's warning when tied tensors are stored once (its users' tests look for it)."""
+    first: dict[tuple[Any, ...], str] = {}
+    removed = []
+    for name, value in state_dict.items():
+        if isinstance(value, torch.Tensor):
+            kept = first.setdefault(_identity(value), name)
+            if kept != name:
+                removed.append(name)
+    if removed:
+        logger.warning(
+            f"Removed shared tensor {set(removed)} while saving. This should be OK, but check by verifying that "
+            "you don't receive any warning while reloading (the file records each as an alias of the tensor it "
+            "shares memory with)."
+        )
 
 
 def save_object(obj: Any, f: str | os.PathLike[str] | IO[bytes], *, safe_serialization: bool = False) -> None:

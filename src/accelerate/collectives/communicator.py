@@ -82,6 +82,10 @@ class Communicator:
         """Sums ``tensor`` over the processes, in place."""
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=self.group)
 
+    def all_reduce_max_(self, tensor: torch.Tensor) -> None:
+        """Element-wise maximum of ``tensor`` over the processes, in place."""
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=self.group)
+
     def broadcast_(self, tensor: torch.Tensor, src: int) -> None:
         """Overwrites ``tensor`` with process ``src``'s, in place."""
         dist.broadcast(tensor, src=src, group=self.group)

@@ -219,19 +219,29 @@ def broadcast_object_list(object_list: list[Any], from_process: int = 0) -> list
 
 
 def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
-    """All-reduces each tensor (``"mean"``, ``"sum"`` or ``"none"``); the inputs are not modified.
+    """All-reduces each tensor across the processes; the inputs are not modified.
 
-    The default is ``"mean"`` here and ``"sum"`` in ``Accelerator.reduce``, as upstream.
+    ``reduction``: ``"sum"``, ``"mean"`` (the sum divided by the number of processes) or ``"max"``
+    (element-wise maximum). ``"none"`` divides nothing but, as upstream, still sums across the
+    processes (upstream's ``reduce`` all-reduces with a sum for every reduction but ``"max"``). The
+    default is ``"mean"`` here and ``"sum"`` in ``Accelerator.reduce``, as upstream.
+
+    Example:
+        >>> reduce(torch.tensor([1.0 + rank]), "max")  # doctest: +SKIP
+        tensor([2.])  # on both of two processes
     """
-    if reduction not in ("sum", "mean", "none"):
-        raise ValueError(f"reduce(reduction={reduction!r}) must be 'sum', 'mean' or 'none'")
+    if reduction not in ("sum", "mean", "none", "max"):
+        raise ValueError(f"reduce(reduction={reduction!r}) must be 'sum', 'mean', 'max' or 'none'")
     check_tensor_leaves(tensor, "reduce")
     world = _world()
 
     def _reduce(t: torch.Tensor) -> torch.Tensor:
         out = t.clone()
-        if world > 1 and reduction != "none":
-            current_communicator().all_reduce_sum_(out)
+        if world > 1:
+            if reduction == "max":
+                current_communicator().all_reduce_max_(out)
+            else:
+                current_communicator().all_reduce_sum_(out)
         if reduction == "mean":
             out = out / world if not out.is_floating_point() else out.div_(world)
         if scale != 1.0:
@@ -245,20 +255,32 @@ def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
         return recursively_apply(_reduce, tensor)
 
 
-def pad_across_processes(tensor: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False) -> Any:
-    """Pads each tensor along ``dim`` to the largest size any process has, so it can be gathered."""
-    world = _world()
-    if world == 1:
-        return tensor
+def pad_across_processes(tensor: Any, dim: int = 0, pad_index: Any = 0, pad_first: bool = False) -> Any:
+    """Pads each tensor along ``dim`` to the largest size any process has, so it can be gathered.
 
-    def _pad(t: torch.Tensor) -> torch.Tensor:
+    ``pad_index`` may be a tensor that broadcasts over a padded slice (a row, as upstream's
+    ``split_between_processes`` passes). In one process the input comes back as it is, after the
+    same checks as upstream (non-tensor leaves raise a TypeError, nested tensors warn).
+    """
+    world = _world()
+
+    def _nested(t: torch.Tensor) -> bool:
         if t.is_nested:
             warnings.warn(
                 "pad_across_processes cannot pad a nested tensor (its entries have different sizes); it is "
                 "returned unchanged. Pad its entries (t.unbind()) or convert it with t.to_padded_tensor(0.0).",
                 CannotPadNestedTensorWarning,
-                stacklevel=4,
+                stacklevel=5,
             )
+        return bool(t.is_nested)
+
+    if world == 1:
+        check_tensor_leaves(tensor, "pad_across_processes")
+        recursively_apply(_nested, tensor)
+        return tensor
+
+    def _pad(t: torch.Tensor) -> torch.Tensor:
+        if _nested(t):
             return t
         if dim >= t.dim() or dim < -t.dim():
             return t
@@ -270,7 +292,10 @@ def pad_across_processes(tensor: Any, dim: int = 0, pad_index: int = 0, pad_firs
             return t
         shape = list(t.shape)
         shape[axis] = longest
-        out = t.new_full(shape, pad_index)
+        if isinstance(pad_index, torch.Tensor):
+            out = (t.new_zeros(shape) + pad_index.to(t.device)).to(t.dtype)
+        else:
+            out = t.new_full(shape, pad_index)
         index = [slice(None)] * t.dim()
         index[axis] = slice(longest - t.shape[axis], longest) if pad_first else slice(0, t.shape[axis])
         out[tuple(index)] = t

@@ -31,6 +31,8 @@ SCHEMA_VERSION = 3
 
 # Values the loader accepts; a value outside these lists is reported with the allowed ones.
 COMPUTE_ENVIRONMENTS = ("LOCAL_MACHINE", "AMAZON_SAGEMAKER")
+# SageMaker's own vocabulary (upstream's SageMakerDistributedType), for compute_environment: AMAZON_SAGEMAKER.
+SAGEMAKER_DISTRIBUTED_TYPES = ("NO", "DATA_PARALLEL", "MODEL_PARALLEL")
 DISTRIBUTED_TYPES = (
     "NO", "MULTI_CPU", "MULTI_GPU", "MULTI_XPU", "MULTI_MPS", "MULTI_NPU", "MULTI_MLU", "MULTI_SDAA",
     "MULTI_MUSA", "MULTI_HPU", "DEEPSPEED", "FSDP", "XLA", "MEGATRON_LM",
@@ -168,7 +170,7 @@ def _truthy(value: Any) -> bool:
     return value is True or str(value).strip().lower() in ("true", "yes", "1", "y")
 
 
-def _coerce(path: str, key: str, value: Any) -> Any:
+def _coerce(path: str, key: str, value: Any, sagemaker: bool = False) -> Any:
     """Checks one value against its field type, fixing YAML 1.1 surprises (``NO`` reads as False)."""
     if value is None:
         return None
@@ -180,8 +182,11 @@ def _coerce(path: str, key: str, value: Any) -> Any:
     if key == "distributed_type":
         # An unquoted NO is a YAML boolean; upstream quotes it, but hand-written files often do not.
         text = "NO" if value is False else str(value).upper()
-        if text not in DISTRIBUTED_TYPES:
-            raise bad("one of " + ", ".join(DISTRIBUTED_TYPES))
+        # Upstream reads a SageMaker file's distributed_type as a SageMakerDistributedType.
+        allowed = SAGEMAKER_DISTRIBUTED_TYPES if sagemaker else DISTRIBUTED_TYPES
+        if text not in allowed:
+            where = " (compute_environment: AMAZON_SAGEMAKER)" if sagemaker else ""
+            raise bad("one of " + ", ".join(allowed) + where)
         return text
     if key == "mixed_precision":
         text = "no" if value is False else str(value).lower()
@@ -231,7 +236,8 @@ def config_from_dict(raw: Mapping[str, Any], path: str = "<dict>") -> LaunchConf
     unknown = sorted(str(k) for k in data if k not in KNOWN_KEYS)
     if unknown:
         raise UnknownConfigKeysError(path, unknown)
-    values = {key: _coerce(path, key, value) for key, value in data.items()}
+    sagemaker = str(data.get("compute_environment", "")).upper() == "AMAZON_SAGEMAKER"
+    values = {key: _coerce(path, key, value, sagemaker) for key, value in data.items()}
     return LaunchConfig(**values)
 
 

@@ -208,6 +208,75 @@ def read_launch_env(environ: Mapping[str, str] | None = None) -> LaunchEnv:
     return LaunchEnv(**values)  # type: ignore[arg-type]
 
 
+# What upstream's ``ParallelismConfig()`` takes from the launcher for the fields it is not given.
+_PARALLELISM_DEFAULTS = {
+    "PARALLELISM_CONFIG_DP_REPLICATE_SIZE": "dp_replicate_size",
+    "PARALLELISM_CONFIG_DP_SHARD_SIZE": "dp_shard_size",
+    "PARALLELISM_CONFIG_TP_SIZE": "tp_size",
+    "PARALLELISM_CONFIG_CP_SIZE": "cp_size",
+    "PARALLELISM_CONFIG_SP_SIZE": "sp_size",
+    "PARALLELISM_CONFIG_CP_BACKEND": "cp_backend",
+    "PARALLELISM_CONFIG_SP_BACKEND": "sp_backend",
+}
+
+
+def parallelism_defaults(environ: Mapping[str, str] | None = None) -> dict[str, object]:
+    """The ``ParallelismConfig`` fields the launcher wrote (``--parallelism_config_*``), by field name.
+
+    Upstream's ``ParallelismConfig()`` fills the sizes and backends it was not given from these
+    variables (whether or not ``ACCELERATE_USE_PARALLELISM_CONFIG`` is set), so a config a script
+    builds inside a launched run has the launcher's sizes. This is the one place it reads them.
+
+    Example:
+        >>> parallelism_defaults({"PARALLELISM_CONFIG_TP_SIZE": "2"})
+        {'tp_size': 2}
+    """
+    env = os.environ if environ is None else environ
+    by_name = {var.name: var for var in ENV_CONTRACT}
+    out: dict[str, object] = {}
+    for name, field in _PARALLELISM_DEFAULTS.items():
+        raw = env.get(name)
+        if raw is None or raw == "":
+            continue
+        if by_name[name].kind == "int":
+            try:
+                out[field] = int(raw)
+            except ValueError:
+                raise ValueError(f"Environment variable {name}={raw!r} must be an integer.") from None
+        else:
+            out[field] = raw
+    return out
+
+
+_DYNAMO_DEFAULTS = {
+    "ACCELERATE_DYNAMO_BACKEND": "backend",
+    "ACCELERATE_DYNAMO_MODE": "mode",
+    "ACCELERATE_DYNAMO_USE_FULLGRAPH": "fullgraph",
+    "ACCELERATE_DYNAMO_USE_DYNAMIC": "dynamic",
+    "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION": "use_regional_compilation",
+}
+
+
+def dynamo_defaults(environ: Mapping[str, str] | None = None) -> dict[str, object]:
+    """The ``TorchDynamoPlugin`` fields the launcher wrote (``--dynamo_*``), by field name.
+
+    Upstream's ``TorchDynamoPlugin()`` fills the fields it was not given from these variables.
+
+    Example:
+        >>> dynamo_defaults({"ACCELERATE_DYNAMO_BACKEND": "inductor", "ACCELERATE_DYNAMO_USE_FULLGRAPH": "1"})
+        {'backend': 'inductor', 'fullgraph': True}
+    """
+    env = os.environ if environ is None else environ
+    by_name = {var.name: var for var in ENV_CONTRACT}
+    out: dict[str, object] = {}
+    for name, field in _DYNAMO_DEFAULTS.items():
+        raw = env.get(name)
+        if raw is None or raw == "":
+            continue
+        out[field] = parse_bool(name, raw) if by_name[name].kind == "bool" else raw
+    return out
+
+
 def write_launch_env(settings: Mapping[str, object]) -> dict[str, str]:
     """Turns launcher settings (keyed by contract field) into the variables a child gets.
 

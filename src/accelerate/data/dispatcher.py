@@ -90,6 +90,11 @@ class DataLoaderDispatcher(PreparedLoaderMixin, DataLoader[Any]):
         **kwargs: the usual `DataLoader` arguments (``batch_size`` is the total batch size).
     """
 
+    # Class-level too, as upstream (introspection and mocks see them); set per loader in __init__.
+    submesh_tp: Any = None
+    submesh_dp: Any = None
+    submesh_fsdp: Any = None
+
     def __init__(
         self,
         dataset: Any,

@@ -222,6 +222,17 @@ class AcceleratorState:
             plugin._unselect()
         plugins[name].select(_from_accelerator_state=True)
 
+    # Upstream defines these two on the class (hasattr, inspect and mocks see them); both are the
+    # PartialState's, read through the same forwarding as the other process attributes.
+    @property
+    def fork_launched(self) -> bool:
+        """True when notebook_launcher/debug_launcher started this process by ``fork``."""
+        return bool(self.__getattr__("fork_launched"))
+
+    def destroy_process_group(self, group: Any = None) -> None:
+        """Destroys ``group``, or the default process group (see ``PartialState.destroy_process_group``)."""
+        self.__getattr__("destroy_process_group")(group)
+
     def __getattr__(self, name: str) -> Any:
         # A class attribute reached here is a descriptor (a run setting) that found no run: the reset's.
         if was_reset(self) and (name in _FORWARDED or name in _OWN or hasattr(type(self), name)):

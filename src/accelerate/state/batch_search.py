@@ -141,7 +141,8 @@ def find_executable_batch_size(
 
     The next size is ``int(batch_size * 0.9)`` (as upstream), or ``reduce_batch_size_fn(batch_size)``
     (upstream's ``reduce_batch_size_fn()`` without an argument works too). At zero it raises
-    ``RuntimeError("No executable batch size found, reached zero.")``.
+    ``RuntimeError("No executable batch size found, reached zero.")``. The size reached is kept for
+    the next call of the decorated function, as upstream (a second ``train()`` starts from it).
 
     In several processes every process must call the decorated function. After each attempt they
     agree, through the process group's store, on how it went: an out-of-memory error on any process
@@ -166,10 +167,12 @@ def find_executable_batch_size(
             reduce_batch_size_fn=reduce_batch_size_fn,
         )
     reduce = _reducer(reduce_batch_size_fn)
+    # As upstream, the size found is kept: the next call of the decorated function starts from it.
+    current = [starting_batch_size]
 
     @functools.wraps(function)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        batch_size = starting_batch_size
+        batch_size = current[0]
         params = list(inspect.signature(function).parameters)
         if len(params) < len(args) + 1:
             raise TypeError(
@@ -200,7 +203,7 @@ def find_executable_batch_size(
                 return result
             result = None
             clear_device_cache(garbage_collection=True)
-            batch_size = reduce(batch_size)
+            batch_size = current[0] = reduce(batch_size)
         raise AssertionError("unreachable")  # itertools.count() never ends
 
     return wrapper

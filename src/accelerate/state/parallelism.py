@@ -9,7 +9,10 @@ those above 1) with the flattened sub-meshes ``dp``, ``dp_shard_cp`` and ``dp_cp
 parallelism is not available, and context parallelism needs CUDA (torch's ring attention has no CPU
 kernel); both raise saying so.
 
-Pure data apart from :meth:`ParallelismConfig.build_device_mesh`; nothing here reads ``os.environ``.
+Pure data apart from :meth:`ParallelismConfig.build_device_mesh`, and, as upstream, the sizes and
+backends left unset come from the launcher's ``PARALLELISM_CONFIG_*`` variables (read through the env
+contract, :func:`accelerate.config.env.parallelism_defaults`): a ``ParallelismConfig()`` built inside
+``accelerate launch --parallelism_config_tp_size 2`` has ``tp_size == 2``.
 """
 
 from __future__ import annotations
@@ -22,6 +25,12 @@ from accelerate.utils.errors import NotAvailableYetError
 
 # Mesh dimensions, outermost first (the order a device mesh lists them in).
 _DIMS = ("dp_replicate", "dp_shard", "cp", "sp", "tp")
+
+
+def _launcher_defaults() -> dict[str, object]:
+    from accelerate.config.env import parallelism_defaults
+
+    return parallelism_defaults()
 
 
 @dataclass
@@ -49,6 +58,9 @@ class ParallelismConfig:
     def __post_init__(self) -> None:
         self.device_mesh: Any = None  # built on demand; not a field (not compared, printed or serialised)
         self._flattened: dict[str, Any] = {}  # "dp", "dp_shard_cp", "dp_cp" sub-meshes of device_mesh
+        for name, value in _launcher_defaults().items():  # what the user did not give, as upstream
+            if getattr(self, name) is None:
+                setattr(self, name, value)
         # An unset dp_shard_size absorbs the processes the other sizes leave (see validate).
         self._dp_shard_given = self.dp_shard_size is not None
         for dim in _DIMS:
@@ -62,6 +74,13 @@ class ParallelismConfig:
                 )
         self.cp_backend = self.cp_backend or "torch"
         self.sp_backend = self.sp_backend or "deepspeed"
+        # As upstream: a dimension in use gets its default handler (what the user sees on the config).
+        from accelerate.utils.parallel_configs import TorchContextParallelConfig, TorchTensorParallelConfig
+
+        if self.tp_handler is None and self._size("tp") > 1:
+            self.tp_handler = TorchTensorParallelConfig()
+        if self.cp_handler is None and self._size("cp") > 1:
+            self.cp_handler = TorchContextParallelConfig()
         if self.cp_backend != "torch":
             raise ValueError(f"ParallelismConfig(cp_backend={self.cp_backend!r}) must be 'torch'.")
         if self.sp_backend != "deepspeed":

@@ -4,8 +4,9 @@
 ``accelerate launch --use_parallelism_config`` (or a config file's ``parallelism_config`` section)
 writes ``ACCELERATE_USE_PARALLELISM_CONFIG=true`` and the ``PARALLELISM_CONFIG_*`` sizes (the env
 contract, :mod:`accelerate.config.env`). :func:`resolve_parallelism_config` turns them into a
-``ParallelismConfig`` once, in ``connect()``; the config class itself never reads the environment
-(upstream's ``ParallelismConfig()`` does, for the sizes it was not given).
+``ParallelismConfig`` once, in ``connect()``. A ``ParallelismConfig()`` the script builds takes the
+same sizes for those it was not given (as upstream, through ``config.env.parallelism_defaults``), so
+an explicit config does not drop the launcher's ``tp_size``.
 
 Which one wins, as upstream: ``Accelerator(parallelism_config=...)``, then ``torch_tp_plugin``
 (``ParallelismConfig(tp_size=plugin.tp_size)``, with upstream's FutureWarning), then the launcher's.

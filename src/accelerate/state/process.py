@@ -396,15 +396,12 @@ def _select_share(
 ) -> Any:
     """A `datasets.Dataset` share, as upstream makes it: ``dataset.select`` of the share's rows.
 
-    A process past the end of the data gets the last row (as for lists); with ``apply_padding``
-    a shorter share is completed with its own last row.
+    With ``apply_padding`` a shorter share is completed with the dataset's last row (as lists and
+    tensors are); without it, a process past the end of the data gets no rows.
     """
-    if length == 0:
-        return dataset.select([])
-    start, end = min(start, length - 1), min(end, length)
-    rows = list(range(start, end))
-    if apply_padding:
-        rows += [end - 1] * (padded_length - len(rows))
+    rows = list(range(min(start, length), min(end, length)))
+    if apply_padding and length > 0:
+        rows += [length - 1] * (padded_length - len(rows))
     return dataset.select(rows)
 
 

@@ -62,6 +62,11 @@ class XLACommunicator(Communicator):
         # A list input is reduced in place (a single tensor would come back as a new one).
         xm.all_reduce(xm.REDUCE_SUM, [tensor])
 
+    def all_reduce_max_(self, tensor: torch.Tensor) -> None:
+        import torch_xla.core.xla_model as xm
+
+        xm.all_reduce(xm.REDUCE_MAX, [tensor])
+
     def broadcast_(self, tensor: torch.Tensor, src: int) -> None:
         import torch_xla.core.xla_model as xm
 

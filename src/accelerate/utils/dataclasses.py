@@ -246,46 +246,6 @@ class ProjectConfiguration:
             raise ValueError(f"ProjectConfiguration(total_limit={self.total_limit}) must be >= 1 or None")
 
 
-@dataclass
-class TorchDynamoPlugin(KwargsHandler):
-    """``torch.compile`` settings for the models ``prepare`` returns.
-
-    ``backend=None`` (and ``mode``/``fullgraph``/``dynamic`` left at None) defer to the launcher's
-    settings (``accelerate launch --dynamo_backend ...``); with none given the model is not compiled.
-    ``"no"`` disables compilation. ``options`` and ``disable`` go to ``torch.compile`` as they are.
-
-    Example:
-        >>> Accelerator(dynamo_plugin=TorchDynamoPlugin(backend="inductor", mode="reduce-overhead"))
-    """
-
-    backend: DynamoBackend | str | None = None
-    mode: str | None = None
-    fullgraph: bool | None = None
-    dynamic: bool | None = None
-    options: Any = None
-    disable: bool = False
-    use_regional_compilation: bool | None = None
-
-    @property
-    def enabled(self) -> bool:
-        return self.backend is not None and str(self.backend).lower() != "no"
-
-    def to_kwargs(self) -> dict[str, Any]:
-        """The ``torch.compile`` keyword arguments (only those set)."""
-        kwargs: dict[str, Any] = {"backend": str(self.backend or "no").lower()}
-        for name in ("mode", "fullgraph", "dynamic", "options"):
-            value = getattr(self, name)
-            if value is not None:
-                kwargs[name] = value
-        if self.disable:
-            kwargs["disable"] = True
-        return kwargs
-
-
-# The name this package used before upstream's; kept so existing code runs.
-DynamoPlugin = TorchDynamoPlugin
-
-
 ProfilerActivity = Literal["cpu", "xpu", "mtia", "cuda", "hpu"]
 
 
@@ -447,6 +407,9 @@ def collect_kwargs_handlers(handlers: Any) -> dict[type, Any]:
 # Defined elsewhere (the process state and big-model sizes import torch; the hardware-only configs
 # are many dataclasses nobody needs at start-up); loaded on first use.
 _ELSEWHERE = {
+    # It fills unset fields from the launcher's ACCELERATE_DYNAMO_* variables (the env contract, config/).
+    "TorchDynamoPlugin": "accelerate.config.dynamo",
+    "DynamoPlugin": "accelerate.config.dynamo",
     # Hardware-only configuration objects (Megatron-LM) and the fp8 recipes: their own modules,
     # loaded only when one is asked for.
     "MODEL_CONFIGS_TO_MEGATRON_PARSERS": "accelerate.utils.hardware_dataclasses",

@@ -2,7 +2,7 @@
 
 Every function walks the structure once and rebuilds it with the same container types, so a
 namedtuple stays a namedtuple and a dict keeps its class. Leaves that are not tensors are left
-alone unless the caller asks for an error (with the leaf's path in the structure).
+alone unless the caller asks for an error (upstream's message; check_tensor_leaves names the leaf's path).
 """
 
 from __future__ import annotations
@@ -71,10 +71,10 @@ def _walk(
         }
         return dataclasses.replace(data, **changes)
     if error_on_other_type:
+        # Upstream's exact message (its users' tests compare it); the collectives name the path themselves.
         raise TypeError(
-            f"{getattr(func, '__name__', 'this operation')} only works on nested lists/tuples/dicts of tensors, "
-            f"but found a {type(data).__name__} at {path or 'the top level'}. Convert it to a tensor first "
-            "(or use gather_object for arbitrary python objects)."
+            f"Unsupported types ({type(data)}) passed to `{getattr(func, '__name__', func)}`. Only nested "
+            "list/tuple/dicts of objects that are valid for `is_torch_tensor` should be passed."
         )
     return data
 
@@ -200,10 +200,16 @@ def ignorant_find_batch_size(data: Any) -> int | None:
 
 
 def concatenate(data: Sequence[Any], dim: int = 0) -> Any:
-    """Concatenates a list of same-structured batches along ``dim``, leaf by leaf."""
+    """Concatenates a list of same-structured batches along ``dim``, leaf by leaf.
+
+    As upstream, a single batch is returned as it is even where a leaf is not a tensor (there is
+    nothing to join); several batches with a non-tensor leaf raise a TypeError.
+    """
     if len(data) == 0:
         raise ValueError("concatenate needs at least one element")
     first = data[0]
+    if len(data) == 1 and not isinstance(first, torch.Tensor | list | tuple | Mapping):
+        return first
     if isinstance(first, torch.Tensor):
         return torch.cat(list(data), dim=dim)
     if isinstance(first, list | tuple):

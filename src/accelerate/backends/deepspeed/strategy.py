@@ -136,6 +136,7 @@ class DeepSpeedStrategy(Strategy):
         if optimizer is not None and not isinstance(optimizer, DummyOptim) and _offloads_optimizer(config):
             optimizer = map_pytorch_optim_to_deepspeed(optimizer)
         built = build_engine(config, model, optimizer, scheduler)
+        compile_engine(built.engine, accelerator.dynamo_plugin)
         self.engines.append(built.engine)
         if optimizer is not None:
             self.engine_wrapper = DeepSpeedEngineWrapper(built.engine)
@@ -229,3 +230,19 @@ def _micro_batch_size(loaders: list[Any], accelerator: Accelerator) -> int | Non
         if size is not None:
             return int(size) // (accelerator.num_processes if accelerator.split_batches else 1)
     return None
+
+
+def compile_engine(engine: Any, plugin: Any) -> None:
+    """``torch.compile`` under DeepSpeed, as upstream: the engine compiles itself (``engine.compile``),
+    or with regional compilation each repeated block of ``engine.module`` compiles in place
+    (``compile_regions_deepspeed``), so ZeRO-3's hooks on the blocks keep firing."""
+    if plugin is None or not plugin.enabled:
+        return
+    kwargs = plugin.to_kwargs()
+    if plugin.use_regional_compilation:
+        from accelerate.utils.regional_compilation import compile_regions_deepspeed
+
+        compile_regions_deepspeed(engine.module, **kwargs)
+    else:
+        backend = kwargs.pop("backend")
+        engine.compile(backend=backend, compile_kwargs=kwargs)

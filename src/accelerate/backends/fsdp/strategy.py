@@ -30,6 +30,8 @@ from accelerate.state.distributed_type import DistributedType
 
 class FSDPStrategy(Strategy):
     name = "fsdp"
+    # fully_shard's hooks are on the blocks: they compile themselves after sharding (compile_regions_fsdp2).
+    compiles_regions_in_place = True
 
     def __init__(
         self,
