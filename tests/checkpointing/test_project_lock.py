@@ -80,9 +80,9 @@ def test_the_lock_of_a_killed_job_does_not_block_the_next(tmp_path: Path) -> Non
         "own_project(sys.argv[1], run_id='killed')\n"
         "os.kill(os.getpid(), signal.SIGKILL)\n"
     )
-    done = subprocess.run([sys.executable, "-c", script, str(checkpoints_root(project))], timeout=120)
+    done = subprocess.run([sys.executable, "-c", script, str(project)], timeout=120)
     assert done.returncode == -9
-    assert (checkpoints_root(project) / LOCK_NAME).is_file()  # left behind, yet free
+    assert (project / LOCK_NAME).is_file()  # left behind, yet free
     assert Path(_accelerator(project).save_state()).name == "checkpoint_0"
 
 
@@ -99,7 +99,7 @@ _TRY_TO_OWN = (
 
 
 def _another_job_tries(project: Path) -> str:
-    args = [sys.executable, "-c", _TRY_TO_OWN, str(checkpoints_root(project))]
+    args = [sys.executable, "-c", _TRY_TO_OWN, str(project)]
     return subprocess.run(args, capture_output=True, text=True, timeout=120, check=True).stdout
 
 
@@ -126,9 +126,9 @@ def save_while_locked_elsewhere(project: str) -> str:
 
 def test_every_rank_raises_when_the_writer_finds_the_project_busy(tmp_path: Path, pool2: WorkerPool) -> None:
     project = tmp_path / "project"
-    own_project(checkpoints_root(project), run_id="another job")  # this test process is another job
+    own_project(project, run_id="another job")  # this test process is another job
     results: list[Any] = pool2.run(save_while_locked_elsewhere, str(project))
     release_projects()
     for result in results:
         assert result.startswith("ProjectBusyError: save_state into") and f"pid {os.getpid()}" in result
-    assert not any(p.name.startswith("checkpoint_") for p in checkpoints_root(project).iterdir())
+    assert not checkpoints_root(project).exists()  # refused before anything was written

@@ -200,7 +200,7 @@ def test_resuming_this_runs_own_checkpoint_says_nothing_and_another_runs_warns(
 def test_a_process_of_the_same_run_is_not_another_job(tmp_path: Path) -> None:
     from accelerate.checkpointing.project_lock import ProjectBusyError, own_project
 
-    root = tmp_path / "project" / "checkpoints"
+    root = tmp_path / "project"
     script = (
         "import sys\n"
         "from accelerate.checkpointing.project_lock import own_project\n"

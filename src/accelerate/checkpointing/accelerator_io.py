@@ -236,7 +236,6 @@ def save_state(
 
 def _own_project(objects: TrainingObjects, project: str, call: str) -> None:
     """This job takes the project folder (its writing process(es) lock it); every rank learns if refused."""
-    from accelerate.checkpointing.project import checkpoints_root
     from accelerate.checkpointing.project_lock import ProjectBusyError, own_project
     from accelerate.checkpointing.run_identity import agree_on_run_id, run_id
     from accelerate.checkpointing.training_state import writer_and_node
@@ -247,7 +246,7 @@ def _own_project(objects: TrainingObjects, project: str, call: str) -> None:
     error: BaseException | None = None
     if writer_and_node(objects.state, objects.project.save_on_each_node)[0]:
         try:
-            own_project(checkpoints_root(project), run_id=run_id())
+            own_project(project, run_id=run_id())
         except ProjectBusyError as exc:
             error = exc
     agree_on_outcome(error, what=what, error_type=ProjectBusyError)
@@ -393,9 +392,12 @@ def load_state(
     if project is not None:
         next_iteration = iteration_after(project, source, objects.project.iteration)
     if project is not None and input_dir is None:  # the newest checkpoint, picked for the caller
+        from accelerate.checkpointing.atomic import read_manifest
         from accelerate.checkpointing.run_identity import note_resumed_run
 
-        note_resumed_run(source, result.get("extra"), is_main=objects.state.is_main_process)
+        if objects.state.is_main_process:
+            manifest = read_manifest(source)  # loaded just now: it is readable
+            note_resumed_run(source, manifest.extra if manifest is not None else None)
     saved_world = result.get("world_size")
     world = int(saved_world) if saved_world is not None else None
     return Outcome(source, int(result["step"]), next_iteration, world)

@@ -4,7 +4,7 @@ Two jobs given the same ``project_dir`` pick the same automatic names (``checkpo
 each other's checkpoints away and resume from each other's weights. A lock held only while one save
 runs does not stop that: two jobs whose saves alternate never meet it. So the writing process of a
 job (process 0, or each node's first process with ``save_on_each_node``) takes an exclusive lock on
-``project_dir/checkpoints/.accelerate-owner.lock`` at its first ``save_state`` / ``load_state`` in
+``project_dir/.accelerate-owner.lock`` at its first ``save_state`` / ``load_state`` in
 that folder and keeps it until the process ends; another job's first save or load there gets one
 :class:`ProjectBusyError` naming the owner (host, pid, since when, run id), read from the lock
 file, where the owner writes it.
@@ -52,7 +52,7 @@ class ProjectBusyError(CheckpointError):
 
 
 def own_project(root: str | os.PathLike[str], *, run_id: str) -> None:
-    """Makes this process the owner of the checkpoints folder ``root`` (nothing when it already is).
+    """Makes this process the owner of the project folder ``root`` (nothing when it already is).
 
     Raises:
         ProjectBusyError: a process of another run holds it, named in the message.
@@ -87,7 +87,7 @@ def own_project(root: str | os.PathLike[str], *, run_id: str) -> None:
         if holder.get("run_id") == run_id:
             return  # another process of this job (each node's writer on one shared folder)
         raise ProjectBusyError(
-            f"Another job owns {path.parent.parent}: {_describe(holder)} (lock file {path}). It saved or "
+            f"Another job owns {path.parent}: {_describe(holder)} (lock file {path}). It saved or "
             "loaded checkpoints there and is still running; two jobs sharing one project folder would "
             "take the same checkpoint names, rotate each other's checkpoints away and resume from each "
             "other's weights. Give this job its own ProjectConfiguration(project_dir=...), or wait until "

@@ -66,9 +66,10 @@ def agree_on_run_id(*, what: str) -> None:
     adopt_run_id(str(views[0]))
 
 
-def note_resumed_run(path: Any, extra: dict[str, Any] | None, *, is_main: bool) -> None:
-    """Warns (on process 0) when the checkpoint ``load_state`` picked was written by another run."""
-    if not is_main or extra is None:
+def note_resumed_run(path: Any, extra: dict[str, Any] | None) -> None:
+    """Warns when the checkpoint ``load_state`` picked was written by another run (``extra``: its
+    manifest's; None for a folder without one, which the loader already warned is unverified)."""
+    if extra is None:
         return
     theirs = extra.get("run_id")
     mine = run_id()

@@ -419,5 +419,4 @@ def load_training_state(
         "step": int(plan.step or 0),
         "verified": reader.manifest is not None,
         "world_size": reader.manifest.world_size if reader.manifest is not None else None,
-        "extra": reader.manifest.extra if reader.manifest is not None else None,
     }
