@@ -212,6 +212,13 @@ def wait_for_async_save() -> None:
         wait()
 
 
+def end_of_job() -> None:
+    """``end_training``: the project folders this process owns are free for another job from here on."""
+    from accelerate.checkpointing.project_lock import release_projects
+
+    release_projects()
+
+
 def save_state(
     objects: TrainingObjects,
     output_dir: str | None,

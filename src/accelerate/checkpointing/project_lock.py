@@ -4,10 +4,10 @@ Two jobs given the same ``project_dir`` pick the same automatic names (``checkpo
 each other's checkpoints away and resume from each other's weights. A lock held only while one save
 runs does not stop that: two jobs whose saves alternate never meet it. So the writing process of a
 job (process 0, or each node's first process with ``save_on_each_node``) takes an exclusive lock on
-``project_dir/.accelerate-owner.lock`` at its first ``save_state`` / ``load_state`` in
-that folder and keeps it until the process ends; another job's first save or load there gets one
-:class:`ProjectBusyError` naming the owner (host, pid, since when, run id), read from the lock
-file, where the owner writes it.
+``project_dir/.accelerate-owner.lock`` at its first ``save_state`` / ``load_state`` in that folder
+and keeps it until the process ends (or calls ``end_training()``); another job's first save or load
+there gets one :class:`ProjectBusyError` naming the owner (host, pid, since when, run id), read from
+the lock file, where the owner writes it.
 
 Why a POSIX record lock (``fcntl.lockf``), not ``flock``: the kernel releases both when the holder
 dies, however it dies (SIGKILL, OOM, a network client's lease running out), so a restarted worker
@@ -101,7 +101,7 @@ def own_project(root: str | os.PathLike[str], *, run_id: str) -> None:
 
 
 def release_projects() -> None:
-    """Gives up every folder this process owns (tests, and a process that starts another job)."""
+    """Gives up every folder this process owns (``end_training()``, and tests: each is a job)."""
     for key, (pid, fd) in list(_owned.items()):
         del _owned[key]
         if pid != os.getpid() or fd is None:

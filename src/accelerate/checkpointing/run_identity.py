@@ -10,7 +10,8 @@ ranks of one job never count as two jobs. ``TORCHELASTIC_RUN_ID`` alone cannot s
 
 A plain ``python train.py`` started again after a crash is a new run: it may resume the previous
 run's checkpoints (the autoresume pattern), and :func:`note_resumed_run` says so in one warning
-naming both runs, rather than refusing (see the README's "Checkpointing" notes for why).
+naming both runs, rather than refusing (README, "Restart and resume": refusing would break
+that pattern for every restart that is not torch's own).
 """
 
 from __future__ import annotations
