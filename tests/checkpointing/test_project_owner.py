@@ -250,3 +250,17 @@ def saved_run_ids(project: str) -> tuple[str, str]:
 def test_the_ranks_of_one_job_share_process_0s_run_id(tmp_path: Path, pool2: Any) -> None:
     results = pool2.run(saved_run_ids, str(tmp_path / "project"))
     assert results[0] == results[1] and results[0][0] == results[0][1]
+
+
+def test_a_folder_that_cannot_hold_the_lock_file_is_not_owned_and_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from accelerate.checkpointing.project_lock import own_project
+
+    (tmp_path / "a file").write_text("")
+    with caplog.at_level("WARNING", logger="accelerate.checkpointing"):
+        own_project(tmp_path / "a file" / "project", run_id="run-1")  # read-only storage fails alike
+        own_project(tmp_path / "a file" / "project", run_id="run-1")
+    assert [r.getMessage().split(" (")[0] for r in caplog.records] == [
+        f"Cannot create {tmp_path / 'a file' / 'project' / '.accelerate-owner.lock'}"
+    ]

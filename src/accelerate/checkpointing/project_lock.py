@@ -58,7 +58,6 @@ def own_project(root: str | os.PathLike[str], *, run_id: str) -> None:
         ProjectBusyError: a process of another run holds it, named in the message.
     """
     path = Path(root) / LOCK_NAME
-    path.parent.mkdir(parents=True, exist_ok=True)
     key = os.path.realpath(path)
     held = _owned.get(key)
     if held is not None and held[0] == os.getpid():
@@ -67,8 +66,16 @@ def own_project(root: str | os.PathLike[str], *, run_id: str) -> None:
         import fcntl
     except ImportError:  # pragma: no cover - not POSIX: no lock
         return
-    # O_NOFOLLOW: a link planted under this name must not make us write through it.
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # O_NOFOLLOW: a link planted under this name must not make us write through it.
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    except OSError as exc:  # a read-only project (loads only): nobody saves there through us
+        logger.warning(
+            "Cannot create %s (%s): this job does not own its project_dir.", path, exc.strerror or exc
+        )
+        _owned[key] = (os.getpid(), None)  # said once
+        return
     try:
         fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
