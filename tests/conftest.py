@@ -62,6 +62,10 @@ def _clean_state() -> Iterator[None]:
     membership = sys.modules.get("accelerate.checkpointing.membership")
     if membership is not None:
         membership._active = None
+    # The project folders this process took (a job owns them until it exits; a test is a job).
+    owner = sys.modules.get("accelerate.checkpointing.project_lock")
+    if owner is not None:
+        owner.release_projects()
     leaked = {k for k in os.environ if k not in before or os.environ[k] != before[k]}
     leaked |= {k for k in before if k not in os.environ}
     # pytest's own bookkeeping, and cache locations torch's compiler sets for itself on first use.

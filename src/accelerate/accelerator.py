@@ -461,6 +461,7 @@ class Accelerator(AcceleratorCheckpoints, AcceleratorFacts):
         checkpoint_io = sys.modules.get("accelerate.checkpointing.accelerator_io")
         if checkpoint_io is not None:
             checkpoint_io.wait_for_async_save()
+            checkpoint_io.end_of_job()
         for tracker in self.trackers:
             tracker.finish()
         self.partial_state.destroy_process_group()

@@ -1,4 +1,4 @@
-"""Two jobs sharing one project folder: the second gets one clear error, never a cascade (issue 29)."""
+"""Two jobs sharing one project folder: the second gets one clear error, never a cascade (issues 29, 36)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import torch
 
 from accelerate import Accelerator
 from accelerate.checkpointing.project import checkpoints_root
-from accelerate.checkpointing.project_lock import ProjectBusyError, ProjectLock
+from accelerate.checkpointing.project_lock import LOCK_NAME, ProjectBusyError, own_project, release_projects
 from accelerate.utils import ProjectConfiguration
 from tests.helpers.pool import WorkerPool
 
@@ -61,7 +61,7 @@ def test_a_second_job_gets_one_error_naming_the_first_then_saves_after_it(tmp_pa
             accelerator.save_state()
         message = str(caught.value)
         assert f"pid {job_a.pid}" in message and f"host {socket.gethostname()}" in message
-        assert "saving since" in message and "project_dir" in message
+        assert "owner since" in message and "project_dir" in message
         assert job_a.wait(timeout=120) == 0
         accelerator.load_state()  # resume past the first job's checkpoint_0 (saving onto it is refused)
         saved = accelerator.save_state()  # the first job is done: the lock is free
@@ -76,27 +76,43 @@ def test_the_lock_of_a_killed_job_does_not_block_the_next(tmp_path: Path) -> Non
     project = tmp_path / "project"
     script = (
         "import os, signal, sys\n"
-        "from accelerate.checkpointing.project_lock import ProjectLock\n"
-        "ProjectLock(sys.argv[1]).acquire()\n"
+        "from accelerate.checkpointing.project_lock import own_project\n"
+        "own_project(sys.argv[1], run_id='killed')\n"
         "os.kill(os.getpid(), signal.SIGKILL)\n"
     )
-    done = subprocess.run([sys.executable, "-c", script, str(checkpoints_root(project))], timeout=120)
+    done = subprocess.run([sys.executable, "-c", script, str(project)], timeout=120)
     assert done.returncode == -9
-    assert (checkpoints_root(project) / ".accelerate-save.lock").is_file()  # left behind, yet free
+    assert (project / LOCK_NAME).is_file()  # left behind, yet free
     assert Path(_accelerator(project).save_state()).name == "checkpoint_0"
-    assert not (checkpoints_root(project) / ".accelerate-save.lock").exists()  # removed on release
 
 
-def test_an_async_save_holds_the_lock_until_it_is_committed(tmp_path: Path) -> None:
+_TRY_TO_OWN = (
+    "import sys\n"
+    "from accelerate.checkpointing.project_lock import ProjectBusyError, own_project\n"
+    "try:\n"
+    "    own_project(sys.argv[1], run_id='another job')\n"
+    "except ProjectBusyError as exc:\n"
+    "    print('busy:', exc)\n"
+    "else:\n"
+    "    print('owned')\n"
+)
+
+
+def _another_job_tries(project: Path) -> str:
+    args = [sys.executable, "-c", _TRY_TO_OWN, str(project)]
+    return subprocess.run(args, capture_output=True, text=True, timeout=120, check=True).stdout
+
+
+def test_the_folder_stays_owned_after_an_async_save_until_end_training(tmp_path: Path) -> None:
     project = tmp_path / "project"
     accelerator = _accelerator(project)
     accelerator.save_state(async_save=True)
-    accelerator.wait_for_everyone()
     from accelerate.checkpointing.accelerator_io import wait_for_async_save
 
     wait_for_async_save()
-    with ProjectLock(checkpoints_root(project)):  # released by the background writer
-        pass
+    assert _another_job_tries(project).startswith(f"busy: Another job owns {project}: host ")
+    accelerator.end_training()  # the job is over (as its process's exit would say)
+    assert _another_job_tries(project).strip() == "owned"
 
 
 def save_while_locked_elsewhere(project: str) -> str:
@@ -110,8 +126,9 @@ def save_while_locked_elsewhere(project: str) -> str:
 
 def test_every_rank_raises_when_the_writer_finds_the_project_busy(tmp_path: Path, pool2: WorkerPool) -> None:
     project = tmp_path / "project"
-    with ProjectLock(checkpoints_root(project)):  # another job (this test process) is saving
-        results: list[Any] = pool2.run(save_while_locked_elsewhere, str(project))
+    own_project(project, run_id="another job")  # this test process is another job
+    results: list[Any] = pool2.run(save_while_locked_elsewhere, str(project))
+    release_projects()
     for result in results:
         assert result.startswith("ProjectBusyError: save_state into") and f"pid {os.getpid()}" in result
-    assert not any(p.name.startswith("checkpoint_") for p in checkpoints_root(project).iterdir())
+    assert not checkpoints_root(project).exists()  # refused before anything was written

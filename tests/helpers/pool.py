@@ -90,10 +90,18 @@ def _worker(rank: int, world_size: int, port: int, conn: Connection) -> None:
             # The process group survives (creating one costs a rendezvous); a test that destroyed
             # it gets a new one from the next PartialState().
             reset_state()
+            _release_projects()
             os.environ.clear()
             os.environ.update(base_env)
             torch.set_num_threads(1)
     # Exit runs accelerate's own teardown (stop background work, destroy the group it created).
+
+
+def _release_projects() -> None:
+    """Each call is a job of its own: the project folders it took are free for the next (or the test)."""
+    owner = sys.modules.get("accelerate.checkpointing.project_lock")
+    if owner is not None:
+        owner.release_projects()
 
 
 class DistributedFailure(AssertionError):

@@ -24,7 +24,6 @@ from accelerate.collectives.agreement import agree_on_failure
 
 if TYPE_CHECKING:
     from accelerate.accelerator import Accelerator
-    from accelerate.checkpointing.project_lock import ProjectLock
     from accelerate.checkpointing.training_state import ProcessInfo
     from accelerate.utils.dataclasses import ProjectConfiguration
 
@@ -228,6 +227,13 @@ def wait_for_async_save() -> None:
         wait()
 
 
+def end_of_job() -> None:
+    """``end_training``: the project folders this process owns are free for another job from here on."""
+    from accelerate.checkpointing.project_lock import release_projects
+
+    release_projects()
+
+
 def save_state(
     objects: TrainingObjects,
     output_dir: str | None,
@@ -239,49 +245,33 @@ def save_state(
     """Writes every prepared object, the scaler, RNG states and registered objects, atomically.
 
     With ``async_save`` the state is copied to host memory and written by a background thread
-    (see async_save.py); the returned folder is committed later. With automatic naming the project
-    folder is locked against other jobs for the whole save (see project_lock.py).
+    (see async_save.py); the returned folder is committed later. With automatic naming this job
+    owns the project folder from its first save or load there (see project_lock.py).
     """
     _no_extra("save_state", kwargs)
-    wait_for_async_save()  # one snapshot in flight at most; its error surfaces here (and its lock is free)
-    lock = _lock_project(objects, output_dir)
-    try:
-        release = lock.release if async_save and lock is not None else None
-        outcome = _save_state(
-            objects, output_dir, safe_serialization=safe_serialization, async_save=async_save, release=release
-        )
-    except BaseException:
-        if lock is not None:
-            lock.release()
-        raise
-    if lock is not None and not async_save:
-        lock.release()
-    return outcome
+    wait_for_async_save()  # one snapshot in flight at most; its error surfaces here
+    project = _project_dir(objects.project, output_dir, "save_state")
+    if project is not None:
+        _own_project(objects, project, "save_state")
+    return _save_state(objects, output_dir, safe_serialization=safe_serialization, async_save=async_save)
 
 
-def _lock_project(objects: TrainingObjects, output_dir: str | None) -> ProjectLock | None:
-    """The project's save lock, taken by its writing process(es); every rank learns if it was refused."""
-    from accelerate.checkpointing.project import checkpoints_root
-    from accelerate.checkpointing.project_lock import ProjectBusyError, ProjectLock
+def _own_project(objects: TrainingObjects, project: str, call: str) -> None:
+    """This job takes the project folder (its writing process(es) lock it); every rank learns if refused."""
+    from accelerate.checkpointing.project_lock import ProjectBusyError, own_project
+    from accelerate.checkpointing.run_identity import agree_on_run_id, run_id
     from accelerate.checkpointing.training_state import writer_and_node
     from accelerate.collectives.agreement import agree_on_outcome
 
-    project = _project_dir(objects.project, output_dir, "save_state")
-    if project is None:
-        return None
-    lock = ProjectLock(checkpoints_root(project))
+    what = f"{call} into {project}"
+    agree_on_run_id(what=what)  # process 0's id on every rank: this job's writers know each other
     error: BaseException | None = None
     if writer_and_node(objects.state, objects.project.save_on_each_node)[0]:
         try:
-            lock.acquire()
+            own_project(project, run_id=run_id())
         except ProjectBusyError as exc:
             error = exc
-    try:
-        agree_on_outcome(error, what=f"save_state into {project}", error_type=ProjectBusyError)
-    except BaseException:
-        lock.release()
-        raise
-    return lock
+    agree_on_outcome(error, what=what, error_type=ProjectBusyError)
 
 
 def _save_state(
@@ -290,7 +280,6 @@ def _save_state(
     *,
     safe_serialization: bool,
     async_save: bool,
-    release: Callable[[], None] | None,
 ) -> Outcome:
     from accelerate.checkpointing.project import checkpoint_dir
     from accelerate.checkpointing.training_state import save_training_state, writer_and_node
@@ -359,7 +348,7 @@ def _save_state(
 
         # Rotation runs on the writer thread, after every writer committed.
         rotate = functools.partial(_rotate, config, project) if project is not None else None
-        path = start_async_save(target, after_commit=rotate, on_end=release, **save_kwargs)
+        path = start_async_save(target, after_commit=rotate, **save_kwargs)
         return Outcome(path, objects.step, next_iteration)
     path = save_training_state(target, **save_kwargs)
     state = objects.state
@@ -400,9 +389,13 @@ def load_state(
     if objects.project.automatic_checkpoint_naming and input_dir is not None:
         # A folder named explicitly is loaded, as upstream does; the project still numbers the next save.
         project = objects.project.project_dir
+        if project is not None:
+            _own_project(objects, project, "load_state")
         found = find_resume_checkpoint(None, input_dir, missing_ok=missing_ok)
     else:
         project = _project_dir(objects.project, input_dir, "load_state")
+        if project is not None:  # before looking: the newest checkpoint is this job's from here on
+            _own_project(objects, project, "load_state")
         found = find_resume_checkpoint(project, input_dir, missing_ok=missing_ok)
     if found is None:
         return None
@@ -420,6 +413,13 @@ def load_state(
     next_iteration = None
     if project is not None:
         next_iteration = iteration_after(project, source, objects.project.iteration)
+    if project is not None and input_dir is None:  # the newest checkpoint, picked for the caller
+        from accelerate.checkpointing.atomic import read_manifest
+        from accelerate.checkpointing.run_identity import note_resumed_run
+
+        if objects.state.is_main_process:
+            manifest = read_manifest(source)  # loaded just now: it is readable
+            note_resumed_run(source, manifest.extra if manifest is not None else None)
     saved_world = result.get("world_size")
     world = int(saved_world) if saved_world is not None else None
     return Outcome(source, int(result["step"]), next_iteration, world)

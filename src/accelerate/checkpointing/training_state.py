@@ -49,6 +49,7 @@ from accelerate.checkpointing.rng import (
     capture_rng_state,
     rng_file_name,
 )
+from accelerate.checkpointing.run_identity import run_id
 from accelerate.collectives.agreement import agree_on_failure, agree_on_outcome
 
 if TYPE_CHECKING:
@@ -434,6 +435,7 @@ def manifest_extra(shared: dict[str, Any]) -> dict[str, Any]:
         "num_custom_objects": len(shared["custom_objects"]),
         "has_scaler": shared["scaler"] is not None,
         "safe_serialization": shared["safe_serialization"],
+        "run_id": run_id(),  # which job wrote it: load_state names it when another job resumes it
     }
     if shared.get("parts") is not None:
         extra.update(shared["parts"].manifest_extra())
