@@ -54,6 +54,10 @@ def test_flags_choose_the_stage(tmp_path: Path) -> None:
 
 def test_accelerate_test_under_a_deepspeed_config(tmp_path: Path) -> None:
     # The self-check trains with torch's SGD, so the config leaves the optimizer to the code (no JSON).
-    done = run_cli("test", "--config_file", str(FILES / "zero2.yaml"), home=tmp_path, timeout=600)
+    # On a port of its own (the file names none, so 29500), as another job on the machine may hold that one.
+    with reserved_port() as port:
+        config = tmp_path / "zero2.yaml"
+        config.write_text((FILES / "zero2.yaml").read_text() + f"main_process_port: {port}\n")
+        done = run_cli("test", "--config_file", str(config), home=tmp_path, timeout=600)
     assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
     assert "success" in done.stdout
