@@ -249,10 +249,11 @@ def save_state(
     owns the project folder from its first save or load there (see project_lock.py).
     """
     if kwargs:
-        # Upstream hands these to DeepSpeed's save_checkpoint (or Megatron-LM's) and ignores them elsewhere.
+        # Upstream hands these to one engine's own checkpoint-saving call and ignores them elsewhere;
+        # no checkpoint writer here takes options, so a script written for that engine still saves.
         logger.warning(
-            "save_state ignores %s: they are options of DeepSpeed's (or Megatron-LM's) checkpoint saving, "
-            "which this run does not use.", ", ".join(sorted(kwargs)),
+            "save_state ignores %s: upstream passes them to an engine's own checkpoint saving, which "
+            "this run does not use.", ", ".join(sorted(kwargs)),
         )  # fmt: skip
     wait_for_async_save()  # one snapshot in flight at most; its error surfaces here
     project = _project_dir(objects.project, output_dir, "save_state")
