@@ -149,8 +149,9 @@ class AcceleratorCheckpoints:
     def load_state(
         self,
         input_dir: str | None = None,
-        strict: bool = True,
+        load_kwargs: dict[str, Any] | None = None,
         *,
+        strict: bool = True,
         missing_ok: bool = False,
         **load_model_func_kwargs: Any,
     ) -> str | None:
@@ -158,7 +159,9 @@ class AcceleratorCheckpoints:
 
         ``missing_ok=True`` with automatic checkpoint naming resumes from the newest committed
         checkpoint, or starts fresh when there is none yet: one script for the first start and
-        every restart (``accelerate launch --max_restarts N``).
+        every restart (``accelerate launch --max_restarts N``). ``map_location`` (None, ``"cpu"``,
+        ``"on_device"``) and ``load_kwargs`` (``{"weights_only": True}``) are upstream's and checked;
+        the state is always read onto the CPU and copied to where each object lives.
         """
         from accelerate.checkpointing import accelerator_io as checkpoint_io
 
@@ -167,6 +170,7 @@ class AcceleratorCheckpoints:
             input_dir,
             strict=strict,
             missing_ok=missing_ok,
+            load_kwargs=load_kwargs,
             **load_model_func_kwargs,
         )
         if loaded is None:

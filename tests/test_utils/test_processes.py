@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import socket
 import sys
 import textwrap
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -73,7 +78,7 @@ def test_default_launch_command_runs_one_process(tmp_path: Path) -> None:
 
 def test_failure_raises_with_stderr(tmp_path: Path) -> None:
     script = _script(tmp_path, "import sys\nprint('boom-on-stderr', file=sys.stderr)\nsys.exit(3)\n")
-    with pytest.raises(RuntimeError, match=r"return code 3(.|\n)*boom-on-stderr"):
+    with pytest.raises(RuntimeError, match=r"returncode 3(.|\n)*boom-on-stderr"):
         execute_subprocess_async([sys.executable, script], quiet=True)
 
 
@@ -89,6 +94,76 @@ def test_timeout_stops_the_command(tmp_path: Path) -> None:
     script = _script(tmp_path, "import time\nprint('started', flush=True)\ntime.sleep(600)\n")
     with pytest.raises(RuntimeError, match="did not finish within 2s"):
         execute_subprocess_async([sys.executable, script], timeout=2, quiet=True)
+
+
+def _gone(pid_file: Path) -> bool:
+    """Whether every process listed in ``pid_file`` has exited (a zombie counts as exited)."""
+    for pid in json.loads(pid_file.read_text()):
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                if stat.read().rsplit(")", 1)[1].split()[0] != "Z":
+                    return False
+        except FileNotFoundError:
+            continue
+    return True
+
+
+@pytest.fixture
+def pid_file(tmp_path: Path) -> Any:
+    path = tmp_path / "pids.json"
+    yield path
+    if path.exists():  # a regression must not leave sleepers behind
+        for pid in json.loads(path.read_text()):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _records_pid(pid_file: Path, pid: str = "os.getpid()") -> str:
+    return f"import json, os; from pathlib import Path; Path({str(pid_file)!r}).write_text(json.dumps([{pid}]))\n"
+
+
+def test_a_command_ended_by_a_signal_names_its_returncode() -> None:
+    code = "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"
+    with pytest.raises(RuntimeError, match=f"returncode {-signal.SIGTERM}"):
+        execute_subprocess_async([sys.executable, "-c", code], quiet=True, echo=False)
+
+
+@pytest.mark.parametrize("closes_its_output", [False, True])
+def test_a_timeout_is_a_timeout_error_holding_both_streams(pid_file: Path, closes_its_output: bool) -> None:
+    code = _records_pid(pid_file) + "import sys, time\nprint('out-line', flush=True)\n"
+    code += "print('err-line', file=sys.stderr, flush=True)\n"
+    if closes_its_output:
+        code += "os.close(1); os.close(2)\n"
+    code += "time.sleep(30)\n"
+    began = time.monotonic()
+    with pytest.raises(TimeoutError, match="timed out") as raised:
+        execute_subprocess_async([sys.executable, "-c", code], timeout=1, quiet=True, echo=False)
+    assert time.monotonic() - began < 5
+    assert "out-line" in str(raised.value) and "err-line" in str(raised.value)
+    assert isinstance(raised.value, RuntimeError)  # what callers of the other failures catch
+    assert _gone(pid_file)
+
+
+def test_a_timeout_also_stops_a_worker_the_command_left_running(pid_file: Path) -> None:
+    # The command exits at once, but the worker it started keeps its output pipes open.
+    code = "import subprocess, sys\nworker = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'])\n"
+    code += _records_pid(pid_file, "worker.pid")
+    began = time.monotonic()
+    with pytest.raises(TimeoutError, match="timed out"):
+        execute_subprocess_async([sys.executable, "-c", code], timeout=1, quiet=True, echo=False)
+    assert time.monotonic() - began < 5
+    assert _gone(pid_file)
+
+
+def test_output_that_is_not_utf8_raises_and_stops_the_command(pid_file: Path) -> None:
+    code = _records_pid(pid_file) + "import time\nos.write(1, bytes([255, 10]))\ntime.sleep(30)\n"
+    began = time.monotonic()
+    with pytest.raises(UnicodeDecodeError):
+        execute_subprocess_async([sys.executable, "-c", code], timeout=10, quiet=True, echo=False)
+    assert time.monotonic() - began < 5
+    assert _gone(pid_file)
 
 
 def test_empty_command_is_an_error() -> None:

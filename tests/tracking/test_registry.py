@@ -130,3 +130,41 @@ def test_building_a_tracker_imports_no_package_until_start(tmp_path: Any) -> Non
     )
     subprocess.run([sys.executable, "-c", code], check=True)
     assert TensorBoardTracker.requires_logging_directory
+
+
+class _WritesFiles(GeneralTracker):
+    """A registered tracker that writes files, named with capitals (as users name their classes)."""
+
+    name = "WritesFiles"
+    requires_logging_directory = True
+
+    def __init__(self, run_name: str, logging_dir: Any, **kwargs: Any) -> None:
+        super().__init__()
+        self.made_with = (run_name, str(logging_dir), kwargs)
+        self.logged: list[Any] = []
+
+    def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        self.logged.append((values, step, kwargs))
+
+
+@pytest.fixture
+def writes_files() -> Any:
+    register_tracker_class(_WritesFiles)
+    yield _WritesFiles
+    LOGGER_TYPE_TO_CLASS.pop(_WritesFiles.name)
+
+
+def test_a_registered_name_is_used_as_written(writes_files: Any, tmp_path: Any) -> None:
+    accelerator = Accelerator(log_with=["WritesFiles"], project_dir=tmp_path)
+    accelerator.init_trackers("proj", init_kwargs={"WritesFiles": {"colour": "blue"}})
+    accelerator.log({"x": 1}, step=2, log_kwargs={"WritesFiles": {"commit": False}})
+    tracker = accelerator.get_tracker("WritesFiles")
+    assert isinstance(tracker, writes_files)
+    assert tracker.made_with == ("proj", str(accelerator.logging_dir), {"colour": "blue"})
+    assert tracker.logged == [({"x": 1}, 2, {"commit": False})]
+    accelerator.end_training()
+
+
+def test_a_registered_tracker_that_writes_files_needs_a_logging_dir(writes_files: Any) -> None:
+    with pytest.raises(ValueError, match="Logging with `WritesFiles` requires a `logging_dir`"):
+        Accelerator(log_with="WritesFiles")

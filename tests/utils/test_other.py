@@ -6,6 +6,7 @@ import io
 import logging
 import socket
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -106,9 +107,25 @@ def test_recursive_getattr() -> None:
 
 def test_tensor_parallel_facts_of_a_plain_model() -> None:
     model = Tower()
-    assert other.get_model_tp_size(model) == 1 and not other.model_has_dtensor(model)
-    model._tp_size = 4  # what transformers sets on a tensor-parallel model
+    # None (as upstream) for a model that is not split by tensor parallelism.
+    assert other.get_model_tp_size(model) is None and not other.model_has_dtensor(model)
+    model._tp_size = 4  # what some transformers releases set on a tensor-parallel model
     assert other.get_model_tp_size(model) == 4
+
+
+def test_tensor_parallel_size_from_each_transformers_layout() -> None:
+    from types import SimpleNamespace
+
+    model: Any = Tower()
+    model.tp_size = 2  # transformers < 5: on the model
+    assert other.get_model_tp_size(model) == 2
+    model.tp_size = None  # transformers >= 5: a None stub there, the degree in the config
+    model.config = SimpleNamespace(distributed_config=SimpleNamespace(tp_size=4))
+    assert other.get_model_tp_size(model) == 4
+    model.config = SimpleNamespace(distributed_config={"tp_size": 8})  # a config read back from JSON
+    assert other.get_model_tp_size(model) == 8
+    model.config = SimpleNamespace(distributed_config=None)
+    assert other.get_model_tp_size(model) is None
 
 
 # --- small helpers ---------------------------------------------------------------------------------------

@@ -248,7 +248,13 @@ def save_state(
     (see async_save.py); the returned folder is committed later. With automatic naming this job
     owns the project folder from its first save or load there (see project_lock.py).
     """
-    _no_extra("save_state", kwargs)
+    if kwargs:
+        # Upstream hands these to one engine's own checkpoint-saving call and ignores them elsewhere;
+        # no checkpoint writer here takes options, so a script written for that engine still saves.
+        logger.warning(
+            "save_state ignores %s: upstream passes them to an engine's own checkpoint saving, which "
+            "this run does not use.", ", ".join(sorted(kwargs)),
+        )  # fmt: skip
     wait_for_async_save()  # one snapshot in flight at most; its error surfaces here
     project = _project_dir(objects.project, output_dir, "save_state")
     if project is not None:
@@ -375,15 +381,24 @@ def _rotate(config: ProjectConfiguration, project: str, keep: Path | None = None
 
 
 def load_state(
-    objects: TrainingObjects, input_dir: str | None, *, strict: bool, missing_ok: bool = False, **kwargs: Any
+    objects: TrainingObjects,
+    input_dir: str | None,
+    *,
+    strict: bool,
+    missing_ok: bool = False,
+    map_location: str | None = None,
+    load_kwargs: dict[str, Any] | None = None,
+    **kwargs: Any,
 ) -> Outcome | None:
     """Restores what :func:`save_state` wrote; without a path, the latest committed checkpoint.
 
     With ``missing_ok``, None when there is nothing to load (see :mod:`~accelerate.checkpointing.resume_point`).
     """
+    from accelerate.checkpointing.functional import check_load_options
     from accelerate.checkpointing.resume_point import find_resume_checkpoint, iteration_after
     from accelerate.checkpointing.training_state_load import load_training_state
 
+    check_load_options("load_state", map_location, load_kwargs)
     _no_extra("load_state", kwargs)
     wait_for_async_save()  # the folder to load may be the one still being written
     if objects.project.automatic_checkpoint_naming and input_dir is not None:

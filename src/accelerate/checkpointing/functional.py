@@ -95,6 +95,28 @@ def save_accelerator_state(
 _MAP_LOCATIONS = (None, "cpu", "on_device")
 
 
+def check_load_options(call: str, map_location: Any, load_kwargs: dict[str, Any] | None) -> None:
+    """Checks upstream's ``map_location`` and ``load_kwargs`` of a load, before anything is read.
+
+    Every accepted ``map_location`` asks for what loading does anyway: files are read onto the CPU
+    and copied to where each model and optimizer lives. ``load_kwargs`` may only repeat
+    ``weights_only=True`` (files are never unpickled with code).
+    """
+    if map_location not in _MAP_LOCATIONS:
+        # Upstream's opening words (callers match on them), then what is accepted.
+        raise TypeError(
+            f"Unsupported optimizer map location passed to {call}(map_location={map_location!r}): use None, "
+            "'cpu' or 'on_device' (the state is read onto the CPU and copied to where each model and optimizer "
+            "lives)"
+        )
+    unsupported = {k: v for k, v in (load_kwargs or {}).items() if not (k == "weights_only" and v is True)}
+    if unsupported:
+        raise ValueError(
+            f"{call}(load_kwargs={unsupported!r}) is not supported: checkpoint files are read with "
+            "torch.load(weights_only=True) and no other options, so loading runs no code from them"
+        )
+
+
 def load_accelerator_state(
     input_dir: str | os.PathLike[str],
     models: Sequence[nn.Module],
@@ -125,17 +147,7 @@ def load_accelerator_state(
     Example:
         >>> step = load_accelerator_state("ckpt", [model], [optimizer], [], [loader], accelerator.process_index)["step"]
     """
-    if map_location not in _MAP_LOCATIONS:
-        raise ValueError(
-            f"load_accelerator_state(map_location={map_location!r}): use None, 'cpu' or 'on_device' (the state is "
-            "read onto the CPU and copied to where each model and optimizer lives)"
-        )
-    unsupported = {k: v for k, v in (load_kwargs or {}).items() if not (k == "weights_only" and v is True)}
-    if unsupported:
-        raise ValueError(
-            f"load_accelerator_state(load_kwargs={unsupported!r}) is not supported: checkpoint files are read with "
-            "torch.load(weights_only=True) and no other options, so loading runs no code from them"
-        )
+    check_load_options("load_accelerator_state", map_location, load_kwargs)
     strict = bool(load_model_func_kwargs.pop("strict", True))
     if load_model_func_kwargs:
         raise TypeError(

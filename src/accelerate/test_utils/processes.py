@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,27 +107,49 @@ def _resolve(cmd: Sequence[str | os.PathLike[str]]) -> list[str]:
     return parts
 
 
-def _pump(stream: IO[bytes], sink: list[str], echo_to: IO[str] | None) -> None:
-    for raw in iter(stream.readline, b""):
-        line = raw.decode("utf-8", errors="replace").rstrip("\n")
-        sink.append(line)
-        if echo_to is not None:
-            print(line, file=echo_to, flush=True)
-    stream.close()
+class SubprocessTimeoutError(TimeoutError, RuntimeError):
+    """:func:`execute_subprocess_async` stopped a command that ran past its timeout (a ``TimeoutError``
+    as upstream raises, and a ``RuntimeError`` as this function raises for every other failure)."""
+
+
+def _pump(stream: IO[bytes], sink: list[str], echo_to: IO[str] | None, failures: list[BaseException]) -> None:
+    try:
+        for raw in iter(stream.readline, b""):
+            line = raw.decode("utf-8").rstrip("\n")  # output that is not UTF-8 is an error, as upstream
+            sink.append(line)
+            if echo_to is not None:
+                print(line, file=echo_to, flush=True)
+    except Exception as exc:  # re-raised by execute_subprocess_async once the command is stopped
+        failures.append(exc)
+    finally:
+        stream.close()
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """Ends the command and everything it started (it runs in its own process group)."""
+    """Ends the command and everything it started (it runs in its own process group), also when the
+    command itself has already exited and left workers behind."""
     for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
+            break
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if proc.poll() is not None and not _group_alive(proc.pid):
+                break
+            time.sleep(0.02)
+        else:
             continue
+        break
+    proc.poll()
 
 
 def execute_subprocess_async(
@@ -144,7 +167,8 @@ def execute_subprocess_async(
             interpreter (so ``get_launch_command(...) + [script]`` tests this install).
         env: the child's whole environment (default: this process's).
         stdin: text or bytes written to the child's standard input (default: none, reads get EOF).
-        timeout: seconds before the command and its children are stopped and ``RuntimeError`` raised.
+        timeout: seconds until the command has exited and closed its output (a worker it started
+            may hold the output open); then it and every process it started are stopped.
         quiet: do not echo the child's output lines as they arrive.
         echo: print the command line before running it.
 
@@ -152,8 +176,12 @@ def execute_subprocess_async(
         ``SubprocessResult(returncode, stdout, stderr)``, output split into lines.
 
     Raises:
-        RuntimeError: the command exited with a non-zero code or ran past ``timeout``; the message
-            holds the command and what it wrote to stderr.
+        RuntimeError: the command exited with a non-zero code (the message says ``returncode N``,
+            with what it wrote to stderr).
+        SubprocessTimeoutError: (a ``TimeoutError`` and a ``RuntimeError``) it ran past ``timeout``;
+            the message holds what it wrote to stdout and stderr.
+        UnicodeDecodeError: it wrote output that is not UTF-8 (it is stopped first).
+        KeyboardInterrupt: raised here while it ran; it is stopped first.
     """
     args = _resolve(cmd)
     if echo:
@@ -167,43 +195,53 @@ def execute_subprocess_async(
         start_new_session=True,  # its own process group, so a timeout can stop launched workers too
     )
     result = SubprocessResult(returncode=0)
+    failures: list[BaseException] = []
     if proc.stdout is None or proc.stderr is None:  # cannot happen with PIPE; narrows the types
         raise RuntimeError("subprocess.Popen returned no output pipes")
     readers = [
         threading.Thread(
-            target=_pump, args=(proc.stdout, result.stdout, None if quiet else sys.stdout), daemon=True
+            target=_pump, args=(proc.stdout, result.stdout, None if quiet else sys.stdout, failures), daemon=True
         ),
         threading.Thread(
-            target=_pump, args=(proc.stderr, result.stderr, None if quiet else sys.stderr), daemon=True
+            target=_pump, args=(proc.stderr, result.stderr, None if quiet else sys.stderr, failures), daemon=True
         ),
     ]
-    for reader in readers:
-        reader.start()
-    if stdin is not None and proc.stdin is not None:
-        try:
-            proc.stdin.write(stdin.encode() if isinstance(stdin, str) else stdin)
-            proc.stdin.close()
-        except BrokenPipeError:  # the child exited without reading: its exit code tells the story
-            pass
     timed_out = False
     try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
+        for reader in readers:
+            reader.start()
+        if stdin is not None and proc.stdin is not None:
+            try:
+                proc.stdin.write(stdin.encode() if isinstance(stdin, str) else stdin)
+                proc.stdin.close()
+            except BrokenPipeError:  # the child exited without reading: its exit code tells the story
+                pass
+        deadline = time.monotonic() + timeout
+        # Done when the command has exited and both pipes are closed (no worker holds them open).
+        while not failures and (proc.poll() is None or any(reader.is_alive() for reader in readers)):
+            if time.monotonic() >= deadline:
+                timed_out = True
+                break
+            time.sleep(0.02)
+    except BaseException:
+        _stop(proc)
+        raise
+    if timed_out or failures:
         _stop(proc)
     for reader in readers:
         reader.join(timeout=10)
+    if failures:
+        raise failures[0]
     result.returncode = proc.returncode
     command = " ".join(args)
-    stderr = "\n".join(result.stderr)
+    stdout, stderr = "\n".join(result.stdout), "\n".join(result.stderr)
     if timed_out:
-        raise RuntimeError(
-            f"'{command}' did not finish within {timeout}s and was stopped.\n\nIts stderr:\n{stderr}"
+        raise SubprocessTimeoutError(
+            f"'{command}' timed out: it did not finish within {timeout}s and was stopped."
+            f"\n\nIts stdout:\n{stdout}\n\nIts stderr:\n{stderr}"
         )
     if result.returncode != 0:
-        raise RuntimeError(
-            f"'{command}' failed with return code {result.returncode}.\n\nIts stderr:\n{stderr}"
-        )
+        raise RuntimeError(f"'{command}' failed with returncode {result.returncode}.\n\nIts stderr:\n{stderr}")
     return result
 
 

@@ -97,7 +97,11 @@ def _resolve(log_with: Any, logging_dir: str | os.PathLike[str] | None, check_di
                 f"log_with={item!r}: expected a tracker name, a LoggerType, a GeneralTracker instance or a "
                 f"list of them; choose names from {_known()} or 'all'."
             )
-        name = item.value if isinstance(item, LoggerType) else item.lower()
+        # A registered name is matched as written (users name classes "MyTracker"); built-ins in any case.
+        if isinstance(item, LoggerType):
+            name = item.value
+        else:
+            name = item if item in LOGGER_TYPE_TO_CLASS else item.lower()
         if name == "all":
             for member in get_available_trackers():
                 add(member)

@@ -60,11 +60,16 @@ def model_has_dtensor(model: nn.Module) -> bool:
     return dtensor is not None and any(isinstance(p, dtensor) for p in model.parameters())
 
 
-def get_model_tp_size(model: nn.Module) -> int:
-    """How many processes ``model`` is split over by tensor parallelism (1 when it is not).
+def _positive_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
-    Read from the ``"tp"`` dimension of its ``DTensor`` parameters' device mesh, or, for a
-    transformers model, from its ``_tp_size`` attribute.
+
+def get_model_tp_size(model: nn.Module) -> int | None:
+    """How many processes ``model`` is split over by tensor parallelism; None when it is not.
+
+    Read from the ``"tp"`` dimension of its ``DTensor`` parameters' device mesh, else from what
+    transformers records: ``model.tp_size`` (before 5), ``model.config.distributed_config.tp_size``
+    (5 on; an object, or a dict once the config went through JSON), or ``model._tp_size``.
     """
     dtensor = _dtensor_type()
     if dtensor is not None:
@@ -74,5 +79,12 @@ def get_model_tp_size(model: nn.Module) -> int:
                 names = mesh.mesh_dim_names or ()
                 if "tp" in names:
                     return int(mesh["tp"].size())
-    size = getattr(model, "_tp_size", None)
-    return int(size) if isinstance(size, int) and size > 0 else 1
+    size = _positive_int(getattr(model, "tp_size", None))
+    if size is not None:
+        return size
+    distributed = getattr(getattr(model, "config", None), "distributed_config", None)
+    if isinstance(distributed, dict):
+        size = _positive_int(distributed.get("tp_size"))
+    else:
+        size = _positive_int(getattr(distributed, "tp_size", None))
+    return size if size is not None else _positive_int(getattr(model, "_tp_size", None))
