@@ -64,3 +64,13 @@ def test_unpickled_instance_restores_state_into_a_fresh_process_state() -> None:
     GradientState._reset_state()
     restored = pickle.loads(data)
     assert restored.num_steps == 4 and GradientState().num_steps == 4
+
+
+def test_accelerator_pickles_mid_epoch() -> None:
+    accelerator = Accelerator(cpu=True)
+    loader = accelerator.prepare(DataLoader(list(range(8)), batch_size=2))
+    iterator = iter(loader)
+    next(iterator)
+    loaded = pickle.loads(pickle.dumps(accelerator))
+    assert [batch.tolist() for batch in loaded._dataloaders[0]] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert loaded.gradient_state.active_dataloader is loader  # joined the live state
