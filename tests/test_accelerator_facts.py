@@ -132,3 +132,19 @@ def test_unscale_gradients_without_a_scaler_is_a_no_op() -> None:
 def test_accelerator_context_helpers_are_context_managers() -> None:
     accelerator = Accelerator(cpu=True)
     assert isinstance(accelerator.maybe_context_parallel(), contextlib.AbstractContextManager)
+
+
+@pytest.mark.parametrize(
+    "fact",
+    ["num_processes", "process_index", "local_process_index", "is_main_process", "is_local_main_process",
+     "is_last_process", "use_distributed", "device"],
+)  # fmt: skip
+def test_process_facts_read_the_accelerator_state(fact: str) -> None:
+    """As upstream's, they read ``accelerator.state``: after its reset they raise the reset's error."""
+    accelerator = Accelerator(cpu=True)
+    assert getattr(accelerator, fact) == getattr(accelerator.state, fact)
+    accelerator.state._reset_state()
+    with pytest.raises(AttributeError, match=r"`AcceleratorState` object has no attribute.*This happens if"):
+        getattr(accelerator, fact)
+    accelerator.state.someotherthing = "MyValue"
+    assert accelerator.state.someotherthing == "MyValue"

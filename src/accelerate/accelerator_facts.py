@@ -38,7 +38,7 @@ class AcceleratorFacts:
     # ------------------------------------------------------------------ facts about the run
     @property
     def device(self) -> torch.device:
-        return self.partial_state.device
+        return self.state.device  # type: ignore[no-any-return]
 
     @property
     def distributed_type(self) -> DistributedType:
@@ -46,31 +46,31 @@ class AcceleratorFacts:
 
     @property
     def num_processes(self) -> int:
-        return self.partial_state.num_processes
+        return self.state.num_processes  # type: ignore[no-any-return]
 
     @property
     def process_index(self) -> int:
-        return self.partial_state.process_index
+        return self.state.process_index  # type: ignore[no-any-return]
 
     @property
     def local_process_index(self) -> int:
-        return self.partial_state.local_process_index
+        return self.state.local_process_index  # type: ignore[no-any-return]
 
     @property
     def is_main_process(self) -> bool:
-        return self.partial_state.is_main_process
+        return self.state.is_main_process  # type: ignore[no-any-return]
 
     @property
     def is_local_main_process(self) -> bool:
-        return self.partial_state.is_local_main_process
+        return self.state.is_local_main_process  # type: ignore[no-any-return]
 
     @property
     def is_last_process(self) -> bool:
-        return self.partial_state.is_last_process
+        return self.state.is_last_process  # type: ignore[no-any-return]
 
     @property
     def use_distributed(self) -> bool:
-        return self.partial_state.use_distributed
+        return self.state.use_distributed  # type: ignore[no-any-return]
 
     @property
     def mixed_precision(self) -> str:

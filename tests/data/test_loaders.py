@@ -275,3 +275,34 @@ def test_default_shuffle_later_epochs_follow_from_the_first_draw_not_the_global_
         return out
 
     assert epochs(False)[1:] == epochs(True)[1:]
+
+
+@pytest.mark.parametrize("kind", ["shard", "dispatcher", "skip"])
+def test_directly_built_loader_has_a_plain_base_dataloader(kind: str) -> None:
+    from accelerate.data_loader import DataLoaderDispatcher, DataLoaderStateMixin, SkipDataLoader
+
+    loader: DataLoader = {  # type: ignore[type-arg]
+        "shard": lambda: DataLoaderShard(range(16), batch_size=4),
+        "dispatcher": lambda: DataLoaderDispatcher(range(16), batch_size=4),
+        "skip": lambda: SkipDataLoader(range(16), batch_size=4, skip_batches=2),
+    }[kind]()
+    assert isinstance(loader, DataLoader) and isinstance(loader, DataLoaderStateMixin)
+    base = loader.base_dataloader  # type: ignore[attr-defined]
+    assert type(base) is DataLoader and loader.base_dataloader is base  # type: ignore[attr-defined]
+    assert [batch.tolist() for batch in base] == [list(range(i, i + 4)) for i in range(0, 16, 4)]
+    assert GradientState().active_dataloader is None  # the plain loader tells no one
+
+
+@pytest.mark.parametrize("name", ["DataLoaderShard", "DataLoaderDispatcher", "SkipDataLoader"])
+def test_base_dataloader_is_not_a_class_attribute(name: str) -> None:
+    import accelerate.data_loader as module
+
+    with pytest.raises(AttributeError):
+        _ = getattr(module, name).base_dataloader
+
+
+def test_prepared_loader_base_dataloader_is_the_loader_given() -> None:
+    given = index_loader(8, 2)
+    prepared = prepare_data_loader(given, num_processes=1, process_index=0)
+    assert prepared.base_dataloader is given
+    assert skip_first_batches(prepared, 1).base_dataloader is given

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from accelerate import PartialState
-from accelerate.state import AcceleratorState, DistributedType, GradientState, split_for_process
+from accelerate.state import AcceleratorState, DistributedType, split_for_process
 from tests.helpers.pool import WorkerPool
 
 
@@ -120,11 +120,6 @@ def test_accelerator_state_contradiction_names_both_values() -> None:
     AcceleratorState(mixed_precision="bf16")
     with pytest.raises(ValueError, match="'bf16'.*'fp16'"):
         AcceleratorState(mixed_precision="fp16")
-
-
-def test_gradient_state_is_shared() -> None:
-    assert GradientState() is GradientState()
-    assert GradientState().sync_gradients
 
 
 # --- 2 real processes --------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from accelerate.collectives.communicator import current_communicator
 from accelerate.collectives.operations import broadcast, broadcast_object_list
 from accelerate.collectives.rng import synchronize_rng_states
 from accelerate.data.samplers import SeedableRandomSampler, TorchOrderRandomSampler, get_sampler, set_sampler
+from accelerate.data.twin import BaseDataLoader
 from accelerate.state.gradient import GradientState
 from accelerate.utils.tree import send_to_device
 
@@ -144,7 +145,7 @@ class PreparedLoaderMixin(DataLoaderStateMixin):
     rng_types: list[str] | None
     synchronized_generator: torch.Generator | None
     use_stateful_dataloader: bool
-    base_dataloader: Any
+    base_dataloader = BaseDataLoader()
     _progress: LoaderProgress
     _non_blocking: bool
     _view_skip: int | None
@@ -165,7 +166,6 @@ class PreparedLoaderMixin(DataLoaderStateMixin):
         self._non_blocking = non_blocking
         self.use_stateful_dataloader = use_stateful_dataloader
         self.gradient_state = gradient_state if gradient_state is not None else GradientState()
-        self.base_dataloader = None
         self.end_of_dataloader = False
         self._progress = LoaderProgress()
         self._view_skip = None

@@ -18,6 +18,7 @@ from torch.utils.data import BatchSampler, DataLoader, IterableDataset
 from accelerate.data.base import DataLoaderStateMixin
 from accelerate.data.dispatcher import DataLoaderDispatcher
 from accelerate.data.shard_loader import DataLoaderShard
+from accelerate.data.twin import BaseDataLoader
 from accelerate.state.gradient import GradientState
 
 
@@ -102,28 +103,7 @@ class SkipDataLoader(DataLoaderStateMixin, DataLoader[Any]):
     def __len__(self) -> int:
         return max(super().__len__() - self.skip_batches, 0)
 
-    @property
-    def base_dataloader(self) -> DataLoader[Any]:
-        """A plain `DataLoader` over the same dataset, sampler and arguments, without the skip.
-
-        Upstream's skipping loader wraps such a loader; built on first access (iterating it reads the
-        whole epoch and leaves this loader's position and ``GradientState`` alone).
-        """
-        base: DataLoader[Any] | None = self.__dict__.get("_base_dataloader")
-        if base is None:
-            from accelerate.data.prepare import loader_kwargs
-
-            kwargs = loader_kwargs(self)
-            if isinstance(self.dataset, IterableDataset):
-                base = DataLoader(
-                    self.dataset, batch_size=self.batch_size, drop_last=self.drop_last, **kwargs
-                )
-            elif self.batch_sampler is not None:
-                base = DataLoader(self.dataset, batch_sampler=self.batch_sampler, **kwargs)
-            else:
-                base = DataLoader(self.dataset, batch_size=None, sampler=self.sampler, **kwargs)
-            self._base_dataloader = base
-        return base
+    base_dataloader = BaseDataLoader()
 
     def _require_state(self, call: str) -> None:
         if not self.use_stateful_dataloader:

@@ -6,13 +6,15 @@ the epoch ends) and the optimizer/scheduler wrappers (which skip work on non-syn
 
 from __future__ import annotations
 
-from typing import Any
-
-_GRADIENT_STATE: GradientState | None = None
+from typing import Any, ClassVar
 
 
 class GradientState:
-    """One per process: ``GradientState()`` returns the shared object.
+    """One state per process: every ``GradientState()`` is a new object reading and writing it.
+
+    As upstream's, the instances share ``_shared_state`` (their ``__dict__``), so an instance is
+    freed with whatever holds it (a prepared loader, an Accelerator) while the state lives on until
+    `_reset_state`. A reset starts a new shared dict: instances made before it keep the old one.
 
     Attributes:
         sync_gradients: True on the micro-step whose backward should all-reduce and whose
@@ -28,18 +30,16 @@ class GradientState:
     # so the optimizer step does not average them again; the step resets it (backends/xla/strategy.py).
     is_xla_gradients_synced: bool = False
 
+    # The live state (empty until the first instance); rebound, not cleared, by a reset.
+    _shared_state: ClassVar[dict[str, Any]] = {}
+
     @classmethod
     def _reset_state(cls) -> None:
-        """Upstream's name for "forget the shared object" (tests and notebooks)."""
+        """Upstream's name for "forget the shared state" (tests and notebooks)."""
         reset_gradient_state()
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> GradientState:
-        global _GRADIENT_STATE
-        if _GRADIENT_STATE is None:
-            _GRADIENT_STATE = super().__new__(cls)
-        return _GRADIENT_STATE
-
     def __init__(self, gradient_accumulation_plugin: Any | None = None) -> None:
+        self.__dict__ = GradientState._shared_state
         if not self._initialized:
             self.sync_gradients = True
             self.micro_step = 0
@@ -109,6 +109,10 @@ class GradientState:
             self.dataloader_references.remove(dataloader)
         self.active_dataloader = self.dataloader_references[-1]
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Unpickled, an instance joins the live state; it brings its values only where none exists yet.
+        return (_restore, (dict(self.__dict__),))
+
     def __repr__(self) -> str:
         return (
             f"Sync Gradients: {self.sync_gradients}\nAt end of current dataloader: {self.end_of_dataloader}\n"
@@ -117,8 +121,13 @@ class GradientState:
 
 
 def reset_gradient_state() -> None:
-    global _GRADIENT_STATE
-    _GRADIENT_STATE = None
+    GradientState._shared_state = {}
+
+
+def _restore(values: dict[str, Any]) -> GradientState:
+    if not GradientState._shared_state.get("_initialized"):
+        GradientState._shared_state.update(values)
+    return GradientState()
 
 
 # Written by `accelerate launch` for an elastic range: processes of the largest group it allows.
