@@ -51,6 +51,7 @@ test: $(VENV)/.installed-test
 
 lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check src tests bench examples
+	$(VENV)/bin/ruff format --check src tests bench examples
 	$(VENV)/bin/mypy
 
 # The XLA backend on torch_xla's CPU device, in a side environment (torch_xla has no build for torch

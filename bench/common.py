@@ -156,7 +156,9 @@ def rank_mean(series: Sequence[Sequence[float]]) -> list[float]:
     return [sum(values) / len(values) for values in zip(*series, strict=True)]
 
 
-def step_time_row(bench: str, metric: str, raw: Sequence[Sequence[float]], accel: Sequence[Sequence[float]]) -> Row:
+def step_time_row(
+    bench: str, metric: str, raw: Sequence[Sequence[float]], accel: Sequence[Sequence[float]]
+) -> Row:
     """The row of a worker that raced a hand-written loop against Accelerator: CPU seconds per optimizer
     step per rank and repeat, ranks averaged; raw time / accelerate time, at least 0.98."""
     return compare_row(

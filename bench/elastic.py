@@ -45,7 +45,11 @@ def _free_port() -> int:
 def _launch(args: list[str], **env: str) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", "accelerate.commands.accelerate_cli", "launch", "--cpu", *args]
     return subprocess.Popen(
-        command, env=bench_env(**env), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        command,
+        env=bench_env(**env),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
 
 
@@ -120,7 +124,10 @@ def run() -> list[Row]:
         for conf, times in elastic.items():
             times.append(elastic_once(conf))
     rows = []
-    for conf, label, target in ((SHORT_HEARTBEAT, "heartbeat 1 s x 3", 2.0), (TORCH_HEARTBEAT, "torch's heartbeat 5 s x 3", None)):
+    for conf, label, target in (
+        (SHORT_HEARTBEAT, "heartbeat 1 s x 3", 2.0),
+        (TORCH_HEARTBEAT, "torch's heartbeat 5 s x 3", None),
+    ):
         ratios = [e / r for e, r in zip(elastic[conf], restart)]
         rows.append(Row(
             bench=BENCH, metric=f"re-formation after a node dies (elastic 1:2, {label}) vs --max_restarts restart",

@@ -61,8 +61,12 @@ def test_local_sgd_matches_local_training_with_periodic_averaging(pool2: WorkerP
     r0, r1 = pool2.run(_train_local_sgd, 5, 2)
     expected = _reference(5, 2)
     for step, (a, b, ref) in enumerate(zip(r0, r1, expected)):
-        torch.testing.assert_close(torch.tensor(a), torch.tensor(ref[0]), msg=f"rank 0, after step {step + 1}")
-        torch.testing.assert_close(torch.tensor(b), torch.tensor(ref[1]), msg=f"rank 1, after step {step + 1}")
+        torch.testing.assert_close(
+            torch.tensor(a), torch.tensor(ref[0]), msg=f"rank 0, after step {step + 1}"
+        )
+        torch.testing.assert_close(
+            torch.tensor(b), torch.tensor(ref[1]), msg=f"rank 1, after step {step + 1}"
+        )
     assert r0[0] != r1[0]  # after one local step the processes differ (no gradient all-reduce) ...
     assert r0[1] == r1[1] and r0[-1] == r1[-1]  # ... after k steps and at the end they agree
 

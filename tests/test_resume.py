@@ -19,7 +19,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _run(mode: str, ckpt: Path, out: Path, save_at: int) -> dict[str, object]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]), "OMP_NUM_THREADS": "1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]),
+        "OMP_NUM_THREADS": "1",
+    }
     proc = subprocess.run(
         [sys.executable, "-m", "tests.resume_training", mode, str(ckpt), str(out), str(save_at)],
         env=env,

@@ -142,7 +142,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="big-model-") as scratch, torch.no_grad():
         folder = Path(scratch)
         plain = build()
-        save_file({k: v.contiguous() for k, v in plain.state_dict().items()}, str(folder / "model.safetensors"))
+        save_file(
+            {k: v.contiguous() for k, v in plain.state_dict().items()}, str(folder / "model.safetensors")
+        )
         hooked = dispatch_model(build(), {"": "cpu"}, force_hooks=True)
         result["hooks"] = pairs(
             lambda: timed(lambda: plain(x), time.process_time),
@@ -172,7 +174,10 @@ def main() -> None:
         with init_empty_weights():
             skeleton = build()
         on_disk = load_checkpoint_and_dispatch(
-            skeleton, folder, device_map={str(i): "disk" for i in range(BLOCKS)}, offload_folder=folder / "off"
+            skeleton,
+            folder,
+            device_map={str(i): "disk" for i in range(BLOCKS)},
+            offload_folder=folder / "off",
         )
         blocks = [Block() for _ in range(BLOCKS)]  # compute modules whose weights are replaced per call
 

@@ -53,7 +53,9 @@ def main() -> None:
             lambda i, o: bnb.nn.Linear8bitLt(i, o, has_fp16_weights=False, threshold=6.0),
         ),
         "4bit": (
-            BnbQuantizationConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype="fp32"),
+            BnbQuantizationConfig(
+                load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype="fp32"
+            ),
             lambda i, o: bnb.nn.Linear4bit(
                 i, o, compute_dtype=torch.float32, compress_statistics=False, quant_type="nf4"
             ),

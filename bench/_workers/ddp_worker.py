@@ -96,7 +96,9 @@ def accelerate_loop() -> Loop:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mode", choices=["raw", "accelerate"], required=True)
-    parser.add_argument("--steps", type=int, default=24, help="optimizer steps per repeat (accumulation 4: a quarter)")
+    parser.add_argument(
+        "--steps", type=int, default=24, help="optimizer steps per repeat (accumulation 4: a quarter)"
+    )
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", required=True)
     parser.add_argument("--t0", type=float, required=True)
@@ -117,7 +119,9 @@ def main() -> None:
     for accum in ACCUMULATIONS:
         # One optimizer step of `accum` micro-steps per call, so the shared interleaving applies.
         raw_step, accel_step = functools.partial(raw, 1, accum), functools.partial(accel, 1, accum)
-        result[f"accum{accum}"] = interleave(raw_step, accel_step, max(2, args.steps // accum), args.repeats, warmup=3)
+        result[f"accum{accum}"] = interleave(
+            raw_step, accel_step, max(2, args.steps // accum), args.repeats, warmup=3
+        )
     Path(args.out, f"rank{dist.get_rank()}.json").write_text(json.dumps(result))
     dist.barrier()
     dist.destroy_process_group()

@@ -88,5 +88,6 @@ def main() -> None:
     torch.set_num_threads(1)
     measure_both_orders(raw_loop, accelerate_loop, 1, args.repeats, args.block, args.out)
 
+
 if __name__ == "__main__":
     main()

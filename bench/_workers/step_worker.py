@@ -160,5 +160,6 @@ def measure_both_orders(
     }
     Path(out_dir, "rank0.json").write_text(json.dumps(result))
 
+
 if __name__ == "__main__":
     main()

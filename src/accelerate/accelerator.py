@@ -493,5 +493,3 @@ def _as_list(parameters: Any) -> list[torch.Tensor]:
     if isinstance(parameters, torch.Tensor):
         return [parameters]
     return list(parameters)
-
-

@@ -280,7 +280,12 @@ def _dynamo_plugin(
 ) -> TorchDynamoPlugin:
     """The ``torch.compile`` settings: what the caller set, the launcher's settings for the rest."""
     given = plugin is not None and getattr(plugin, "_backend_given", True)
-    if plugin is not None and backend is not None and given and str(plugin.backend).lower() != backend.lower():
+    if (
+        plugin is not None
+        and backend is not None
+        and given
+        and str(plugin.backend).lower() != backend.lower()
+    ):
         raise ValueError(
             f"Accelerator got dynamo_backend={backend!r} and dynamo_plugin with backend={plugin.backend!r}; "
             "set the backend in one place (the plugin is preferred)."

@@ -304,9 +304,13 @@ def regional_compilation_facts() -> dict[str, Any]:
 
     from accelerate.utils import TorchDynamoPlugin
 
-    accelerator = _accelerator(3, dynamo_plugin=TorchDynamoPlugin(backend="eager", use_regional_compilation=True))
+    accelerator = _accelerator(
+        3, dynamo_plugin=TorchDynamoPlugin(backend="eager", use_regional_compilation=True)
+    )
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(6, 8), nn.ModuleList([nn.Linear(8, 8) for _ in range(3)]), nn.Linear(8, 2))
+    model = nn.Sequential(
+        nn.Linear(6, 8), nn.ModuleList([nn.Linear(8, 8) for _ in range(3)]), nn.Linear(8, 2)
+    )
 
     class Tower(nn.Module):
         def __init__(self) -> None:

@@ -74,7 +74,9 @@ def test_upstreams_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
     import accelerate.backends.join as join_module
 
     seen: list[dict[str, object]] = []
-    monkeypatch.setattr(join_module, "Join", lambda joinables, **kw: seen.append(kw) or contextlib.nullcontext())
+    monkeypatch.setattr(
+        join_module, "Join", lambda joinables, **kw: seen.append(kw) or contextlib.nullcontext()
+    )
     # Another distributed setup (FSDP, DeepSpeed, XLA): the block runs as it is, with upstream's warning.
     with (
         pytest.warns(UserWarning, match="only supported for multi-GPU training"),
@@ -86,7 +88,10 @@ def test_upstreams_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
     with (
         pytest.warns(UserWarning, match="Overridding even_batches is only supported for map-style datasets"),
         join_uneven_inputs(
-            [_Joinable()], dataloaders=[dispatcher], distributed_type=DistributedType.MULTI_CPU, even_batches=True
+            [_Joinable()],
+            dataloaders=[dispatcher],
+            distributed_type=DistributedType.MULTI_CPU,
+            even_batches=True,
         ),
     ):
         pass

@@ -67,7 +67,9 @@ def save_checkpoint(model: nn.Module, folder: Path, shards: int = 1, fmt: str = 
         file = f"{stem}-{index + 1:05d}-of-{shards:05d}.{suffix}"
         write({k: state[k] for k in part}, file)
         weight_map.update(dict.fromkeys(part, file))
-    (folder / f"{stem}.{suffix}.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    (folder / f"{stem}.{suffix}.index.json").write_text(
+        json.dumps({"metadata": {}, "weight_map": weight_map})
+    )
     return folder
 
 
@@ -77,7 +79,9 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 def stored_bytes(module: nn.Module) -> int:
     """Bytes of everything the module stores (its state dict: weights, scales, quantization state)."""
-    return sum(t.numel() * t.element_size() for t in module.state_dict().values() if isinstance(t, torch.Tensor))
+    return sum(
+        t.numel() * t.element_size() for t in module.state_dict().values() if isinstance(t, torch.Tensor)
+    )
 
 
 def train_lora(base: nn.Module, accelerator: Any, steps: int = 30) -> tuple[Any, list[float]]:

@@ -159,9 +159,15 @@ def test_bad_input() -> None:
     "settings, message",
     [
         ({"load_in_8bit": "yes"}, r"load_in_8bit='yes'\) must be True or False"),
-        ({"load_in_4bit": True, "bnb_4bit_use_double_quant": 1}, r"bnb_4bit_use_double_quant=1\) must be True"),
+        (
+            {"load_in_4bit": True, "bnb_4bit_use_double_quant": 1},
+            r"bnb_4bit_use_double_quant=1\) must be True",
+        ),
         ({"load_in_8bit": True, "llm_int8_threshold": "6"}, r"llm_int8_threshold='6'\) must be a number"),
-        ({"load_in_8bit": True, "skip_modules": "head"}, r"skip_modules='head'\) must be a list of module names"),
+        (
+            {"load_in_8bit": True, "skip_modules": "head"},
+            r"skip_modules='head'\) must be a list of module names",
+        ),
         ({"load_in_8bit": True, "keep_in_fp32_modules": [1]}, r"keep_in_fp32_modules=\[1\]\) must be a list"),
     ],
 )

@@ -28,7 +28,9 @@ FOUR = BnbQuantizationConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4
 def _load(folder: Path, config: BnbQuantizationConfig, **kwargs: Any) -> Any:
     with init_empty_weights():
         model = Net()
-    return load_and_quantize_model(model, config, weights_location=save_checkpoint(reference(), folder), **kwargs)
+    return load_and_quantize_model(
+        model, config, weights_location=save_checkpoint(reference(), folder), **kwargs
+    )
 
 
 @pytest.mark.parametrize("config, tolerance", [(EIGHT, 0.05), (FOUR, 0.3)], ids=["8bit", "4bit-nf4"])

@@ -48,7 +48,9 @@ def test_lora_on_a_4bit_base_trains(tmp_path: Path) -> None:
             assert torch.equal(p.detach(), frozen[original]), name
 
 
-@pytest.mark.parametrize("width, config", [("8-bit", BnbQuantizationConfig(load_in_8bit=True)), ("4-bit", FOUR)])
+@pytest.mark.parametrize(
+    "width, config", [("8-bit", BnbQuantizationConfig(load_in_8bit=True)), ("4-bit", FOUR)]
+)
 def test_quantized_state_refuses_an_unquantized_model(
     tmp_path: Path, width: str, config: BnbQuantizationConfig
 ) -> None:

@@ -118,7 +118,13 @@ def test_clean_device_map() -> None:
 def test_check_device_map_warns_about_unknown_keys_in_upstream_words() -> None:
     from tests.big_modeling.test_planner import ModelForTest
 
-    device_map = {"linear1": "cpu", "batchnorm": "cpu", "linear2": "cpu", "invalid_module": 0, "another_invalid": 1}
+    device_map = {
+        "linear1": "cpu",
+        "batchnorm": "cpu",
+        "linear2": "cpu",
+        "invalid_module": 0,
+        "another_invalid": 1,
+    }
     with pytest.warns(UserWarning) as record:
         check_device_map(ModelForTest(), device_map)
     assert str(record[0].message).startswith(

@@ -93,7 +93,9 @@ def test_peak_memory_stays_near_the_cpu_budget(tmp_path: Path) -> None:
 
 def test_dispatch_errors_name_the_problem(tmp_path: Path) -> None:
     model = reference()
-    with pytest.raises(ValueError, match=r"37 parameter\(s\)/buffer\(s\) without a device: scale, blocks\.0\.norm\.weight"):
+    with pytest.raises(
+        ValueError, match=r"37 parameter\(s\)/buffer\(s\) without a device: scale, blocks\.0\.norm\.weight"
+    ):
         dispatch_model(model, {"embed": "cpu", "head": "cpu"})
     with pytest.raises(ValueError, match="offload_dir"):
         dispatch_model(model, {"": "cpu", "blocks": "disk"})
@@ -105,7 +107,9 @@ def test_dispatch_warns_about_names_the_model_lacks() -> None:
     with torch.no_grad():
         expected = model(_ids())
     with pytest.warns(UserWarning, match="'decoder'"):
-        dispatch_model(model, {"embed": "cpu", "decoder": "cpu", "blocks": "cpu", "head": "cpu", "scale": "cpu"})
+        dispatch_model(
+            model, {"embed": "cpu", "decoder": "cpu", "blocks": "cpu", "head": "cpu", "scale": "cpu"}
+        )
     with torch.no_grad():
         assert torch.equal(model(_ids()), expected)
 
@@ -225,7 +229,11 @@ def test_root_tensors_stay_on_the_execution_device(tmp_path: Path) -> None:
         model = _RootParam()
     budget = compute_module_sizes(model)["blocks.0"] * 3
     model = load_checkpoint_and_dispatch(
-        model, tmp_path, device_map="auto", max_memory={"cpu": budget, "disk": "1GB"}, offload_folder=tmp_path / "off"
+        model,
+        tmp_path,
+        device_map="auto",
+        max_memory={"cpu": budget, "disk": "1GB"},
+        offload_folder=tmp_path / "off",
     )
     assert model.hf_device_map["pos"] == "cpu" and "disk" in model.hf_device_map.values()
     with torch.no_grad():

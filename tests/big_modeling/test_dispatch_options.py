@@ -181,7 +181,9 @@ def _prepare_dispatched_on_two_processes() -> str:
     from accelerate import Accelerator
 
     model = TiedLM()
-    dispatch_model(model, {"embed": "cpu", "head": "cpu", "scale": "cpu", "blocks": "meta"}, main_device="cpu")
+    dispatch_model(
+        model, {"embed": "cpu", "head": "cpu", "scale": "cpu", "blocks": "meta"}, main_device="cpu"
+    )
     accelerator = Accelerator(cpu=True)
     try:
         accelerator.prepare(model)

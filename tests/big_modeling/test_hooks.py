@@ -19,7 +19,9 @@ from accelerate.hooks import (
 
 
 class AddOne(ModelHook):
-    def pre_forward(self, module: nn.Module, *args: Any, **kwargs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def pre_forward(
+        self, module: nn.Module, *args: Any, **kwargs: Any
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
         return (args[0] + 1,), kwargs
 
 
@@ -40,7 +42,9 @@ def test_hook_wraps_forward_and_removal_restores_the_class_forward() -> None:
     assert torch.equal(layer(x), nn.functional.linear(x + 1, layer.weight, layer.bias))
     assert layer.forward.__name__ == "forward"  # wrapper keeps the name/signature
     remove_hook_from_module(layer)
-    assert "forward" not in vars(layer) and not hasattr(layer, "_hf_hook") and not hasattr(layer, "_old_forward")
+    assert (
+        "forward" not in vars(layer) and not hasattr(layer, "_hf_hook") and not hasattr(layer, "_old_forward")
+    )
     assert torch.equal(layer(x), nn.functional.linear(x, layer.weight, layer.bias))
 
 
@@ -139,7 +143,9 @@ def test_layerwise_casting_computes_in_wide_dtype() -> None:
     model = _mlp()
     x = torch.randn(5, 3)
     stored = model(x)
-    attach_layerwise_casting_hooks(model, torch.bfloat16, torch.float32, skip_modules_classes=(nn.BatchNorm1d,))
+    attach_layerwise_casting_hooks(
+        model, torch.bfloat16, torch.float32, skip_modules_classes=(nn.BatchNorm1d,)
+    )
     assert model[0].weight.dtype == torch.bfloat16 and model[1].weight.dtype == torch.float32
     assert isinstance(model[0]._hf_hook, LayerwiseCastingHook)
     out = model(x)
@@ -173,7 +179,14 @@ def test_layerwise_casting_leaves_layers_other_than_linear_and_conv_as_they_are(
     expected = (model[:4](ids), conv(signal))
     attach_layerwise_casting_hooks(model, torch.bfloat16, torch.float32)
     attach_layerwise_casting_hooks(conv, torch.bfloat16, torch.float32)
-    kept = [model[0].weight, model[1].weight, model[2].gain, model[4].weight, conv[1].weight, conv[1].running_mean]
+    kept = [
+        model[0].weight,
+        model[1].weight,
+        model[2].gain,
+        model[4].weight,
+        conv[1].weight,
+        conv[1].running_mean,
+    ]
     assert all(t.dtype == torch.float32 for t in kept)
     assert [m.weight.dtype for m in (model[3], conv[0], conv[2])] == [torch.bfloat16] * 3
     assert not hasattr(model[1], "_hf_hook") and not hasattr(model, "_hf_hook")

@@ -135,9 +135,13 @@ def test_sharded_checkpoint_from_save_model_files(tmp_path: Path, safe: bool) ->
     assert len(files) > 2  # several shards and an index
     model = _empty()
     device_map = {"embed": "cpu", "head": "cpu", "scale": "cpu", "blocks": "disk"}
-    load_checkpoint_in_model(model, tmp_path, device_map=device_map, offload_folder=tmp_path / "off", strict=True)
+    load_checkpoint_in_model(
+        model, tmp_path, device_map=device_map, offload_folder=tmp_path / "off", strict=True
+    )
     assert torch.equal(model.embed.weight, ref.embed.weight) and model.head.weight is model.embed.weight
-    assert torch.equal(OffloadedWeightsLoader(save_folder=tmp_path / "off")["blocks.5.down.bias"], ref.blocks[5].down.bias)
+    assert torch.equal(
+        OffloadedWeightsLoader(save_folder=tmp_path / "off")["blocks.5.down.bias"], ref.blocks[5].down.bias
+    )
 
 
 def _flat_index(ref: torch.nn.Module, folder: Path) -> None:
@@ -162,7 +166,9 @@ def test_an_index_without_weight_map_is_itself_the_weight_map(tmp_path: Path) ->
         assert load_checkpoint_in_model(model, checkpoint, strict=True).missing_keys == []
         assert torch.equal(model.blocks[5].down.bias, ref.blocks[5].down.bias)
     device_map = {"embed": "cpu", "head": "cpu", "scale": "cpu", "blocks": "disk"}
-    model = load_checkpoint_and_dispatch(_empty(), tmp_path, device_map=device_map, offload_folder=tmp_path / "off")
+    model = load_checkpoint_and_dispatch(
+        _empty(), tmp_path, device_map=device_map, offload_folder=tmp_path / "off"
+    )
     with torch.no_grad():
         ids = torch.randint(0, 50, (2, 7), generator=torch.Generator().manual_seed(1))
         assert torch.equal(model(ids), ref(ids))
@@ -193,7 +199,9 @@ def test_dtype_holds_for_weights_parked_by_offload_state_dict(tmp_path: Path) ->
     plain = _empty()
     load_checkpoint_in_model(plain, tmp_path, device_map={"": "cpu", "blocks.5": "disk"}, dtype=torch.float16,
                              offload_folder=tmp_path / "off2", keep_in_fp32_modules=["norm"])  # fmt: skip
-    assert {k: v.dtype for k, v in model.state_dict().items()} == {k: v.dtype for k, v in plain.state_dict().items()}
+    assert {k: v.dtype for k, v in model.state_dict().items()} == {
+        k: v.dtype for k, v in plain.state_dict().items()
+    }
 
 
 def _digest(path: Path) -> str:

@@ -31,7 +31,14 @@ def test_dtype_byte_size() -> None:
 
 @pytest.mark.parametrize(
     ("size", "expected"),
-    [(123, 123), ("1KB", 1000), ("2MiB", 2 * 2**20), ("5GB", 5 * 10**9), ("8Gb", 10**9), ("1.5GB", 1_500_000_000)],
+    [
+        (123, 123),
+        ("1KB", 1000),
+        ("2MiB", 2 * 2**20),
+        ("5GB", 5 * 10**9),
+        ("8Gb", 10**9),
+        ("1.5GB", 1_500_000_000),
+    ],
 )
 def test_convert_file_size_to_int(size: int | str, expected: int) -> None:
     assert convert_file_size_to_int(size) == expected

@@ -29,7 +29,9 @@ def test_set_module_tensor_to_device_fills_meta_weights() -> None:
     assert torch.equal(weight, value.float())
     set_module_tensor_to_device(model, "0.bias", "cpu", value=torch.zeros(3), dtype=torch.float16)
     assert model[0].bias.dtype == torch.float16
-    set_module_tensor_to_device(model, "1.num_batches_tracked", "cpu", value=torch.tensor(7), dtype=torch.float16)
+    set_module_tensor_to_device(
+        model, "1.num_batches_tracked", "cpu", value=torch.tensor(7), dtype=torch.float16
+    )
     assert model[1].num_batches_tracked.dtype == torch.int64  # integers are never cast
     with pytest.raises(ValueError, match="meta device"):
         set_module_tensor_to_device(model, "1.weight", "cpu")

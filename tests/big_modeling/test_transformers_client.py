@@ -28,7 +28,12 @@ def _env(tmp_path: Path) -> dict[str, str]:
         info.mkdir(parents=True)
         (info / "METADATA").write_text("Metadata-Version: 2.1\nName: accelerate\nVersion: 1.15.0\n")
         paths.append(str(tmp_path / "meta"))
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(paths),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+    }
 
 
 def test_from_pretrained_device_map_auto_with_disk_offload(tmp_path: Path) -> None:
@@ -46,6 +51,11 @@ def test_from_pretrained_device_map_auto_with_disk_offload(tmp_path: Path) -> No
 def test_transformers_imports_accelerate_hooks(tmp_path: Path) -> None:
     code = "import transformers.modeling_utils, accelerate.hooks; print('ok')"
     proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=_env(tmp_path), timeout=300
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=_env(tmp_path),
+        timeout=300,
     )
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-4000:]

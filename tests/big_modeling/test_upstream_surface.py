@@ -13,7 +13,12 @@ import pytest
 
 from tests.helpers.reference import REFERENCE
 
-SECTIONS = ("accelerate.hooks", "accelerate.big_modeling", "accelerate.utils.modeling", "accelerate.utils.offload")
+SECTIONS = (
+    "accelerate.hooks",
+    "accelerate.big_modeling",
+    "accelerate.utils.modeling",
+    "accelerate.utils.offload",
+)
 # Upstream keeps these in utils.modeling, but they belong to mixed precision and peft, not big-model inference.
 ELSEWHERE = {"get_grad_scaler", "get_mixed_precision_context_manager", "is_peft_model"}
 ENTRY = re.compile(r"^- (def|class) (\w+)\((.*)\)(?:\s+\(defined in ([\w.]+)\))?(?:\s+\[missing\])?\s*$")
@@ -34,8 +39,11 @@ def _entries() -> list[tuple[str, str, str, str]]:
         kind, name, params, defined = match.groups()
         if name in ELSEWHERE:
             continue
-        if section in SECTIONS or section in ("accelerate", "accelerate.utils") and defined and (
-            defined in SECTIONS[2:] or (defined == "accelerate.big_modeling")
+        if (
+            section in SECTIONS
+            or section in ("accelerate", "accelerate.utils")
+            and defined
+            and (defined in SECTIONS[2:] or (defined == "accelerate.big_modeling"))
         ):
             found.append((section, kind, name, params))
     return found
@@ -66,7 +74,9 @@ def _ours(obj: object) -> list[str]:
         params = params[1:]  # self
     shown = []
     for param in params:
-        prefix = "*" if param.kind is param.VAR_POSITIONAL else "**" if param.kind is param.VAR_KEYWORD else ""
+        prefix = (
+            "*" if param.kind is param.VAR_POSITIONAL else "**" if param.kind is param.VAR_KEYWORD else ""
+        )
         default = "" if param.default is param.empty else f"={param.default!r}"
         shown.append(f"{prefix}{param.name}{default}")
     return shown
@@ -121,5 +131,7 @@ def test_hook_and_loader_methods_match_upstream() -> None:
         if method is None:
             problems.append(f"{class_name}.{name} is missing")
         elif _ours(method)[1:] != _split_params(params):  # [1:]: self
-            problems.append(f"{class_name}.{name}: ours ({', '.join(_ours(method)[1:])}) vs upstream ({params})")
+            problems.append(
+                f"{class_name}.{name}: ours ({', '.join(_ours(method)[1:])}) vs upstream ({params})"
+            )
     assert not problems, "\n".join(problems)

@@ -56,7 +56,9 @@ def test_a_forked_child_writes_with_checksums_and_deferred_fsyncs(tmp_path: Path
     assert (tmp_path / "child.bin").stat().st_size == 1 << 20
 
 
-def test_a_forked_child_does_not_wait_for_the_parents_background_save(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_forked_child_does_not_wait_for_the_parents_background_save(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     import threading
     from types import SimpleNamespace
 

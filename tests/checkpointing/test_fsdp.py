@@ -199,7 +199,9 @@ def test_save_model_of_a_sharded_transformers_model_loads_with_from_pretrained(t
     _assert_model_equal(full, {k: v for k, v in loaded.items() if k in full})
 
 
-def test_saving_over_an_existing_sharded_checkpoint_commits_in_place(saved: dict[str, Any], tmp_path: Path) -> None:
+def test_saving_over_an_existing_sharded_checkpoint_commits_in_place(
+    saved: dict[str, Any], tmp_path: Path
+) -> None:
     ckpt = tmp_path / "again"
     shutil.copytree(saved["ckpt"], ckpt)
     (ckpt / "pytorch_model_fsdp_0" / "__1_0.distcp").write_bytes(b"stale")  # overwritten by the new save
@@ -224,7 +226,10 @@ def test_a_failure_of_the_writers_own_files_raises_everywhere_commits_nothing(tm
     # until the shards' collectives ran, so no process is left waiting in them.
     messages = get_pool(2).run(w.save_failing_on_the_writer, str(tmp_path / "ckpt"))
     for message in messages:
-        assert message.startswith("CheckpointError: save_state to ") and "rank 0: OSError: disk on fire" in message
+        assert (
+            message.startswith("CheckpointError: save_state to ")
+            and "rank 0: OSError: disk on fire" in message
+        )
     assert not (tmp_path / "ckpt").exists()
     assert not any(tmp_path.iterdir())  # the staging folder is gone too
 

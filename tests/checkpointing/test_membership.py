@@ -34,7 +34,9 @@ def test_progress_left_by_the_previous_group_gives_the_steps_replayed(
 def test_the_line_says_when_accumulation_keeps_the_global_batch(tmp_path: Path) -> None:
     plugin = GradientAccumulationPlugin(num_steps=1, adjust_for_world_size=True, reference_world_size=2)
     GradientState(adjusted_for_world_size(plugin, 1))
-    line = membership.ProgressRecord().resume_line(tmp_path / "checkpoint_0", saved_world=2, world=1, saved_steps=0)
+    line = membership.ProgressRecord().resume_line(
+        tmp_path / "checkpoint_0", saved_world=2, world=1, saved_steps=0
+    )
     assert "gradient accumulation is 2 micro-steps at this size (the global batch is kept)" in line
 
 

@@ -86,8 +86,15 @@ def _train(ckpt: Path, *, save_at: int | None, resume: bool) -> dict[str, Any]:
     ema.copy_to(plain.parameters())  # sample with the EMA weights, as diffusers' examples do at the end
     pipeline = DDPMPipeline(unet=plain, scheduler=scheduler)
     pipeline.set_progress_bar_config(disable=True)
-    samples = pipeline(batch_size=2, num_inference_steps=3, output_type="np", generator=torch.Generator().manual_seed(0))
-    return {"weights": weights, "ema": [p.clone() for p in ema.shadow_params], "losses": losses, "samples": samples.images}
+    samples = pipeline(
+        batch_size=2, num_inference_steps=3, output_type="np", generator=torch.Generator().manual_seed(0)
+    )
+    return {
+        "weights": weights,
+        "ema": [p.clone() for p in ema.shadow_params],
+        "losses": losses,
+        "samples": samples.images,
+    }
 
 
 def test_diffusers_training_resumes_exactly_and_samples(tmp_path: Path) -> None:

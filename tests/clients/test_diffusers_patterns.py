@@ -98,7 +98,9 @@ def test_diffusers_style_loop_resumes_exactly(tmp_path: Path) -> None:
     full = _run(ckpt, steps=10, save_at=None, resume=False)
     _run(ckpt, steps=10, save_at=4, resume=False)
     assert (ckpt / "unet_0" / "weights.pt").is_file()  # the hook saved the model itself ...
-    assert not any(name.startswith(("model", "pytorch_model")) for name in os.listdir(ckpt))  # ... not accelerate
+    assert not any(
+        name.startswith(("model", "pytorch_model")) for name in os.listdir(ckpt)
+    )  # ... not accelerate
     resumed = _run(ckpt, steps=10, save_at=4, resume=True)
     assert torch.equal(resumed["params"], full["params"])
     assert torch.equal(resumed["ema"], full["ema"])

@@ -25,7 +25,9 @@ WORDS = ["<pad>", "<eos>", "<unk>"] + [f"w{i}" for i in range(29)]
 def _tokenizer() -> PreTrainedTokenizerFast:
     tok = Tokenizer(models.WordLevel({word: i for i, word in enumerate(WORDS)}, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>"
+    )
 
 
 def _tiny_llama() -> LlamaForCausalLM:

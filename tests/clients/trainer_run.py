@@ -35,7 +35,11 @@ class Synthetic(Dataset[dict[str, torch.Tensor]]):
         return len(self.ids)
 
     def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
-        return {"input_ids": self.ids[i], "attention_mask": torch.ones(SEQ, dtype=torch.long), "labels": self.labels[i]}
+        return {
+            "input_ids": self.ids[i],
+            "attention_mask": torch.ones(SEQ, dtype=torch.long),
+            "labels": self.labels[i],
+        }
 
 
 def tiny_bert() -> BertForSequenceClassification:
@@ -47,7 +51,9 @@ def tiny_bert() -> BertForSequenceClassification:
     return BertForSequenceClassification(config)
 
 
-def run(output_dir: str, args: argparse.Namespace, resume: str | None = None) -> tuple[dict[str, object], Trainer]:
+def run(
+    output_dir: str, args: argparse.Namespace, resume: str | None = None
+) -> tuple[dict[str, object], Trainer]:
     """Trains (resuming from ``resume`` if given), evaluates and saves; returns what to compare and the Trainer."""
     training_args = TrainingArguments(
         output_dir=output_dir,
@@ -75,7 +81,9 @@ def run(output_dir: str, args: argparse.Namespace, resume: str | None = None) ->
     if args.lora:
         from peft import LoraConfig, get_peft_model
 
-        model = get_peft_model(model, LoraConfig(task_type="SEQ_CLS", r=4, lora_alpha=8, target_modules=["query", "value"]))
+        model = get_peft_model(
+            model, LoraConfig(task_type="SEQ_CLS", r=4, lora_alpha=8, target_modules=["query", "value"])
+        )
     trainer = Trainer(
         model=model,
         args=training_args,
@@ -98,7 +106,9 @@ def run(output_dir: str, args: argparse.Namespace, resume: str | None = None) ->
         "params": params.tolist(),
         "trainable": sorted(n for n, p in trainer.model.named_parameters() if p.requires_grad),
         # save_model writes on the main process only: the other ranks do not wait for it.
-        "checkpoints": sorted(d for d in os.listdir(output_dir) if d.startswith("checkpoint-")) if is_main else [],
+        "checkpoints": sorted(d for d in os.listdir(output_dir) if d.startswith("checkpoint-"))
+        if is_main
+        else [],
         "final_files": sorted(os.listdir(os.path.join(output_dir, "final"))) if is_main else [],
         "is_main": is_main,
     }, trainer
@@ -115,7 +125,11 @@ def main() -> None:
 
     # An uninterrupted run, then a fresh Trainer resuming from its first checkpoint.
     full, first = run(os.path.join(args.output_dir, "full"), args)
-    resumed, _ = run(os.path.join(args.output_dir, "resumed"), args, resume=os.path.join(args.output_dir, "full", "checkpoint-2"))
+    resumed, _ = run(
+        os.path.join(args.output_dir, "resumed"),
+        args,
+        resume=os.path.join(args.output_dir, "full", "checkpoint-2"),
+    )
     # The first Trainer is used again after the second one was built (a second Accelerator reset the
     # process state under it): as with upstream, it reads the current state and evaluates as before.
     full["eval_loss_after_second_trainer"] = first.evaluate()["eval_loss"]

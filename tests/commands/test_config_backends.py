@@ -164,7 +164,9 @@ def test_parallelism_sizes_are_asked_and_launch(home: Path, capsys: pytest.Captu
         "parallelism_config_dp_shard_size": 2,
     }  # fmt: skip
     screen = script.screen.getvalue()
-    assert "context-parallel" not in screen and "sequence-parallel" not in screen  # not on CPU / without DeepSpeed
+    assert (
+        "context-parallel" not in screen and "sequence-parallel" not in screen
+    )  # not on CPU / without DeepSpeed
     assert "multiply to the number of processes (4)" in screen and "It must be 2" in screen
     from accelerate.config.config_file import config_from_dict, save_config_file
 

@@ -335,7 +335,9 @@ def test_dry_run_gives_the_same_warning_for_gpu_flags_without_gpus(
     assert "ACCELERATE_USE_CPU=true" in result.stdout and "CUDA_VISIBLE_DEVICES" not in result.stdout
 
 
-@pytest.mark.parametrize("sizes", [("--parallelism_config_tp_size", "2"), ("--parallelism_config_dp_replicate_size", "2")])
+@pytest.mark.parametrize(
+    "sizes", [("--parallelism_config_tp_size", "2"), ("--parallelism_config_dp_replicate_size", "2")]
+)
 def test_two_processes_get_the_launchers_parallelism_config(tmp_path: Path, sizes: tuple[str, str]) -> None:
     # Upstream ties these flags to FSDP2; on CPU processes tensor parallelism alone must launch.
     out = tmp_path / "out"

@@ -66,7 +66,9 @@ def _sample(rest: str) -> list[str]:
 
 @needs_reference
 def test_the_reference_lists_the_commands() -> None:
-    assert {"launch", "config", "config default", "env", "merge-weights", "tpu-config", "to-fsdp2"} <= set(COMMANDS)
+    assert {"launch", "config", "config default", "env", "merge-weights", "tpu-config", "to-fsdp2"} <= set(
+        COMMANDS
+    )
 
 
 @needs_reference
@@ -106,16 +108,24 @@ def _as_argv(name: str, value: object) -> list[str]:
 
 def test_a_tuning_flag_names_the_switch_that_is_off() -> None:
     args = _parser("launch").parse_args(["--fsdp_offload_params", "true", "train.py"])
-    with pytest.raises(LaunchError, match=r"--fsdp_offload_params configures FSDP, which is off \(no --use_fsdp"):
+    with pytest.raises(
+        LaunchError, match=r"--fsdp_offload_params configures FSDP, which is off \(no --use_fsdp"
+    ):
         make_plan(args, {}, quiet=True)
 
 
 @pytest.mark.parametrize(
     ("flags", "needles"),
     [
-        (["--use_deepspeed", "--deepspeed_hostfile", "h"], ["--deepspeed_hostfile", "multi-machine launcher"]),
+        (
+            ["--use_deepspeed", "--deepspeed_hostfile", "h"],
+            ["--deepspeed_hostfile", "multi-machine launcher"],
+        ),
         (["--tpu"], ["--tpu", "torch_xla, which is not installed here", "pip install torch_xla"]),
-        (["--mixed_precision", "fp8", "--fp8_backend", "te"], ["fp8_backend=TE", "transformer-engine", "--fp8_backend AO"]),
+        (
+            ["--mixed_precision", "fp8", "--fp8_backend", "te"],
+            ["fp8_backend=TE", "transformer-engine", "--fp8_backend AO"],
+        ),
         (["--use_megatron_lm"], ["--use_megatron_lm", "needs NVIDIA GPUs and the megatron-core package"]),
         (["--aws_access_key_id", "k"], ["--aws_access_key_id", "SageMaker"]),
     ],

@@ -72,7 +72,9 @@ def test_unavailable_launch_targets_raise_the_one_error() -> None:
 
 
 def test_setup_fp8_env_writes_upstreams_variables() -> None:
-    args = argparse.Namespace(fp8_backend="ao", fp8_pad_inner_dim=True, fp8_margin=None, mixed_precision="fp8")
+    args = argparse.Namespace(
+        fp8_backend="ao", fp8_pad_inner_dim=True, fp8_margin=None, mixed_precision="fp8"
+    )
     env = setup_fp8_env(args, {"KEEP": "1"})
     assert env == {"KEEP": "1", "ACCELERATE_FP8_BACKEND": "AO", "ACCELERATE_FP8_PAD_INNER_DIM": "True"}
 

@@ -49,7 +49,10 @@ def test_dry_run_shows_each_source(
         (["--cpu", "--multi_gpu"], ["--cpu", "--multi_gpu"]),
         (["--main_process_port", "29555"], ["--main_process_port", "num_processes=1"]),
         (["--num_processes", "3", "--num_machines", "2"], ["num_processes=3", "num_machines=2"]),
-        (["--use_fsdp", "--fsdp_version", "2", "--fsdp_sharding_strategy", "FULL_SHARD"], ["fsdp_reshard_after_forward"]),
+        (
+            ["--use_fsdp", "--fsdp_version", "2", "--fsdp_sharding_strategy", "FULL_SHARD"],
+            ["fsdp_reshard_after_forward"],
+        ),
         (["--config_file", "/nonexistent.yaml"], ["--config_file /nonexistent.yaml"]),
     ],
 )

@@ -28,7 +28,9 @@ def restarted_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.
     return result, log_dir
 
 
-def test_max_restarts_restarts_the_group(restarted_run: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+def test_max_restarts_restarts_the_group(
+    restarted_run: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
     result, _ = restarted_run
     assert result.returncode == 0, result.stdout + result.stderr
     for rank in (0, 1):
@@ -47,7 +49,9 @@ def test_role_names_the_workers(restarted_run: tuple[subprocess.CompletedProcess
     assert "[trainer0]:" in result.stdout  # --tee prefixes each line with the role and local rank
 
 
-def test_log_dir_holds_each_attempts_logs(restarted_run: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+def test_log_dir_holds_each_attempts_logs(
+    restarted_run: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
     _, log_dir = restarted_run
     logs = sorted(p.relative_to(log_dir).parts[1:] for p in log_dir.glob("*/attempt_*/*/stdout.log"))
     assert logs == [(f"attempt_{a}", str(r), "stdout.log") for a in (0, 1) for r in (0, 1)]
@@ -61,7 +65,13 @@ def test_one_process_with_agent_options_runs_under_torchrun(tmp_path: Path) -> N
                      home=tmp_path)  # fmt: skip
     assert result.returncode == 0, result.stderr
     command = result.stdout.split("Command (torch.distributed.run):", 1)[1]
-    for option in ("--role solo", "--tee 1", "--log_dir logs", "--monitor_interval 0.5", "--rdzv_conf join_timeout=9"):
+    for option in (
+        "--role solo",
+        "--tee 1",
+        "--log_dir logs",
+        "--monitor_interval 0.5",
+        "--rdzv_conf join_timeout=9",
+    ):
         assert option in command
 
 
@@ -72,7 +82,9 @@ def test_static_rendezvous_with_restarts_is_refused(tmp_path: Path) -> None:
     assert "max_restarts=1" in result.stderr and "rdzv_backend=static" in result.stderr
 
 
-needs_mpirun = pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun (Open MPI/MPICH) not installed")
+needs_mpirun = pytest.mark.skipif(
+    shutil.which("mpirun") is None, reason="mpirun (Open MPI/MPICH) not installed"
+)
 
 
 @needs_mpirun

@@ -64,4 +64,6 @@ def test_errors_name_the_problem(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="is the checkpoint folder itself"):
         merge_fsdp_weights(str(tmp_path / "shards"), str(tmp_path / "shards"))
     with pytest.raises(ValueError, match="would delete the merged file too"):
-        merge_fsdp_weights(str(tmp_path / "shards"), str(tmp_path / "shards" / "m"), remove_checkpoint_dir=True)
+        merge_fsdp_weights(
+            str(tmp_path / "shards"), str(tmp_path / "shards" / "m"), remove_checkpoint_dir=True
+        )

@@ -44,7 +44,9 @@ def test_launch_command_parser_standalone_and_as_subcommand() -> None:
 
 def test_launch_command_runs_a_script(tmp_path: Path) -> None:
     script = tmp_path / "hello.py"
-    script.write_text("import sys\nfrom accelerate import PartialState\nsys.exit(3 if PartialState().num_processes != 1 else 0)\n")
+    script.write_text(
+        "import sys\nfrom accelerate import PartialState\nsys.exit(3 if PartialState().num_processes != 1 else 0)\n"
+    )
     failing = tmp_path / "fail.py"
     failing.write_text("raise SystemExit(5)\n")
     code = (

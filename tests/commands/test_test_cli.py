@@ -54,7 +54,9 @@ def test_self_check_under_the_fsdp_config_the_questionnaire_writes(tmp_path: Pat
 
 
 # Looked up, not imported: importing deepspeed here would set variables in this test process.
-@pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None, reason="needs deepspeed (make test installs it)")
+@pytest.mark.skipif(
+    importlib.util.find_spec("deepspeed") is None, reason="needs deepspeed (make test installs it)"
+)
 def test_self_check_under_a_one_process_deepspeed_config_with_bf16(tmp_path: Path) -> None:
     # One process keeps it cheap; it covers a lone DeepSpeed process (no torchrun, so no LOCAL_RANK) and
     # the mixed-precision check preparing its model with an optimizer, as DeepSpeed requires.

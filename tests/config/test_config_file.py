@@ -49,7 +49,9 @@ def test_fixtures_are_present_under_ci() -> None:
     if not UNDER_CI:
         pytest.skip("only CI requires the shared fixtures")
     assert FIXTURES.is_dir(), f"CI=true but the upstream config fixtures are missing at {FIXTURES}"
-    assert len(FIXTURE_FILES) >= 8, f"expected upstream's 8 valid config files in {FIXTURES}, found {FIXTURE_FILES}"
+    assert len(FIXTURE_FILES) >= 8, (
+        f"expected upstream's 8 valid config files in {FIXTURES}, found {FIXTURE_FILES}"
+    )
 
 
 # What each upstream file must load as: the values it sets, after migration and YAML coercion.

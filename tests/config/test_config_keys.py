@@ -31,7 +31,9 @@ def _reference_keys() -> set[str]:
         elif line.startswith("- subkeys:"):
             for match in re.finditer(r'"(\w+_config)": \{(.*?)\}\}(?:, "|\}|$)', line):
                 section = match.group(1)
-                keys |= {f"{section}.{sub}" for sub in re.findall(r'"(\w+)": \{"launch_dest"', match.group(2))}
+                keys |= {
+                    f"{section}.{sub}" for sub in re.findall(r'"(\w+)": \{"launch_dest"', match.group(2))
+                }
     return keys
 
 
@@ -106,7 +108,8 @@ def test_each_upstream_file_runs_or_is_refused_by_name(name: str) -> None:
 
 def test_sub_keys_of_a_section_in_use_are_refused_by_name() -> None:
     config = LaunchConfig(
-        distributed_type="MEGATRON_LM", megatron_lm_config={"megatron_lm_tp_degree": 2, "megatron_lm_pp_degree": 2}
+        distributed_type="MEGATRON_LM",
+        megatron_lm_config={"megatron_lm_tp_degree": 2, "megatron_lm_pp_degree": 2},
     )
     review = review_config(config, "cfg.yaml")
     assert any("megatron_lm_config.megatron_lm_tp_degree: 2" in e and "Megatron" in e for e in review.errors)
@@ -131,7 +134,9 @@ def test_off_values_pass_quietly_and_on_values_do_not() -> None:
 
 def test_parallelism_config_keys_are_acted_on() -> None:
     # The section is --use_parallelism_config and its keys the flags (launch/parallelism.py checks them).
-    config = LaunchConfig(parallelism_config={"parallelism_config_tp_size": 2, "parallelism_config_cp_size": 1})
+    config = LaunchConfig(
+        parallelism_config={"parallelism_config_tp_size": 2, "parallelism_config_cp_size": 1}
+    )
     assert review_config(config, "cfg.yaml") == review_config(LaunchConfig(), "cfg.yaml")
     review = review_config(LaunchConfig(parallelism_config={"parallelism_config_tp_sise": 2}), "cfg.yaml")
     assert review.errors and "parallelism_config.parallelism_config_tp_sise" in review.errors[0]

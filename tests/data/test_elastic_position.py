@@ -86,7 +86,9 @@ def test_two_processes_saved_one_process_finishes_the_epoch(saved: tuple[Path, l
     assert loader.iteration == 1  # the epoch finished: the next iteration is the next epoch
 
 
-def test_two_processes_saved_four_processes_finish_the_epoch(saved: tuple[Path, list[dict[str, Any]]]) -> None:
+def test_two_processes_saved_four_processes_finish_the_epoch(
+    saved: tuple[Path, list[dict[str, Any]]],
+) -> None:
     from accelerate.data_loader import prepare_data_loader
 
     _, ranks = saved
@@ -95,7 +97,9 @@ def test_two_processes_saved_four_processes_finish_the_epoch(saved: tuple[Path, 
     duplicates = 0
     for rank in range(4):
         torch.manual_seed(99 + rank)  # each new process draws differently; the saved state decides
-        loader = prepare_data_loader(_loader(), num_processes=4, process_index=rank, use_stateful_dataloader=True)
+        loader = prepare_data_loader(
+            _loader(), num_processes=4, process_index=rank, use_stateful_dataloader=True
+        )
         loader.load_state_dict(state)
         rest.append([i for batch in loader for i in batch.tolist()])
         duplicates = loader.remainder
@@ -110,6 +114,11 @@ def test_a_position_inside_a_batch_of_the_new_loader_raises() -> None:
     from accelerate.data_loader import prepare_data_loader
 
     loader = prepare_data_loader(_loader(), num_processes=1, process_index=0, use_stateful_dataloader=True)
-    state = loader.state_dict() | {"epoch": 0, "batches_yielded": 2, "samples_consumed": 7, "num_processes": 2}
+    state = loader.state_dict() | {
+        "epoch": 0,
+        "batches_yielded": 2,
+        "samples_consumed": 7,
+        "num_processes": 2,
+    }
     with pytest.raises(ValueError, match="7 samples into epoch 0, which is inside a batch"):
         loader.load_state_dict(state)

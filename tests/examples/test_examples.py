@@ -140,7 +140,25 @@ def test_memory_example_shrinks_the_batch_until_it_fits(tmp_path: Path) -> None:
     output = launch(
         "memory.py", "--starting_batch_size", "128", "--max_fitting_batch", "20", home=tmp_path
     ).stdout
-    tried = ["128", "115", "103", "92", "82", "73", "65", "58", "52", "46", "41", "36", "32", "28", "25", "22", "19"]
+    tried = [
+        "128",
+        "115",
+        "103",
+        "92",
+        "82",
+        "73",
+        "65",
+        "58",
+        "52",
+        "46",
+        "41",
+        "36",
+        "32",
+        "28",
+        "25",
+        "22",
+        "19",
+    ]
     assert re.findall(r"trying batch size (\d+)", output) == tried
     assert "trained with batch size 19" in output
 

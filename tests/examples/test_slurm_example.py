@@ -35,7 +35,10 @@ def test_the_sbatch_template_gives_each_node_its_place(tmp_path: Path) -> None:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     executable(bin_dir / "srun", FAKE_SRUN)
-    executable(bin_dir / "accelerate", f'#!/bin/sh\nexec "{sys.executable}" -m accelerate.commands.accelerate_cli "$@"\n')
+    executable(
+        bin_dir / "accelerate",
+        f'#!/bin/sh\nexec "{sys.executable}" -m accelerate.commands.accelerate_cli "$@"\n',
+    )
     env = cli_env(tmp_path, SLURM_JOB_ID="55", SLURM_JOB_NUM_NODES="2", SLURM_JOB_NODELIST="node[1-2]",
                   SLURM_CPUS_PER_TASK="4", LAUNCH_FLAGS="--cpu --dry_run")  # fmt: skip
     env["PATH"] = f"{bin_dir}:{env['PATH']}"
@@ -46,6 +49,9 @@ def test_the_sbatch_template_gives_each_node_its_place(tmp_path: Path) -> None:
     reports = result.stdout.split("accelerate launch --dry_run: nothing was started.")[1:]
     assert len(reports) == 2, result.stdout
     for node, report in enumerate(reports):
-        assert f"--nnodes 2 --nproc_per_node 1 --node_rank {node} --master_addr node1 --master_port 20550" in report
+        assert (
+            f"--nnodes 2 --nproc_per_node 1 --node_rank {node} --master_addr node1 --master_port 20550"
+            in report
+        )
         assert "examples/train_classifier.py --epochs 1" in report
         assert "slurm: SLURM_CPUS_PER_TASK=4 // 1 process per machine" in report

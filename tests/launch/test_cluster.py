@@ -70,7 +70,13 @@ def test_a_slurm_step_gives_machines_rank_address_port_processes_and_threads() -
     }
     assert p.mode == "torchrun" and p.child_env["OMP_NUM_THREADS"] == "8"
     command = " ".join(p.torchrun_args)
-    for part in ("--nnodes 2", "--nproc_per_node 4", "--node_rank 1", "--master_addr gpu07", "--master_port 24561"):
+    for part in (
+        "--nnodes 2",
+        "--nproc_per_node 4",
+        "--node_rank 1",
+        "--master_addr gpu07",
+        "--master_port 24561",
+    ):
         assert part in command
     report = p.describe()
     assert "slurm: SLURM_NODEID" in report and "Slurm job 123456, step 1: this is node 1 of 2" in report
@@ -148,7 +154,10 @@ def test_a_given_rendezvous_endpoint_wins_over_the_slurm_rule_and_the_note_names
         "main_process_ip=login1 (from flag --rdzv_endpoint) is used instead of the Slurm rule's gpu07 "
         "(slurm: first host of SLURM_STEP_NODELIST); every launcher of the job must be given the same"
     ) in "\n".join(p.notes)
-    assert any(note.startswith("main_process_port=29400 (from flag --rdzv_endpoint) is used instead") for note in p.notes)
+    assert any(
+        note.startswith("main_process_port=29400 (from flag --rdzv_endpoint) is used instead")
+        for note in p.notes
+    )
     assert "rdzv_endpoint: login1:29400 (from flag --rdzv_endpoint)." in p.notes
     # The same endpoint as the rule's: nothing to say.
     same = plan({"nnodes": "1:2", "rdzv_endpoint": "gpu07:24561", "cpu": True}, env=slurm())
@@ -159,7 +168,9 @@ def test_an_elastic_range_whose_largest_size_disagrees_with_the_allocation_names
     with pytest.raises(LaunchError) as info:
         plan({"nnodes": "1:4", "cpu": True}, env=slurm())
     message = str(info.value)
-    assert "num_machines=4 (from flag --nnodes) disagrees with the Slurm allocation: num_machines=2" in message
+    assert (
+        "num_machines=4 (from flag --nnodes) disagrees with the Slurm allocation: num_machines=2" in message
+    )
     assert "drop --nnodes so that 2 is used" in message
 
 
@@ -179,7 +190,9 @@ def test_one_node_keeps_the_single_machine_defaults() -> None:
 
 def test_slurm_gpus_without_a_visible_gpu_run_one_cpu_process_per_node() -> None:
     p = plan(env=slurm(), gpus=0)
-    assert sources(p, "num_processes") == {"num_processes": (2, "slurm: 1 process per machine (no GPU visible) x 2 machines")}
+    assert sources(p, "num_processes") == {
+        "num_processes": (2, "slurm: 1 process per machine (no GPU visible) x 2 machines")
+    }
     assert any("SLURM_GPUS_ON_NODE=4, but no GPU is visible" in note for note in p.notes)
     assert plan(env=slurm(SLURM_GPUS_ON_NODE=None), gpus=2).settings["num_processes"].source == (
         "slurm: 2 visible GPUs per machine x 2 machines"
@@ -209,7 +222,9 @@ def test_an_allocation_that_disagrees_is_refused_naming_both(
 
 
 def test_several_launchers_per_node_are_refused() -> None:
-    with pytest.raises(LaunchError, match=r"srun started 8 tasks \(SLURM_STEP_NUM_TASKS\) on 2 nodes") as info:
+    with pytest.raises(
+        LaunchError, match=r"srun started 8 tasks \(SLURM_STEP_NUM_TASKS\) on 2 nodes"
+    ) as info:
         plan(env=slurm(SLURM_STEP_NUM_TASKS="8", SLURM_NTASKS="8"))
     assert "--ntasks-per-node=1" in str(info.value) and "srun python script.py" in str(info.value)
 
@@ -226,7 +241,12 @@ def test_an_unreadable_node_list_asks_for_the_address(monkeypatch: pytest.Monkey
 
 
 def test_a_batch_script_without_srun_runs_on_one_node_and_says_so() -> None:
-    batch = {"SLURM_JOB_ID": "77", "SLURM_JOB_NUM_NODES": "2", "SLURM_NODEID": "0", "SLURM_JOB_NODELIST": "n[1-2]"}
+    batch = {
+        "SLURM_JOB_ID": "77",
+        "SLURM_JOB_NUM_NODES": "2",
+        "SLURM_NODEID": "0",
+        "SLURM_JOB_NODELIST": "n[1-2]",
+    }
     p = plan({"cpu": True}, env=batch)
     assert sources(p, "num_machines", "machine_rank") == {
         "num_machines": (1, "default"),
@@ -258,8 +278,16 @@ OMPI_RANK1 = {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_CO
     ("env", "rank_var", "size_var"),
     [
         (OMPI_RANK1, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
-        ({"PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALRANKID": "0", "MPI_LOCALNRANKS": "1"}, "PMI_RANK", "PMI_SIZE"),
-        ({"MV2_COMM_WORLD_RANK": "1", "MV2_COMM_WORLD_SIZE": "2"}, "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE"),
+        (
+            {"PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALRANKID": "0", "MPI_LOCALNRANKS": "1"},
+            "PMI_RANK",
+            "PMI_SIZE",
+        ),
+        (
+            {"MV2_COMM_WORLD_RANK": "1", "MV2_COMM_WORLD_SIZE": "2"},
+            "MV2_COMM_WORLD_RANK",
+            "MV2_COMM_WORLD_SIZE",
+        ),
     ],
 )
 def test_mpi_variables_give_machines_and_rank(env: dict[str, str], rank_var: str, size_var: str) -> None:
@@ -304,6 +332,8 @@ def test_slurm_wins_over_mpi_variables_and_mpirun_hostfiles_derive_nothing() -> 
     assert p.settings["machine_rank"].source == "slurm: SLURM_NODEID"
     # With a hostfile, mpirun started from this one launcher places every process itself.
     settings = dict(plan({"cpu": True}).settings)
-    settings["mpirun_hostfile"] = dataclasses.replace(settings["mpirun_hostfile"], value="hosts", source="flag")
+    settings["mpirun_hostfile"] = dataclasses.replace(
+        settings["mpirun_hostfile"], value="hosts", source="flag"
+    )
     assert cluster.apply_allocation(settings, OMPI_RANK1, lambda: 0) == ([], [])
     assert settings["machine_rank"].source == "default"

@@ -51,7 +51,9 @@ def slurm_job_on_a_free_port() -> Iterator[tuple[int, int]]:
     pytest.skip("no free port in 20000-29999")
 
 
-def launch(*args: str, home: Path, env: dict[str, str], timeout: float = 240) -> subprocess.CompletedProcess[str]:
+def launch(
+    *args: str, home: Path, env: dict[str, str], timeout: float = 240
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(accelerate_cmd("launch", *args), env=cli_env(home, **env), capture_output=True, text=True,
                           timeout=timeout)  # fmt: skip
 
@@ -88,7 +90,9 @@ def test_two_nodes_on_loopback_meet_through_the_derived_endpoint(tmp_path: Path)
             subprocess.Popen(
                 accelerate_cmd("launch", "--cpu", TRAIN, str(tmp_path / f"node{node}.json")),
                 env=cli_env(tmp_path, **slurm_env(job, step, nodes=2, node=node)),
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
             )  # fmt: skip
             for node in (0, 1)
         ]
@@ -106,7 +110,9 @@ def test_two_nodes_on_loopback_meet_through_the_derived_endpoint(tmp_path: Path)
 
 
 # --- a real mpirun ---------------------------------------------------------------------------------------
-needs_mpirun = pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun (Open MPI/MPICH) not installed")
+needs_mpirun = pytest.mark.skipif(
+    shutil.which("mpirun") is None, reason="mpirun (Open MPI/MPICH) not installed"
+)
 
 
 def mpirun(ranks: int, *command: str, home: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:

@@ -159,13 +159,19 @@ def test_a_node_dies_the_survivor_continues_and_a_new_node_joins(tmp_path: Path,
 
 def _check_membership_log(survivor: str, both: str) -> None:
     """One line per event before each re-formation, what was resumed, and the summary at the end."""
-    events = [line for line in survivor.splitlines() if line.startswith("accelerate launch: membership: node")]
+    events = [
+        line for line in survivor.splitlines() if line.startswith("accelerate launch: membership: node")
+    ]
     # Node a may have formed a group alone before node b arrived (the script then waits for b): that
     # join is an event too. The last two are always the death and the third node.
     assert len(events) in (2, 3), survivor
     assert events[-2].endswith("left; world size 2 -> 1"), events
     assert events[-1].endswith("joined; world size 1 -> 2"), events
-    assert "(saved by 2 processes at optimizer step 4) on 1 process; 1 optimizer step(s) replayed" in both, both
-    assert "(saved by 1 process at optimizer step 8) on 2 processes; 0 optimizer step(s) replayed" in both, both
+    assert "(saved by 2 processes at optimizer step 4) on 1 process; 1 optimizer step(s) replayed" in both, (
+        both
+    )
+    assert "(saved by 1 process at optimizer step 8) on 2 processes; 0 optimizer step(s) replayed" in both, (
+        both
+    )
     summary = survivor.split(f"accelerate launch: membership changes during the run ({len(events)}):", 1)[1]
     assert all(f"{i}. node" in summary for i in range(1, len(events) + 1)), survivor

@@ -36,7 +36,10 @@ def test_a_range_reaches_torchruns_agent_with_c10d(flag: str) -> None:
     [
         ({"num_machines": "1:2"}, {"nnodes": "flag --num_machines", "num_machines": "flag --num_machines"}),
         ({"nnodes": "1:2"}, {"nnodes": "flag --nnodes", "num_machines": "flag --nnodes"}),
-        ({"nnodes": "1:2", "num_machines": "1:2"}, {"nnodes": "flag --nnodes", "num_machines": "flag --num_machines"}),
+        (
+            {"nnodes": "1:2", "num_machines": "1:2"},
+            {"nnodes": "flag --nnodes", "num_machines": "flag --num_machines"},
+        ),
     ],
 )
 def test_the_dry_run_names_the_flag_that_was_typed(flags: dict[str, Any], expected: dict[str, str]) -> None:
@@ -67,9 +70,15 @@ def test_a_plain_count_is_not_elastic() -> None:
         ({"nnodes": "0:2"}, "--nnodes 0:2: the smallest group must have at least 1 machine"),
         ({"num_machines": "a:b"}, "--num_machines a:b: expected a number of machines N, or a range MIN:MAX"),
         ({"nnodes": "1:2", "num_machines": "1:3"}, "--nnodes 1:2 and --num_machines 1:3 disagree"),
-        ({"nnodes": "1:2", "rdzv_backend": "static"}, "rdzv_backend=static (from flag --rdzv_backend) forms the group once"),
+        (
+            {"nnodes": "1:2", "rdzv_backend": "static"},
+            "rdzv_backend=static (from flag --rdzv_backend) forms the group once",
+        ),
         ({"rdzv_endpoint": "nohost"}, "--rdzv_endpoint nohost: expected HOST:PORT"),
-        ({"rdzv_endpoint": "a:1", "main_process_ip": "b"}, "--rdzv_endpoint a:1 disagrees with --main_process_ip b"),
+        (
+            {"rdzv_endpoint": "a:1", "main_process_ip": "b"},
+            "--rdzv_endpoint a:1 disagrees with --main_process_ip b",
+        ),
     ],
 )
 def test_bad_input_names_the_flag_and_the_fix(flags: dict[str, Any], message: str) -> None:

@@ -185,7 +185,9 @@ def test_context_parallel_config_constructs_on_cpu() -> None:
 
 def test_dimensions_in_use_get_upstreams_default_handlers() -> None:
     config = ParallelismConfig(tp_size=2, cp_size=2, dp_shard_size=2)
-    assert config.tp_handler == TorchTensorParallelConfig() and config.cp_handler == TorchContextParallelConfig()
+    assert (
+        config.tp_handler == TorchTensorParallelConfig() and config.cp_handler == TorchContextParallelConfig()
+    )
     plain = ParallelismConfig(dp_shard_size=2)
     assert plain.tp_handler is None and plain.cp_handler is None
     mine = TorchTensorParallelConfig(enable_async_tp=True)

@@ -33,7 +33,9 @@ def _train_and_log(folder_file: str) -> None:
         "auto_resource_monitoring": False,
     }  # fmt: skip
     accelerator.init_trackers("proj", config={"lr": 0.1, "name": "x"}, init_kwargs={"clearml": quiet})
-    Path(folder_file).write_text(str(accelerator.get_tracker("clearml", unwrap=True).get_offline_mode_folder()))
+    Path(folder_file).write_text(
+        str(accelerator.get_tracker("clearml", unwrap=True).get_offline_mode_folder())
+    )
     accelerator.log({"train_loss": torch.tensor(2.0), "acc": 0.5, "d": {"a": torch.tensor([3.0])}}, step=1)
     accelerator.log({"train_loss": 1.5, "eval_loss": 1.75}, step=2)
     accelerator.log({"final": 0.9})
@@ -61,8 +63,14 @@ def test_clearml_offline_session_holds_configuration_and_scalars(tmp_path: Path)
     session = Path((tmp_path / "folder").read_text())
     folder = tmp_path / "unpacked"
     extract_zip_archive(archive_path=str(session.with_suffix(".zip")), target=str(folder))
-    events = [event for line in (folder / "metrics.jsonl").read_text().splitlines() for event in json.loads(line)]
-    scalars = [(e["metric"], e["variant"], e["value"], e["iter"]) for e in events if e.get("type") == "training_stats_scalar"]
+    events = [
+        event for line in (folder / "metrics.jsonl").read_text().splitlines() for event in json.loads(line)
+    ]
+    scalars = [
+        (e["metric"], e["variant"], e["value"], e["iter"])
+        for e in events
+        if e.get("type") == "training_stats_scalar"
+    ]
     assert scalars[:5] == [
         ("loss", "train", 2.0, 1), ("acc", "train", 0.5, 1), ("d/a", "train", 3.0, 1),
         ("loss", "train", 1.5, 2), ("loss", "eval", 1.75, 2),

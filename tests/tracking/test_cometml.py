@@ -19,13 +19,19 @@ def _messages(archive: Path) -> list[dict[str, Any]]:
         return [json.loads(line) for line in bundle.read("messages.json").decode().splitlines() if line]
 
 
-def test_comet_offline_archive_holds_parameters_metrics_and_text(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_comet_offline_archive_holds_parameters_metrics_and_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("COMET_OFFLINE_DIRECTORY", str(tmp_path))
     monkeypatch.setenv("COMET_DISABLE_AUTO_LOGGING", "1")
     monkeypatch.setenv("COMET_CONFIG", str(tmp_path / ".comet.config"))  # not the user's own config
     accelerator = Accelerator(log_with="comet_ml")
-    accelerator.init_trackers("proj", config={"lr": 0.1, "name": "x"}, init_kwargs={"comet_ml": {"online": False}})
-    accelerator.log({"loss": torch.tensor(2.0), "acc": 0.5, "d": {"a": torch.tensor([3.0])}, "s": "txt"}, step=1)
+    accelerator.init_trackers(
+        "proj", config={"lr": 0.1, "name": "x"}, init_kwargs={"comet_ml": {"online": False}}
+    )
+    accelerator.log(
+        {"loss": torch.tensor(2.0), "acc": 0.5, "d": {"a": torch.tensor([3.0])}, "s": "txt"}, step=1
+    )
     accelerator.log({"loss": 1.5}, step=2)
     with pytest.raises(TypeError, match=r"cannot log 'vec': a Tensor of shape \(3,\)"):
         accelerator.log({"vec": torch.ones(3)}, step=3)
@@ -34,7 +40,11 @@ def test_comet_offline_archive_holds_parameters_metrics_and_text(tmp_path: Path,
     (archive,) = tmp_path.glob("*.zip")
     messages = _messages(archive)
     metrics = [
-        (m["payload"]["metric"]["metricName"], m["payload"]["metric"]["metricValue"], m["payload"]["metric"]["step"])
+        (
+            m["payload"]["metric"]["metricName"],
+            m["payload"]["metric"]["metricValue"],
+            m["payload"]["metric"]["step"],
+        )
         for m in messages
         if m["type"] == "metric_msg" and not m["payload"]["metric"]["metricName"].startswith("sys.")
     ]

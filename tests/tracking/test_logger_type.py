@@ -14,7 +14,11 @@ def test_members_match_upstream_names() -> None:
 
 
 def test_members_are_strings_and_accept_any_case() -> None:
-    assert LoggerType.WANDB == "wandb" and str(LoggerType.COMETML) == "comet_ml" and f"{LoggerType.MLFLOW}" == "mlflow"
+    assert (
+        LoggerType.WANDB == "wandb"
+        and str(LoggerType.COMETML) == "comet_ml"
+        and f"{LoggerType.MLFLOW}" == "mlflow"
+    )
     assert LoggerType("TensorBoard") is LoggerType.TENSORBOARD
     assert "dvclive" in LoggerType and LoggerType.AIM in LoggerType and "nonsense" not in LoggerType
     with pytest.raises(ValueError):

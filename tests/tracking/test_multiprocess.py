@@ -54,7 +54,9 @@ def _train_with_trackers(directory: str) -> list[str]:
     return held
 
 
-def test_main_process_only_trackers_run_once_and_the_others_on_every_rank(pool2: WorkerPool, tmp_path: Path) -> None:
+def test_main_process_only_trackers_run_once_and_the_others_on_every_rank(
+    pool2: WorkerPool, tmp_path: Path
+) -> None:
     held = pool2.run(_train_with_trackers, str(tmp_path))
     assert held == [["file", "every_rank"], ["every_rank"]]
     assert sorted(path.name for path in tmp_path.iterdir()) == [

@@ -45,7 +45,9 @@ def test_filter_trackers_accepts_every_form(tmp_path: Any) -> None:
 
 
 def test_unknown_name_lists_the_choices() -> None:
-    with pytest.raises(ValueError, match=r"log_with='tensorbord' is not a known tracker; choose from \['aim'"):
+    with pytest.raises(
+        ValueError, match=r"log_with='tensorbord' is not a known tracker; choose from \['aim'"
+    ):
         Accelerator(log_with=["tensorbord"])
     with pytest.raises(TypeError, match="pass an instance"):
         Accelerator(log_with=_Custom)
@@ -109,7 +111,11 @@ def test_a_registered_class_is_built_from_its_name() -> None:
         accelerator.init_trackers("proj", init_kwargs={"named_for_test": {"colour": "blue"}})
         accelerator.log({"x": 1}, step=4)
         (tracker,) = built
-        assert (tracker.run_name, tracker.kwargs, tracker.logged) == ("proj", {"colour": "blue"}, [({"x": 1}, 4)])
+        assert (tracker.run_name, tracker.kwargs, tracker.logged) == (
+            "proj",
+            {"colour": "blue"},
+            [({"x": 1}, 4)],
+        )
         assert accelerator.get_tracker("named_for_test") is tracker
     finally:
         LOGGER_TYPE_TO_CLASS.pop("named_for_test")

@@ -43,7 +43,9 @@ def _read_backup(run_dir: Path) -> tuple[str, list[tuple[str, int, float]]]:
 def test_swanlab_offline_run_holds_config_and_metrics(tmp_path: Path) -> None:
     accelerator = Accelerator(log_with="swanlab")
     accelerator.init_trackers(
-        "proj", config={"lr": 0.1, "name": "x"}, init_kwargs={"swanlab": {"mode": "offline", "logdir": str(tmp_path)}}
+        "proj",
+        config={"lr": 0.1, "name": "x"},
+        init_kwargs={"swanlab": {"mode": "offline", "logdir": str(tmp_path)}},
     )
     accelerator.log({"loss": torch.tensor(2.0), "split": {"val": torch.tensor([0.25])}}, step=1)
     accelerator.log({"loss": 1.5}, step=2)

@@ -63,7 +63,9 @@ def test_dynamo_plugin_reads_the_launchers_settings_when_built(monkeypatch: pyte
 
 
 def test_dynamo_backend_argument_fills_an_unset_plugin_backend() -> None:
-    accelerator = Accelerator(cpu=True, dynamo_backend="eager", dynamo_plugin=dc.TorchDynamoPlugin(mode="default"))
+    accelerator = Accelerator(
+        cpu=True, dynamo_backend="eager", dynamo_plugin=dc.TorchDynamoPlugin(mode="default")
+    )
     assert accelerator.dynamo_plugin.backend == dc.DynamoBackend.EAGER
 
 
@@ -107,7 +109,9 @@ def test_profile_kwargs_validation_and_build() -> None:
     with pytest.raises(ValueError, match="unknown keys \\['steps'\\]"):
         dc.ProfileKwargs(schedule_option={"steps": 1})
     assert dc.ProfileKwargs(record_shapes=True).to_kwargs() == {"record_shapes": True}
-    profiler = dc.ProfileKwargs(activities=["cpu"], schedule_option={"wait": 0, "warmup": 1, "active": 1}).build()
+    profiler = dc.ProfileKwargs(
+        activities=["cpu"], schedule_option={"wait": 0, "warmup": 1, "active": 1}
+    ).build()
     assert isinstance(profiler, torch.profiler.profile)
     assert profiler.activities == {torch.profiler.ProfilerActivity.CPU}
 

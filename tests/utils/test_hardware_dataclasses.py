@@ -111,7 +111,9 @@ def test_fp8_recipe_without_fp8_mixed_precision_is_named(handler: type) -> None:
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without an fp8 GPU")
-@pytest.mark.parametrize("handler", [TERecipeKwargs, MSAMPRecipeKwargs, FP8RecipeKwargs], ids=lambda h: h.__name__)
+@pytest.mark.parametrize(
+    "handler", [TERecipeKwargs, MSAMPRecipeKwargs, FP8RecipeKwargs], ids=lambda h: h.__name__
+)
 def test_gpu_only_fp8_recipes_name_what_is_missing_and_the_torchao_way(handler: type) -> None:
     with pytest.raises(NotAvailableYetError) as info:
         Accelerator(cpu=True, mixed_precision="fp8", kwargs_handlers=[handler()])

@@ -258,7 +258,9 @@ def test_concatenate_joins_tensors_and_refuses_other_leaves_as_upstream() -> Non
     with pytest.raises(TypeError, match="NoneType"):
         ops.concatenate([{"a": torch.ones(1), "n": None}, {"a": torch.ones(1), "n": None}])
     pair = namedtuple("pair", "x y")  # noqa: PYI024 (a plain namedtuple, as users pass)
-    joined_pair = ops.concatenate([pair(torch.ones(1), [torch.zeros(1)]), pair(torch.ones(1), [torch.ones(1)])])
+    joined_pair = ops.concatenate(
+        [pair(torch.ones(1), [torch.zeros(1)]), pair(torch.ones(1), [torch.ones(1)])]
+    )
     assert type(joined_pair) is pair and joined_pair.y[0].tolist() == [0.0, 1.0]
 
 

@@ -29,7 +29,9 @@ def test_wrong_or_missing_keywords_raise_naming_them() -> None:
         Point(x=1, y=2)  # type: ignore[call-arg]
     with pytest.raises(TypeError, match="missing keyword argument.*: x"):
         Point()  # type: ignore[call-arg]
-    with pytest.raises(TypeError, match=r"Point\(\) takes keyword arguments only \(x, label, tags\); got 1 positional"):
+    with pytest.raises(
+        TypeError, match=r"Point\(\) takes keyword arguments only \(x, label, tags\); got 1 positional"
+    ):
         Point(1)  # type: ignore[misc]
 
 

@@ -115,7 +115,9 @@ class AlignDevicesHook(ModelHook):
             self._int8 = {}
             params = dict(module.named_parameters(recurse=self.place_submodules))
             names = [
-                n for n in self._offloaded(module) if n.endswith("weight") and is_int8_parameter(params.get(n))
+                n
+                for n in self._offloaded(module)
+                if n.endswith("weight") and is_int8_parameter(params.get(n))
             ]
             keys = set(self.weights_map or ()) if names else set()
             for name in names:
@@ -130,17 +132,23 @@ class AlignDevicesHook(ModelHook):
         self._offload_names = None
         self._meta_slots = {}
         self._int8 = None
-        if self.execution_device is not None and torch.device(_as_device(self.execution_device)).type == "meta":
+        if (
+            self.execution_device is not None
+            and torch.device(_as_device(self.execution_device)).type == "meta"
+        ):
             # Nothing runs on meta; the module stays as it is (hooks on skeleton models).
             return module
         if not self.offload and self.execution_device is not None:
             for name, _ in named_module_tensors(module, recurse=self.place_submodules):
-                set_module_tensor_to_device(module, name, self.execution_device, tied_params_map=self.tied_params_map)
+                set_module_tensor_to_device(
+                    module, name, self.execution_device, tied_params_map=self.tied_params_map
+                )
             return module
         if not self.offload:
             return module
         self.original_devices = {
-            name: tensor.device for name, tensor in named_module_tensors(module, recurse=self.place_submodules)
+            name: tensor.device
+            for name, tensor in named_module_tensors(module, recurse=self.place_submodules)
         }
         if self.weights_map is None:
             self.weights_map = {
@@ -159,12 +167,16 @@ class AlignDevicesHook(ModelHook):
                     set_module_tensor_to_device(module, name, self.execution_device)
         return module
 
-    def pre_forward(self, module: nn.Module, *args: Any, **kwargs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def pre_forward(
+        self, module: nn.Module, *args: Any, **kwargs: Any
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
         if self.io_same_device:
             self.input_device = find_device([args, kwargs])
         if self.offload:
             if self.weights_map is None:
-                raise RuntimeError(f"AlignDevicesHook on {type(module).__name__}: offload=True but no weights_map")
+                raise RuntimeError(
+                    f"AlignDevicesHook on {type(module).__name__}: offload=True but no weights_map"
+                )
             device = self.execution_device if self.execution_device is not None else "cpu"
             self.tied_pointers_to_remove = set()
             int8 = self._int8_weights(module)

@@ -73,7 +73,11 @@ def attach_align_device_hook(
     own = list(named_module_tensors(module))
     whole = offload and _preloaded(module, preload_module_classes)
     if own or whole:
-        prefixed = PrefixedDataset(weights_map, f"{module_name}.") if weights_map is not None and module_name else weights_map
+        prefixed = (
+            PrefixedDataset(weights_map, f"{module_name}.")
+            if weights_map is not None and module_name
+            else weights_map
+        )
         hook = AlignDevicesHook(
             execution_device=execution_device,
             offload=offload,
@@ -126,9 +130,13 @@ def attach_align_device_hook_on_blocks(
             add_hook_to_module(module, hook)
         return
     devices: Mapping[str, Any] = (
-        execution_device if isinstance(execution_device, Mapping) else dict.fromkeys(offload, execution_device)  # type: ignore[arg-type]
+        execution_device
+        if isinstance(execution_device, Mapping)
+        else dict.fromkeys(offload, execution_device)  # type: ignore[arg-type]
     )
-    offloads: Mapping[str, bool] = offload if isinstance(offload, Mapping) else dict.fromkeys(devices, offload)
+    offloads: Mapping[str, bool] = (
+        offload if isinstance(offload, Mapping) else dict.fromkeys(devices, offload)
+    )
     if module_name in devices and module_name in offloads:
         device = devices[module_name]
         if not offloads[module_name]:
@@ -145,7 +153,10 @@ def attach_align_device_hook_on_blocks(
             )  # fmt: skip
             if not hasattr(module, "_hf_hook"):
                 hook = AlignDevicesHook(
-                    device, io_same_device=module_name == "", skip_keys=skip_keys, tied_params_map=tied_params_map
+                    device,
+                    io_same_device=module_name == "",
+                    skip_keys=skip_keys,
+                    tied_params_map=tied_params_map,
                 )
                 add_hook_to_module(module, hook)
         attach_execution_device_hook(
@@ -154,7 +165,9 @@ def attach_align_device_hook_on_blocks(
         )  # fmt: skip
         return
     if module_name == "":
-        hook = AlignDevicesHook(devices.get(""), io_same_device=True, skip_keys=skip_keys, tied_params_map=tied_params_map)
+        hook = AlignDevicesHook(
+            devices.get(""), io_same_device=True, skip_keys=skip_keys, tied_params_map=tied_params_map
+        )
         add_hook_to_module(module, hook)
     for name, child in module.named_children():
         attach_align_device_hook_on_blocks(

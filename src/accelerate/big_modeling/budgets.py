@@ -43,7 +43,9 @@ def _device_key(key: Any) -> int | str:
         if key == "cuda":
             return 0
         return key
-    raise ValueError(f"max_memory: {key!r} is not a device; use GPU indices (0, 1, ...), 'mps', 'cpu' or 'disk'")
+    raise ValueError(
+        f"max_memory: {key!r} is not a device; use GPU indices (0, 1, ...), 'mps', 'cpu' or 'disk'"
+    )
 
 
 def _order(key: int | str) -> tuple[int, int | str]:
@@ -95,7 +97,9 @@ def get_max_memory(max_memory: Mapping[Any, int | str] | None = None) -> MaxMemo
                 list(range(gpus)),
             )
         if key == "mps" and not _mps_available():
-            logger.warning("max_memory names 'mps', which is not available on this machine; kept for planning")
+            logger.warning(
+                "max_memory names 'mps', which is not available on this machine; kept for planning"
+            )
         result[key] = convert_file_size_to_int(value)
     return dict(sorted(result.items(), key=lambda item: _order(item[0])))
 
@@ -121,7 +125,13 @@ def get_balanced_memory(
     """
     budgets = get_max_memory(max_memory)
     return balance_budgets(
-        model, budgets, no_split_module_classes, dtype, special_dtypes, low_zero, user_set=max_memory is not None
+        model,
+        budgets,
+        no_split_module_classes,
+        dtype,
+        special_dtypes,
+        low_zero,
+        user_set=max_memory is not None,
     )
 
 

@@ -42,7 +42,9 @@ class LayerwiseCastingHook(ModelHook):
         self._cast(module, self.storage_dtype)
         return module
 
-    def pre_forward(self, module: nn.Module, *args: Any, **kwargs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def pre_forward(
+        self, module: nn.Module, *args: Any, **kwargs: Any
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
         self._cast(module, self.compute_dtype)
         return args, kwargs
 
@@ -88,7 +90,9 @@ def attach_layerwise_casting_hooks(
     Example:
         >>> attach_layerwise_casting_hooks(model, torch.float8_e4m3fn, torch.bfloat16, skip_modules_pattern=["norm"])
     """
-    patterns = [skip_modules_pattern] if isinstance(skip_modules_pattern, str) else list(skip_modules_pattern or [])
+    patterns = (
+        [skip_modules_pattern] if isinstance(skip_modules_pattern, str) else list(skip_modules_pattern or [])
+    )
     classes = tuple(skip_modules_classes or ())
     _attach_casting(module, "", storage_dtype, compute_dtype, patterns, classes, non_blocking)
 
@@ -105,7 +109,9 @@ def _attach_casting(
     if (classes and isinstance(module, classes)) or any(re.search(p, name) for p in patterns):
         return
     if isinstance(module, CAST_LAYERS):
-        add_hook_to_module(module, LayerwiseCastingHook(storage_dtype, compute_dtype, non_blocking), append=True)
+        add_hook_to_module(
+            module, LayerwiseCastingHook(storage_dtype, compute_dtype, non_blocking), append=True
+        )
         return  # upstream casts the layer whole and does not walk into it
     for child_name, child in module.named_children():
         full = f"{name}.{child_name}" if name else child_name

@@ -34,12 +34,16 @@ class CpuOffload(ModelHook):
         self, execution_device: DeviceLike | None = None, prev_module_hook: UserCpuOffloadHook | None = None
     ) -> None:
         self.prev_module_hook = prev_module_hook
-        self.execution_device = execution_device if execution_device is not None else default_execution_device()
+        self.execution_device = (
+            execution_device if execution_device is not None else default_execution_device()
+        )
 
     def init_hook(self, module: nn.Module) -> nn.Module:
         return module.to("cpu")
 
-    def pre_forward(self, module: nn.Module, *args: Any, **kwargs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def pre_forward(
+        self, module: nn.Module, *args: Any, **kwargs: Any
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
         if self.prev_module_hook is not None:
             self.prev_module_hook.offload()
             from accelerate.utils.memory import clear_device_cache

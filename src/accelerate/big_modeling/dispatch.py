@@ -108,7 +108,10 @@ def dispatch_model(
         )
     if disk_blocks and offload_index is None and not _has_folder_index(offload_dir):
         offload_state_dict(offload_dir, extract_submodules_state_dict(model.state_dict(), disk_blocks))  # type: ignore[arg-type]
-    execution = {name: (main_device if str(device) in ("cpu", "disk") else device) for name, device in device_map.items()}
+    execution = {
+        name: (main_device if str(device) in ("cpu", "disk") else device)
+        for name, device in device_map.items()
+    }
     execution[""] = main_device
     offload = {name: str(device) in offloaded for name, device in device_map.items()}
     weights_map: OffloadedWeightsLoader | None = None
@@ -250,7 +253,11 @@ def load_checkpoint_and_dispatch(
             dtype=dtype,
             offload_buffers=offload_buffers,
         )
-    if offload_state_dict is None and device_map is not None and "disk" in {str(d) for d in device_map.values()}:
+    if (
+        offload_state_dict is None
+        and device_map is not None
+        and "disk" in {str(d) for d in device_map.values()}
+    ):
         offload_state_dict = True
     load_checkpoint_in_model(
         model,

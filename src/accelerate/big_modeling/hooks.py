@@ -45,7 +45,9 @@ class ModelHook:
         """Called once when the hook is attached; returns the (possibly changed) module."""
         return module
 
-    def pre_forward(self, module: nn.Module, *args: Any, **kwargs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def pre_forward(
+        self, module: nn.Module, *args: Any, **kwargs: Any
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """Called with the inputs; returns the ``(args, kwargs)`` that ``forward`` receives."""
         return args, kwargs
 
@@ -69,7 +71,9 @@ class SequentialHook(ModelHook):
             module = hook.init_hook(module)
         return module
 
-    def pre_forward(self, module: nn.Module, *args: Any, **kwargs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def pre_forward(
+        self, module: nn.Module, *args: Any, **kwargs: Any
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
         for hook in self.hooks:
             args, kwargs = hook.pre_forward(module, *args, **kwargs)
         return args, kwargs

@@ -236,7 +236,9 @@ def load_checkpoint_in_model(
 
                             folder: Any = offload_folder  # checked above: a disk map needs one
                             value = weight.tensor(mapped=False)
-                            quantize_and_offload_8bit(model, value, name, target_dtype, folder, disk_index, None)
+                            quantize_and_offload_8bit(
+                                model, value, name, target_dtype, folder, disk_index, None
+                            )
                             continue
                         if in_place and (target_dtype in (None, weight.dtype) or not floating):
                             # A safetensors checkpoint is read where it is: the index points into the file,

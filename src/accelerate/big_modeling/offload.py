@@ -50,7 +50,9 @@ def offload_weight(
     return index
 
 
-def load_offloaded_weight(weight_file: str | os.PathLike[str], weight_info: Mapping[str, Any]) -> torch.Tensor:
+def load_offloaded_weight(
+    weight_file: str | os.PathLike[str], weight_info: Mapping[str, Any]
+) -> torch.Tensor:
     """Reads one tensor written by :func:`offload_weight` (only that file's bytes are read).
 
     The tensor maps the file privately (copy-on-write): nothing is copied up front, and writing to
@@ -75,7 +77,9 @@ def load_offloaded_weight(weight_file: str | os.PathLike[str], weight_info: Mapp
         )
     # A private, copy-on-write mapping: no bytes are copied, pages come from the page cache as the
     # forward reads them, and the mapping goes away with the tensor (the hooks drop it after use).
-    tensor = torch.from_file(os.fspath(weight_file), shared=False, size=count, dtype=stored).view(shape or (1,))
+    tensor = torch.from_file(os.fspath(weight_file), shared=False, size=count, dtype=stored).view(
+        shape or (1,)
+    )
     if not shape:
         tensor = tensor[0]
     if dtype == torch.bfloat16:
@@ -103,7 +107,9 @@ def offload_state_dict(save_dir: str | os.PathLike[str], state_dict: Mapping[str
 
 
 @functools.lru_cache(maxsize=64)
-def _safetensors_layout(path: str, mtime_ns: int) -> tuple[int, dict[str, tuple[str, tuple[int, ...], int, int]]]:
+def _safetensors_layout(
+    path: str, mtime_ns: int
+) -> tuple[int, dict[str, tuple[str, tuple[int, ...], int, int]]]:
     """The data offset and ``name -> (dtype code, shape, begin, end)`` of a safetensors file.
 
     Parsed once per file (and again if the file changes): re-reading the header for every tensor of
@@ -179,7 +185,9 @@ class OffloadedWeightsLoader(Mapping[str, torch.Tensor]):
         device: int | str | torch.device | None = None,
     ) -> None:
         if state_dict is None and save_folder is None and index is None:
-            raise ValueError("OffloadedWeightsLoader needs a state_dict, a save_folder or an index (got none)")
+            raise ValueError(
+                "OffloadedWeightsLoader needs a state_dict, a save_folder or an index (got none)"
+            )
         self.state_dict: Mapping[str, torch.Tensor] = {} if state_dict is None else state_dict
         self.save_folder = save_folder
         if index is None and save_folder is not None:

@@ -126,7 +126,9 @@ def compute_module_total_buffer_size(
     special_dtypes: Mapping[str, str | torch.dtype] | None = None,
 ) -> int:
     """Bytes of all buffers of ``model``."""
-    return compute_module_sizes(model, dtype=dtype, special_dtypes=special_dtypes, buffers_only=True).get("", 0)
+    return compute_module_sizes(model, dtype=dtype, special_dtypes=special_dtypes, buffers_only=True).get(
+        "", 0
+    )
 
 
 def _splittable(module: Any, no_split_module_classes: Sequence[str] | None) -> bool:

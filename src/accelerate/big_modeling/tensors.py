@@ -21,7 +21,9 @@ def _split(module: nn.Module, tensor_name: str) -> tuple[nn.Module, str]:
     try:
         return module.get_submodule(path), attr
     except AttributeError as error:
-        raise ValueError(f"{type(module).__name__} has no submodule {path!r} (looking up {tensor_name!r})") from error
+        raise ValueError(
+            f"{type(module).__name__} has no submodule {path!r} (looking up {tensor_name!r})"
+        ) from error
 
 
 def _torch_device(device: DeviceLike) -> torch.device:
@@ -82,7 +84,8 @@ def set_module_tensor_to_device(
 def is_int8_parameter(tensor: torch.Tensor | None) -> bool:
     """Whether ``tensor`` is bitsandbytes' ``Int8Params``, told by name (no bitsandbytes import here)."""
     return any(
-        cls.__name__ == "Int8Params" and cls.__module__.startswith("bitsandbytes") for cls in type(tensor).__mro__
+        cls.__name__ == "Int8Params" and cls.__module__.startswith("bitsandbytes")
+        for cls in type(tensor).__mro__
     )
 
 
@@ -168,7 +171,10 @@ def _store(owner: nn.Module, name: str, new: torch.Tensor, old: torch.Tensor, is
 
 
 def named_module_tensors(
-    module: nn.Module, include_buffers: bool = True, recurse: bool = False, remove_non_persistent: bool = False
+    module: nn.Module,
+    include_buffers: bool = True,
+    recurse: bool = False,
+    remove_non_persistent: bool = False,
 ) -> Iterator[tuple[str, torch.Tensor]]:
     """Parameters, then buffers (unless ``include_buffers=False``) of ``module`` with their names.
 
@@ -177,7 +183,9 @@ def named_module_tensors(
     """
     yield from module.named_parameters(recurse=recurse)
     if include_buffers:
-        skip = get_non_persistent_buffers(module, recurse=recurse, fqns=True) if remove_non_persistent else set()
+        skip = (
+            get_non_persistent_buffers(module, recurse=recurse, fqns=True) if remove_non_persistent else set()
+        )
         for name, buffer in module.named_buffers(recurse=recurse):
             if name not in skip:
                 yield name, buffer

@@ -64,7 +64,9 @@ class ProgressRecord:
         self.note_checkpoint(path)
         assert self.checkpoints_dir is not None  # just set
         reached = _reached_steps(self.checkpoints_dir)
-        saved_by = f"{saved_world} process{'es' if saved_world != 1 else ''}" if saved_world else "? processes"
+        saved_by = (
+            f"{saved_world} process{'es' if saved_world != 1 else ''}" if saved_world else "? processes"
+        )
         replayed = (
             f"{max(reached - saved_steps, 0)} optimizer step(s) replayed since it"
             if reached is not None

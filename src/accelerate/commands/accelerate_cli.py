@@ -28,8 +28,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Merge a sharded checkpoint (shards + index, or a torch.distributed.checkpoint folder) into one file.",
     ),
     "test": ("accelerate.commands.test", "Run the bundled self-check through the launcher with your config."),
-    "to-fsdp2": ("accelerate.commands.to_fsdp2", "Convert a config file's fsdp_config from FSDP1 to FSDP2 keys."),
-    "tpu-config": ("accelerate.commands.tpu", "Run set-up commands on every worker of a TPU pod (through gcloud)."),
+    "to-fsdp2": (
+        "accelerate.commands.to_fsdp2",
+        "Convert a config file's fsdp_config from FSDP1 to FSDP2 keys.",
+    ),
+    "tpu-config": (
+        "accelerate.commands.tpu",
+        "Run set-up commands on every worker of a TPU pod (through gcloud).",
+    ),
 }
 
 
@@ -42,7 +48,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         description="Launch and check distributed PyTorch training.",
         allow_abbrev=False,
     )
-    subparsers = parser.add_subparsers(title="commands", dest="command", metavar="<command>", prog="accelerate")
+    subparsers = parser.add_subparsers(
+        title="commands", dest="command", metavar="<command>", prog="accelerate"
+    )
     for name, (module_name, help_text) in COMMANDS.items():
         if name == only:
             importlib.import_module(module_name).add_parser(subparsers)

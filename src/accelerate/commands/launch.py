@@ -42,17 +42,29 @@ FSDP_FLAGS = (
 DEEPSPEED_FLAGS = ("deepspeed_exclusion_filter", "deepspeed_hostfile", "deepspeed_inclusion_filter")
 # DeepSpeed's settings (with --use_deepspeed): name -> (argparse keywords, help).
 DEEPSPEED_SETTINGS: dict[str, tuple[dict[str, Any], str]] = {
-    "deepspeed_config_file": ({"metavar": "PATH"}, "DeepSpeed JSON config (its \"auto\" values are filled at prepare)."),
+    "deepspeed_config_file": (
+        {"metavar": "PATH"},
+        'DeepSpeed JSON config (its "auto" values are filled at prepare).',
+    ),
     "zero_stage": ({"type": int, "metavar": "0-3"}, "ZeRO stage (default 2)."),
     "offload_optimizer_device": ({"metavar": "none|cpu|nvme"}, "Where ZeRO keeps the optimizer state."),
     "offload_param_device": ({"metavar": "none|cpu|nvme"}, "Where ZeRO-3 keeps the parameters."),
     "offload_optimizer_nvme_path": ({"metavar": "PATH"}, "NVMe folder for the offloaded optimizer state."),
     "offload_param_nvme_path": ({"metavar": "PATH"}, "NVMe folder for the offloaded parameters."),
-    "gradient_clipping": ({"type": float, "metavar": "MAX_NORM"}, "DeepSpeed's gradient clipping (L2 max norm)."),
+    "gradient_clipping": (
+        {"type": float, "metavar": "MAX_NORM"},
+        "DeepSpeed's gradient clipping (L2 max norm).",
+    ),
     "zero3_init_flag": ({"metavar": "BOOL"}, "Build models partitioned (ZeRO-3, deepspeed.zero.Init)."),
     "zero3_save_16bit_model": ({"metavar": "BOOL"}, "Gather the ZeRO-3 weights when saving the model."),
-    "deepspeed_moe_layer_cls_names": ({"metavar": "NAMES"}, "Comma-separated MoE layer classes (ZeRO-3 leaf modules)."),
-    "deepspeed_multinode_launcher": ({"metavar": "LAUNCHER"}, "Only 'standard' here (torch.distributed.run on each machine)."),
+    "deepspeed_moe_layer_cls_names": (
+        {"metavar": "NAMES"},
+        "Comma-separated MoE layer classes (ZeRO-3 leaf modules).",
+    ),
+    "deepspeed_multinode_launcher": (
+        {"metavar": "LAUNCHER"},
+        "Only 'standard' here (torch.distributed.run on each machine).",
+    ),
 }
 MEGATRON_STR_FLAGS = (
     "megatron_lm_attention_backend", "megatron_lm_attention_softmax_in_fp32",
@@ -66,7 +78,11 @@ MEGATRON_INT_FLAGS = (
     "megatron_lm_num_micro_batches", "megatron_lm_pp_degree", "megatron_lm_recompute_num_layers",
     "megatron_lm_tp_degree",
 )  # fmt: skip
-MEGATRON_FLOAT_FLAGS = ("megatron_lm_attention_dropout", "megatron_lm_gradient_clipping", "megatron_lm_hidden_dropout")
+MEGATRON_FLOAT_FLAGS = (
+    "megatron_lm_attention_dropout",
+    "megatron_lm_gradient_clipping",
+    "megatron_lm_hidden_dropout",
+)
 MEGATRON_BOOL_FLAGS = (
     "megatron_lm_eod_mask_loss", "megatron_lm_no_load_optim", "megatron_lm_no_save_optim",
     "megatron_lm_optimizer_cpu_offload", "megatron_lm_overlap_cpu_optimizer_d2h_h2d",
@@ -83,7 +99,13 @@ def _flag_kwargs() -> dict[str, dict[str, Any]]:
     for name in (*FSDP_FLAGS, *DEEPSPEED_FLAGS, *MEGATRON_STR_FLAGS, "main_training_function",
                  "aws_access_key_id", "aws_secret_access_key", "env", "vm"):  # fmt: skip
         out[name] = {"type": str}
-    for name in (*MEGATRON_INT_FLAGS, "fsdp_min_num_params", "fp8_amax_history_len", "fp8_interval", "fp8_margin"):
+    for name in (
+        *MEGATRON_INT_FLAGS,
+        "fsdp_min_num_params",
+        "fp8_amax_history_len",
+        "fp8_interval",
+        "fp8_margin",
+    ):
         out[name] = {"type": int}
     for name in MEGATRON_FLOAT_FLAGS:
         out[name] = {"type": float}
@@ -203,13 +225,20 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
     flag("dynamo_mode", choices=DYNAMO_MODES, help="torch.compile mode.")
     switch("dynamo_use_fullgraph", "torch.compile(fullgraph=True).")
     switch("dynamo_use_dynamic", "torch.compile(dynamic=True).")
-    switch("dynamo_use_regional_compilation", "Compile each repeated block once (compile_regions), not the whole model.")
+    switch(
+        "dynamo_use_regional_compilation",
+        "Compile each repeated block once (compile_regions), not the whole model.",
+    )
 
     group = parser.add_argument_group("torch.distributed.run's logs and roles")
     flag("tee", "-t", metavar="STREAMS", help="Also write the processes' output to --log_dir: 1 stdout, 2 stderr, "
          "3 both (one value for all ranks, or RANK:STREAMS,...).")  # fmt: skip
-    flag("log_dir", metavar="DIR", help="Folder for torch.distributed.run's per-process logs and error files.")
-    flag("role", metavar="NAME", help="The workers' role (ROLE_NAME in their environment; default 'default').")
+    flag(
+        "log_dir", metavar="DIR", help="Folder for torch.distributed.run's per-process logs and error files."
+    )
+    flag(
+        "role", metavar="NAME", help="The workers' role (ROLE_NAME in their environment; default 'default')."
+    )
 
     group = parser.add_argument_group("mpirun (CPU processes on several machines)")
     flag("mpirun_hostfile", metavar="PATH", help="Start the CPU processes with mpirun (Open MPI, MPICH or Intel MPI) "
@@ -219,7 +248,11 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
     from accelerate.backends.fsdp.launch import FLAG_HELP
 
     for name, kwargs in FSDP_FLAG_KWARGS.items():
-        flag(name, help=FLAG_HELP.get(name, "Shard parameters, gradients and optimizer state (FSDP)."), **kwargs)
+        flag(
+            name,
+            help=FLAG_HELP.get(name, "Shard parameters, gradients and optimizer state (FSDP)."),
+            **kwargs,
+        )
     group = parser.add_argument_group("DeepSpeed (ZeRO stages 0-3; on CPU processes too)")
     switch("use_deepspeed", "Train with DeepSpeed (the Accelerator gets a DeepSpeedPlugin from these flags).")
     for name, (kwargs, text) in DEEPSPEED_SETTINGS.items():
@@ -245,7 +278,9 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
 
 REFUSED_FLAGS.update(_flag_kwargs())
 # FSDP runs (on FSDP2): its flags leave the refused table for their own group.
-FSDP_FLAG_KWARGS = {name: REFUSED_FLAGS.pop(name) for name in ("use_fsdp", *FSDP_FLAGS, "fsdp_min_num_params", "fsdp_version")}
+FSDP_FLAG_KWARGS = {
+    name: REFUSED_FLAGS.pop(name) for name in ("use_fsdp", *FSDP_FLAGS, "fsdp_min_num_params", "fsdp_version")
+}
 # fp8 runs (torchao anywhere; Transformer Engine / MS-AMP on fp8 GPUs): its flags get their own group too.
 FP8_FLAG_KWARGS = {name: REFUSED_FLAGS.pop(name) for name in list(REFUSED_FLAGS) if name.startswith("fp8_")}
 

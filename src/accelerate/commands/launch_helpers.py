@@ -21,8 +21,17 @@ from typing import Any
 from accelerate.utils.errors import hardware_only
 
 _TORCHRUN_TYPES = frozenset(
-    {"MULTI_CPU", "MULTI_GPU", "MULTI_XPU", "MULTI_NPU", "MULTI_MLU", "MULTI_SDAA", "MULTI_MUSA", "MULTI_HPU",
-     "DEEPSPEED"}
+    {
+        "MULTI_CPU",
+        "MULTI_GPU",
+        "MULTI_XPU",
+        "MULTI_NPU",
+        "MULTI_MLU",
+        "MULTI_SDAA",
+        "MULTI_MUSA",
+        "MULTI_HPU",
+        "DEEPSPEED",
+    }
 )
 
 
@@ -63,7 +72,9 @@ def prepare_multi_gpu_env(args: argparse.Namespace) -> dict[str, str]:
     return {**os.environ, **plan.child_env}
 
 
-def prepare_extend_env_parallelism_config(args: argparse.Namespace, current_env: dict[str, str]) -> dict[str, str]:
+def prepare_extend_env_parallelism_config(
+    args: argparse.Namespace, current_env: dict[str, str]
+) -> dict[str, str]:
     """Adds ``args``' parallelism settings to ``current_env`` (in place, and returns it), as the launcher does.
 
     Without ``args.use_parallelism_config`` nothing is added. Otherwise ``ACCELERATE_USE_PARALLELISM_CONFIG``
@@ -135,7 +146,9 @@ class PrepareForLaunch:
         >>> start_processes(PrepareForLaunch(train, distributed_type="MULTI_CPU"), args=(config,), nprocs=2)
     """
 
-    def __init__(self, launcher: Callable[..., Any], distributed_type: str = "NO", debug: bool = False) -> None:
+    def __init__(
+        self, launcher: Callable[..., Any], distributed_type: str = "NO", debug: bool = False
+    ) -> None:
         self.launcher = launcher
         self.distributed_type = str(getattr(distributed_type, "value", distributed_type))
         self.debug = debug

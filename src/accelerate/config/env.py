@@ -74,45 +74,159 @@ ENV_CONTRACT: tuple[EnvVar, ...] = (
         "folder where each rank's hang watchdog writes its report for the launcher's summary",
     ),
     # DeepSpeed (--use_deepspeed and its flags): the defaults of DeepSpeedPlugin() in the children.
-    EnvVar("ACCELERATE_USE_DEEPSPEED", "use_deepspeed", "bool", "train with DeepSpeed (a default DeepSpeedPlugin)"),
+    EnvVar(
+        "ACCELERATE_USE_DEEPSPEED",
+        "use_deepspeed",
+        "bool",
+        "train with DeepSpeed (a default DeepSpeedPlugin)",
+    ),
     EnvVar("ACCELERATE_DEEPSPEED_CONFIG_FILE", "deepspeed_config_file", "str", "DeepSpeed JSON config file"),
     EnvVar("ACCELERATE_DEEPSPEED_ZERO_STAGE", "zero_stage", "int", "ZeRO stage 0-3"),
-    EnvVar("ACCELERATE_GRADIENT_CLIPPING", "gradient_clipping", "str", "DeepSpeed gradient clipping (max norm)"),
-    EnvVar("ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "offload_optimizer_device", "str", "none | cpu | nvme"),
+    EnvVar(
+        "ACCELERATE_GRADIENT_CLIPPING", "gradient_clipping", "str", "DeepSpeed gradient clipping (max norm)"
+    ),
+    EnvVar(
+        "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE",
+        "offload_optimizer_device",
+        "str",
+        "none | cpu | nvme",
+    ),
     EnvVar("ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE", "offload_param_device", "str", "none | cpu | nvme"),
-    EnvVar("ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_NVME_PATH", "offload_optimizer_nvme_path", "str", "NVMe path"),
+    EnvVar(
+        "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_NVME_PATH", "offload_optimizer_nvme_path", "str", "NVMe path"
+    ),
     EnvVar("ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_NVME_PATH", "offload_param_nvme_path", "str", "NVMe path"),
     EnvVar("ACCELERATE_DEEPSPEED_ZERO3_INIT", "zero3_init_flag", "bool", "build models partitioned (ZeRO-3)"),
-    EnvVar("ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL", "zero3_save_16bit_model", "bool", "gather weights on save"),
-    EnvVar("ACCELERATE_DEEPSPEED_MOE_LAYER_CLS_NAMES", "deepspeed_moe_layer_cls_names", "str", "MoE layer classes"),
+    EnvVar(
+        "ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL",
+        "zero3_save_16bit_model",
+        "bool",
+        "gather weights on save",
+    ),
+    EnvVar(
+        "ACCELERATE_DEEPSPEED_MOE_LAYER_CLS_NAMES",
+        "deepspeed_moe_layer_cls_names",
+        "str",
+        "MoE layer classes",
+    ),
     # fp8 (--fp8_backend and the other --fp8_* flags, a config file's fp8_config section): upstream's
     # names. The children build their fp8 recipe from these when the script passes none.
     EnvVar("ACCELERATE_FP8_BACKEND", "fp8_backend", "str", "fp8 library: AO (torchao) | TE | MSAMP"),
-    EnvVar("ACCELERATE_FP8_PAD_INNER_DIM", "fp8_pad_inner_dim", "bool", "torchao: pad matmul sizes to multiples of 16"),
-    EnvVar("ACCELERATE_FP8_ENABLE_FSDP_FLOAT8_ALL_GATHER", "fp8_enable_fsdp_float8_all_gather", "bool", "torchao: all-gather FSDP2 weights in float8"),
+    EnvVar(
+        "ACCELERATE_FP8_PAD_INNER_DIM",
+        "fp8_pad_inner_dim",
+        "bool",
+        "torchao: pad matmul sizes to multiples of 16",
+    ),
+    EnvVar(
+        "ACCELERATE_FP8_ENABLE_FSDP_FLOAT8_ALL_GATHER",
+        "fp8_enable_fsdp_float8_all_gather",
+        "bool",
+        "torchao: all-gather FSDP2 weights in float8",
+    ),
     EnvVar("ACCELERATE_FP8_FORMAT", "fp8_format", "str", "Transformer Engine: HYBRID | E4M3 | E5M2"),
     EnvVar("ACCELERATE_FP8_MARGIN", "fp8_margin", "int", "Transformer Engine: scaling-factor margin"),
-    EnvVar("ACCELERATE_FP8_INTERVAL", "fp8_interval", "int", "Transformer Engine: steps between scaling-factor updates"),
-    EnvVar("ACCELERATE_FP8_AMAX_HISTORY_LEN", "fp8_amax_history_len", "int", "Transformer Engine: amax history length"),
-    EnvVar("ACCELERATE_FP8_AMAX_COMPUTE_ALGO", "fp8_amax_compute_algo", "str", "Transformer Engine: max | most_recent"),
-    EnvVar("ACCELERATE_FP8_OVERRIDE_LINEAR_PRECISION", "fp8_override_linear_precision", "str", "Transformer Engine: (fprop, dgrad, wgrad) in high precision"),
-    EnvVar("ACCELERATE_FP8_USE_AUTOCAST_DURING_EVAL", "fp8_use_autocast_during_eval", "bool", "Transformer Engine: fp8 in eval mode too"),
+    EnvVar(
+        "ACCELERATE_FP8_INTERVAL",
+        "fp8_interval",
+        "int",
+        "Transformer Engine: steps between scaling-factor updates",
+    ),
+    EnvVar(
+        "ACCELERATE_FP8_AMAX_HISTORY_LEN",
+        "fp8_amax_history_len",
+        "int",
+        "Transformer Engine: amax history length",
+    ),
+    EnvVar(
+        "ACCELERATE_FP8_AMAX_COMPUTE_ALGO",
+        "fp8_amax_compute_algo",
+        "str",
+        "Transformer Engine: max | most_recent",
+    ),
+    EnvVar(
+        "ACCELERATE_FP8_OVERRIDE_LINEAR_PRECISION",
+        "fp8_override_linear_precision",
+        "str",
+        "Transformer Engine: (fprop, dgrad, wgrad) in high precision",
+    ),
+    EnvVar(
+        "ACCELERATE_FP8_USE_AUTOCAST_DURING_EVAL",
+        "fp8_use_autocast_during_eval",
+        "bool",
+        "Transformer Engine: fp8 in eval mode too",
+    ),
     EnvVar("ACCELERATE_FP8_OPT_LEVEL", "fp8_opt_level", "str", "MS-AMP: O1 | O2"),
     # N-D parallelism (--use_parallelism_config, a config file's parallelism_config section): the
     # children build their ParallelismConfig from these when the script passes none. Upstream's
     # names (no ACCELERATE_ prefix), so scripts and tools that set them by hand keep working.
-    EnvVar("ACCELERATE_USE_PARALLELISM_CONFIG", "use_parallelism_config", "bool", "build a ParallelismConfig from the PARALLELISM_CONFIG_* sizes"),
-    EnvVar("PARALLELISM_CONFIG_DP_REPLICATE_SIZE", "parallelism_config_dp_replicate_size", "int", "data-parallel replicas (DDP / HSDP's outer dimension)"),
-    EnvVar("PARALLELISM_CONFIG_DP_SHARD_SIZE", "parallelism_config_dp_shard_size", "int", "data-parallel shards (FSDP)"),
+    EnvVar(
+        "ACCELERATE_USE_PARALLELISM_CONFIG",
+        "use_parallelism_config",
+        "bool",
+        "build a ParallelismConfig from the PARALLELISM_CONFIG_* sizes",
+    ),
+    EnvVar(
+        "PARALLELISM_CONFIG_DP_REPLICATE_SIZE",
+        "parallelism_config_dp_replicate_size",
+        "int",
+        "data-parallel replicas (DDP / HSDP's outer dimension)",
+    ),
+    EnvVar(
+        "PARALLELISM_CONFIG_DP_SHARD_SIZE",
+        "parallelism_config_dp_shard_size",
+        "int",
+        "data-parallel shards (FSDP)",
+    ),
     EnvVar("PARALLELISM_CONFIG_TP_SIZE", "parallelism_config_tp_size", "int", "tensor-parallel degree"),
-    EnvVar("PARALLELISM_CONFIG_CP_SIZE", "parallelism_config_cp_size", "int", "context-parallel degree (GPUs only)"),
-    EnvVar("PARALLELISM_CONFIG_CP_BACKEND", "parallelism_config_cp_backend", "str", "context-parallel backend: torch"),
-    EnvVar("PARALLELISM_CONFIG_CP_COMM_STRATEGY", "parallelism_config_cp_comm_strategy", "str", "ring attention's exchange: allgather | alltoall"),
-    EnvVar("PARALLELISM_CONFIG_SP_SIZE", "parallelism_config_sp_size", "int", "sequence-parallel degree (DeepSpeed Ulysses)"),
-    EnvVar("PARALLELISM_CONFIG_SP_BACKEND", "parallelism_config_sp_backend", "str", "sequence-parallel backend: deepspeed"),
-    EnvVar("PARALLELISM_CONFIG_SP_SEQ_LENGTH", "parallelism_config_sp_seq_length", "str", "sequence length for sequence parallelism"),
-    EnvVar("PARALLELISM_CONFIG_SP_SEQ_LENGTH_IS_VARIABLE", "parallelism_config_sp_seq_length_is_variable", "bool", "sequence lengths vary between batches"),
-    EnvVar("PARALLELISM_CONFIG_SP_ATTN_IMPLEMENTATION", "parallelism_config_sp_attn_implementation", "str", "attention kernel under sequence parallelism"),
+    EnvVar(
+        "PARALLELISM_CONFIG_CP_SIZE",
+        "parallelism_config_cp_size",
+        "int",
+        "context-parallel degree (GPUs only)",
+    ),
+    EnvVar(
+        "PARALLELISM_CONFIG_CP_BACKEND",
+        "parallelism_config_cp_backend",
+        "str",
+        "context-parallel backend: torch",
+    ),
+    EnvVar(
+        "PARALLELISM_CONFIG_CP_COMM_STRATEGY",
+        "parallelism_config_cp_comm_strategy",
+        "str",
+        "ring attention's exchange: allgather | alltoall",
+    ),
+    EnvVar(
+        "PARALLELISM_CONFIG_SP_SIZE",
+        "parallelism_config_sp_size",
+        "int",
+        "sequence-parallel degree (DeepSpeed Ulysses)",
+    ),
+    EnvVar(
+        "PARALLELISM_CONFIG_SP_BACKEND",
+        "parallelism_config_sp_backend",
+        "str",
+        "sequence-parallel backend: deepspeed",
+    ),
+    EnvVar(
+        "PARALLELISM_CONFIG_SP_SEQ_LENGTH",
+        "parallelism_config_sp_seq_length",
+        "str",
+        "sequence length for sequence parallelism",
+    ),
+    EnvVar(
+        "PARALLELISM_CONFIG_SP_SEQ_LENGTH_IS_VARIABLE",
+        "parallelism_config_sp_seq_length_is_variable",
+        "bool",
+        "sequence lengths vary between batches",
+    ),
+    EnvVar(
+        "PARALLELISM_CONFIG_SP_ATTN_IMPLEMENTATION",
+        "parallelism_config_sp_attn_implementation",
+        "str",
+        "attention kernel under sequence parallelism",
+    ),
 )
 
 _TRUE = {"1", "true", "yes", "on", "y"}

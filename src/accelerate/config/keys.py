@@ -33,7 +33,7 @@ MEGATRON = "Megatron-LM needs NVIDIA GPUs and the megatron-core package"
 SAGEMAKER = "launching on Amazon SageMaker needs the SageMaker SDK and an AWS account"
 TPU_POD = (
     "launching on every worker of a TPU pod from one machine is not available in this accelerate; start "
-    "`accelerate launch --tpu` on each worker with `accelerate tpu-config --command \"accelerate launch ...\"`"
+    '`accelerate launch --tpu` on each worker with `accelerate tpu-config --command "accelerate launch ..."`'
 )
 IPEX = "Intel Extension for PyTorch (ipex) is not supported (upstream dropped it too)"
 AFFINITY = "CPU affinity (enable_cpu_affinity) pins GPU processes to NUMA nodes and is not available yet in this accelerate"
@@ -119,11 +119,25 @@ _TPU_POD_KEYS = ("tpu_use_cluster", "tpu_use_sudo", "tpu_vm", "tpu_env")
 _TPU_KEYS = (*_TPU_CONFIG_KEYS, *_TPU_POD_KEYS)
 
 RULES: tuple[KeyRule, ...] = (
-    *_acts("--{key}", "num_processes", "num_machines", "machine_rank", "main_process_ip",
-           "main_process_port", "rdzv_backend", "same_network", "gpu_ids", "mixed_precision", "debug"),  # fmt: skip
+    *_acts(
+        "--{key}",
+        "num_processes",
+        "num_machines",
+        "machine_rank",
+        "main_process_ip",
+        "main_process_port",
+        "rdzv_backend",
+        "same_network",
+        "gpu_ids",
+        "mixed_precision",
+        "debug",
+    ),  # fmt: skip
     KeyRule("use_cpu", acts="--cpu"),
     KeyRule("compute_environment", acts="LOCAL_MACHINE runs here; AMAZON_SAGEMAKER is refused"),
-    KeyRule("distributed_type", acts="NO/MULTI_CPU/MULTI_GPU/MULTI_XPU/FSDP/DEEPSPEED/XLA run here; the others are refused"),
+    KeyRule(
+        "distributed_type",
+        acts="NO/MULTI_CPU/MULTI_GPU/MULTI_XPU/FSDP/DEEPSPEED/XLA run here; the others are refused",
+    ),
     KeyRule("downcast_bf16", acts="XLA_DOWNCAST_BF16 instead of XLA_USE_BF16 under bf16 (TPU launches)"),
     KeyRule("enable_cpu_affinity", refusal=AFFINITY),
     # Every upstream file carries main_training_function: main; only TPU launches call a function.
@@ -132,10 +146,28 @@ RULES: tuple[KeyRule, ...] = (
     *_refused(TPU_POD, *_TPU_POD_KEYS),
     *_refused(SAGEMAKER, *_SAGEMAKER_KEYS),
     # Sections: the key itself is a container; its sub-keys have their own rows.
-    *_acts("the [{key}] sub-keys below", "dynamo_config", "mpirun_config", "fsdp_config", "deepspeed_config",
-           "megatron_lm_config", "fp8_config", "parallelism_config", "ipex_config"),  # fmt: skip
-    *_acts("--{key}", *_section("dynamo_config", "dynamo_backend", "dynamo_mode", "dynamo_use_fullgraph",
-                                "dynamo_use_dynamic", "dynamo_use_regional_compilation")),  # fmt: skip
+    *_acts(
+        "the [{key}] sub-keys below",
+        "dynamo_config",
+        "mpirun_config",
+        "fsdp_config",
+        "deepspeed_config",
+        "megatron_lm_config",
+        "fp8_config",
+        "parallelism_config",
+        "ipex_config",
+    ),  # fmt: skip
+    *_acts(
+        "--{key}",
+        *_section(
+            "dynamo_config",
+            "dynamo_backend",
+            "dynamo_mode",
+            "dynamo_use_fullgraph",
+            "dynamo_use_dynamic",
+            "dynamo_use_regional_compilation",
+        ),
+    ),  # fmt: skip
     KeyRule("mpirun_config.mpirun_hostfile", acts="--mpirun_hostfile (CPU processes started by mpirun)"),
     KeyRule("mpirun_config.mpirun_ccl", acts="CCL_WORKER_COUNT of every process (Intel oneCCL workers)"),
     *_acts("the FSDP plugin's setting (the FSDP_* variable of --{key})", *_FSDP_KEYS),
@@ -160,7 +192,10 @@ def _active(section: str, config: LaunchConfig) -> tuple[bool, str]:
     if section in by_type:
         return kind == by_type[section], f"distributed_type is {kind}, not {by_type[section]}"
     if section == "fp8_config":
-        return config.mixed_precision == "fp8", f"mixed_precision is {config.mixed_precision or 'no'}, not fp8"
+        return (
+            config.mixed_precision == "fp8",
+            f"mixed_precision is {config.mixed_precision or 'no'}, not fp8",
+        )
     return True, ""
 
 
@@ -223,7 +258,9 @@ def review_config(config: LaunchConfig, path: str) -> ConfigReview:
             continue
         if rule.refusal is None and section is not None and not active and not is_off(value, rule):
             # A setting of a backend the file does not use (deepspeed_config under distributed_type: NO).
-            review.warnings.append(f"The config file {path} sets {key}: {value!r}, which is not used: {why_not}.")
+            review.warnings.append(
+                f"The config file {path} sets {key}: {value!r}, which is not used: {why_not}."
+            )
             continue
         if rule.refusal is None or is_off(value, rule):
             continue
@@ -235,4 +272,3 @@ def review_config(config: LaunchConfig, path: str) -> ConfigReview:
                 f"(and {rule.refusal})."
             )
     return review
-

@@ -303,7 +303,11 @@ _TORCHRUN_AGENT_ONLY = ("rdzv_backend", "rdzv_conf", "max_restarts", "tee", "log
 def check_mpirun(settings: dict[str, Setting]) -> None:
     """mpirun starts CPU processes on every host from this one; torchrun's agent options do not apply."""
     hostfile = settings["mpirun_hostfile"]
-    where = "--mpirun_hostfile" if hostfile.from_flag else f"mpirun_config.mpirun_hostfile (from {hostfile.source})"
+    where = (
+        "--mpirun_hostfile"
+        if hostfile.from_flag
+        else f"mpirun_config.mpirun_hostfile (from {hostfile.source})"
+    )
     if not settings["cpu"].value:
         raise LaunchError(
             f"{where} launches CPU processes through mpirun, but this run is not a CPU run. Pass --cpu (or set "

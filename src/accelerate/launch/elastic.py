@@ -52,9 +52,13 @@ def parse_range(value: Any, flag: str) -> tuple[int, int]:
         )
     low, high = numbers[0], numbers[-1]
     if low < 1:
-        raise LaunchError(f"{flag} {text}: the smallest group must have at least 1 machine; use {flag} 1:{max(high, 1)}.")
+        raise LaunchError(
+            f"{flag} {text}: the smallest group must have at least 1 machine; use {flag} 1:{max(high, 1)}."
+        )
     if low > high:
-        raise LaunchError(f"{flag} {text}: MIN ({low}) is larger than MAX ({high}); write {flag} {high}:{low}.")
+        raise LaunchError(
+            f"{flag} {text}: MIN ({low}) is larger than MAX ({high}); write {flag} {high}:{low}."
+        )
     return low, high
 
 

@@ -80,7 +80,15 @@ def mpirun_command(
 ) -> list[str]:
     """The full mpirun command: ``num_processes`` processes, ``per_machine`` per host, ``env`` exported."""
     if flavour == OPEN_MPI:
-        cmd = [mpirun, "--hostfile", hostfile, "-np", str(num_processes), "--map-by", f"ppr:{per_machine}:node"]
+        cmd = [
+            mpirun,
+            "--hostfile",
+            hostfile,
+            "-np",
+            str(num_processes),
+            "--map-by",
+            f"ppr:{per_machine}:node",
+        ]
         # Open MPI pins each process to one core by default; torch's intra-op threads need more room.
         cmd += ["--bind-to", "none"]
         # Open MPI forwards only what -x names to other hosts; locally the environment is inherited.

@@ -175,6 +175,8 @@ class _Spec:
     env_field: str | None = None  # a LaunchEnv field (the ACCELERATE_* contract)
 
 
+# One setting per line, so the table reads as a table (the formatter leaves it as written).
+# fmt: off
 _SPECS: tuple[_Spec, ...] = (
     _Spec("cpu", False, _config_cpu, "cpu"),
     _Spec("multi_gpu", False, _config_multi_gpu),
@@ -214,6 +216,7 @@ _SPECS: tuple[_Spec, ...] = (
     *(_Spec(*row) for row in parallelism.SPEC_ROWS),
     *(_Spec(*row) for row in fp8_launch.SPEC_ROWS),
 )
+# fmt: on
 # Options of torch.distributed.run's agent: asking for one runs even a single process under torchrun.
 _TORCHRUN_ONLY = commands.TORCHRUN_ONLY
 _ENV_NAME = {var.field: var.name for var in ENV_CONTRACT}
@@ -405,7 +408,9 @@ def _resolve_num_processes(
         return
     if settings["tpu"].value:
         # torch_xla spawns 1 process or one per device; 1 is the choice that runs everywhere.
-        settings["num_processes"] = Setting("num_processes", 1, "default (one XLA device; --num_processes N for N)")
+        settings["num_processes"] = Setting(
+            "num_processes", 1, "default (one XLA device; --num_processes N for N)"
+        )
         return
     gpu_ids = settings["gpu_ids"].value
     if settings["cpu"].value:

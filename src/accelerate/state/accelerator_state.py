@@ -58,6 +58,7 @@ class _FromRun(Generic[T]):
         change: dict[str, Any] = {self.name: value}
         state._record(dataclasses.replace(state.run, **change))
 
+
 # The attributes a state held across `_reset_state` no longer answers (with the names in _FORWARDED).
 _OWN = frozenset(
     {

@@ -348,7 +348,9 @@ def require_torchao(test_case: T) -> T:
 
 def require_bnb(test_case: T) -> T:
     """Runs the test where bitsandbytes is installed and this accelerate supports it."""
-    return _feature("accelerate.big_modeling.quantization", "bitsandbytes quantization", "bitsandbytes")(test_case)
+    return _feature("accelerate.big_modeling.quantization", "bitsandbytes quantization", "bitsandbytes")(
+        test_case
+    )
 
 
 # --- third-party packages -------------------------------------------------------------------------

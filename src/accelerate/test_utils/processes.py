@@ -200,10 +200,14 @@ def execute_subprocess_async(
         raise RuntimeError("subprocess.Popen returned no output pipes")
     readers = [
         threading.Thread(
-            target=_pump, args=(proc.stdout, result.stdout, None if quiet else sys.stdout, failures), daemon=True
+            target=_pump,
+            args=(proc.stdout, result.stdout, None if quiet else sys.stdout, failures),
+            daemon=True,
         ),
         threading.Thread(
-            target=_pump, args=(proc.stderr, result.stderr, None if quiet else sys.stderr, failures), daemon=True
+            target=_pump,
+            args=(proc.stderr, result.stderr, None if quiet else sys.stderr, failures),
+            daemon=True,
         ),
     ]
     timed_out = False
@@ -241,7 +245,9 @@ def execute_subprocess_async(
             f"\n\nIts stdout:\n{stdout}\n\nIts stderr:\n{stderr}"
         )
     if result.returncode != 0:
-        raise RuntimeError(f"'{command}' failed with returncode {result.returncode}.\n\nIts stderr:\n{stderr}")
+        raise RuntimeError(
+            f"'{command}' failed with returncode {result.returncode}.\n\nIts stderr:\n{stderr}"
+        )
     return result
 
 

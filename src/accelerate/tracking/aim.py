@@ -23,7 +23,9 @@ class AimTracker(GeneralTracker):
     requires_logging_directory = True
     package = ("aim", "aim")
 
-    def __init__(self, run_name: str, logging_dir: str | os.PathLike[str] | None = ".", **kwargs: Any) -> None:
+    def __init__(
+        self, run_name: str, logging_dir: str | os.PathLike[str] | None = ".", **kwargs: Any
+    ) -> None:
         super().__init__()
         require_tracker_package(self.name, *self.package)
         self.run_name = run_name

@@ -117,7 +117,9 @@ class ClearMLTracker(GeneralTracker):
         """Reports a table from a pandas ``dataframe``, or from ``columns`` and ``data`` rows."""
         if dataframe is None:
             if data is None:
-                raise ValueError("ClearMLTracker.log_table needs `dataframe=` or `data=` rows (with `columns=`).")
+                raise ValueError(
+                    "ClearMLTracker.log_table needs `dataframe=` or `data=` rows (with `columns=`)."
+                )
             dataframe = [list(columns)] + [list(row) for row in data] if columns is not None else data
         title, series = _title_and_series(table_name)
         self.task.get_logger().report_table(

@@ -50,7 +50,9 @@ def register_tracker_class(tracker_class: type[GeneralTracker]) -> type[GeneralT
         raise TypeError(f"register_tracker_class expects a GeneralTracker subclass, got {tracker_class!r}.")
     name = getattr(tracker_class, "name", None)
     if not isinstance(name, str) or not name:
-        raise ValueError(f"register_tracker_class: {tracker_class.__name__} needs a class attribute `name = '...'`.")
+        raise ValueError(
+            f"register_tracker_class: {tracker_class.__name__} needs a class attribute `name = '...'`."
+        )
     LOGGER_TYPE_TO_CLASS[name] = tracker_class
     return tracker_class
 
@@ -188,7 +190,9 @@ def find_tracker(accelerator: Accelerator, name: str, unwrap: bool = False) -> A
     for tracker in accelerator.trackers:
         if tracker.name == name:
             return tracker.tracker if unwrap else tracker
-    configured = [entry.name if isinstance(entry, GeneralTracker) else str(entry) for entry in accelerator.log_with]
+    configured = [
+        entry.name if isinstance(entry, GeneralTracker) else str(entry) for entry in accelerator.log_with
+    ]
     if name in configured and not accelerator.is_main_process:
         return GeneralTracker(_blank=True)
     started = [tracker.name for tracker in accelerator.trackers]

@@ -11,7 +11,9 @@ from accelerate.tracking.base import (
     on_main_process,
 )
 
-_ACCEPTED = "numbers (one-element tensors too), strings, dicts of those and wandb objects (wandb.Histogram...)"
+_ACCEPTED = (
+    "numbers (one-element tensors too), strings, dicts of those and wandb objects (wandb.Histogram...)"
+)
 
 
 class WandBTracker(ProjectRunTracker):
@@ -31,7 +33,9 @@ class WandBTracker(ProjectRunTracker):
         """Logs lists of images (``name -> [image, ...]``) as ``wandb.Image`` objects."""
         import wandb
 
-        self.run.log({key: [wandb.Image(image) for image in images] for key, images in values.items()}, step=step)
+        self.run.log(
+            {key: [wandb.Image(image) for image in images] for key, images in values.items()}, step=step
+        )
 
     @on_main_process
     def log_table(
@@ -47,7 +51,9 @@ class WandBTracker(ProjectRunTracker):
         import wandb
 
         headers: Any = columns  # wandb's annotation wants list[str | int]; a list of names is what it takes
-        self.run.log({table_name: wandb.Table(columns=headers, data=data, dataframe=dataframe)}, step=step, **kwargs)
+        self.run.log(
+            {table_name: wandb.Table(columns=headers, data=data, dataframe=dataframe)}, step=step, **kwargs
+        )
 
     @on_main_process
     def finish(self) -> None:

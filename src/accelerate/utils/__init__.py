@@ -122,6 +122,7 @@ _register("accelerate.utils.versions", "compare_versions", "is_torch_version")
 # first settles the attribute; both it and the function's home (accelerate.progress) are import-free.
 _register("accelerate.progress", "tqdm")
 from accelerate.utils.tqdm import tqdm  # noqa: E402, F401, I001
+
 _register(
     "accelerate.utils.dataclasses",
     "AORecipeKwargs", "BnbQuantizationConfig", "FP8RecipeKwargs", "MSAMPRecipeKwargs", "TERecipeKwargs",
@@ -140,7 +141,9 @@ _register(
     "accelerate.utils.transformer_engine",
     "apply_fp8_autowrap", "contextual_fp8_autocast", "convert_model", "has_transformer_engine_layers",
 )  # fmt: skip
-_register("accelerate.utils.ao", "convert_model_to_fp8_ao", "filter_first_and_last_linear_layers", "has_ao_layers")
+_register(
+    "accelerate.utils.ao", "convert_model_to_fp8_ao", "filter_first_and_last_linear_layers", "has_ao_layers"
+)
 _register("accelerate.utils.torch_xla", "install_xla")
 
 # Transformers' Trainer path (issue 10): dataclasses, FSDP/DeepSpeed faces, launch helpers, modeling helpers.

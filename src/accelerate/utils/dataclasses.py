@@ -184,7 +184,9 @@ class GradientAccumulationPlugin(KwargsHandler):
             raise ValueError(
                 f"GradientAccumulationPlugin(num_steps={self.num_steps!r}) must be an integer >= 1"
             )
-        if self.reference_world_size is not None and not (0 < self.reference_world_size == int(self.reference_world_size)):
+        if self.reference_world_size is not None and not (
+            0 < self.reference_world_size == int(self.reference_world_size)
+        ):
             raise ValueError(
                 f"GradientAccumulationPlugin(reference_world_size={self.reference_world_size!r}) must be an "
                 "integer >= 1 (the number of processes num_steps is written for), or None"
@@ -306,7 +308,9 @@ class ProfileKwargs(KwargsHandler):
             "with_modules": self.with_modules,
         }
         if self.activities is not None:
-            kwargs["activities"] = [getattr(profiler.ProfilerActivity, name.upper()) for name in self.activities]
+            kwargs["activities"] = [
+                getattr(profiler.ProfilerActivity, name.upper()) for name in self.activities
+            ]
         if self.schedule_option is not None:
             kwargs["schedule"] = profiler.schedule(**self.schedule_option)
         if self.on_trace_ready is not None:

@@ -79,6 +79,8 @@ def _is_compiled(model: torch.nn.Module) -> bool:
 def _is_regional_copy(model: torch.nn.Module) -> bool:
     # compile_regions keeps the original in __dict__ (not as a submodule: its parameters are the copy's).
     return "_orig_mod" in model.__dict__
+
+
 def _is_deepspeed_engine(model: Any) -> bool:
     # Only a loaded deepspeed can have made an engine; never import it here.
     engine = getattr(sys.modules.get("deepspeed.runtime.engine"), "DeepSpeedEngine", None)

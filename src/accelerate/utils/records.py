@@ -74,7 +74,9 @@ def _init(self: Any, *args: Any, **values: Any) -> None:
     cls = type(self)
     fields: tuple[str, ...] = getattr(cls, _FIELDS)
     if args:
-        raise TypeError(f"{cls.__name__}() takes keyword arguments only ({', '.join(fields)}); got {len(args)} positional")
+        raise TypeError(
+            f"{cls.__name__}() takes keyword arguments only ({', '.join(fields)}); got {len(args)} positional"
+        )
     unknown = values.keys() - set(fields)
     if unknown:
         raise TypeError(f"{cls.__name__}() got unexpected keyword argument(s): {', '.join(sorted(unknown))}")

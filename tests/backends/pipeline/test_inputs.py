@@ -32,7 +32,9 @@ def test_calls_are_checked_against_the_example_micro_batch() -> None:
     mask = torch.ones(8, 8)
     full = torch.ones(8, 8, dtype=torch.long)
     assert signature.feed((full,), {"attention_mask": mask})[1].keys() == {"attention_mask"}
-    assert signature.feed((full,), {"attention_mask": mask, "use_cache": False})[1].keys() == {"attention_mask"}
+    assert signature.feed((full,), {"attention_mask": mask, "use_cache": False})[1].keys() == {
+        "attention_mask"
+    }
     with pytest.raises(ValueError, match=r"'use_cache' is True, expected False"):
         signature.feed((full,), {"attention_mask": mask, "use_cache": True})
     with pytest.raises(ValueError, match=r"'attention_mask' is missing"):

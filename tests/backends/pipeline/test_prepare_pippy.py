@@ -202,7 +202,11 @@ def _errors_on_bad_input() -> dict[str, str]:
         else:
             messages[name] = "no error"
     model = prepare_pippy(Net().eval(), split_points=["layers.2"], example_args=(batch,))
-    calls = {"too_big": (torch.randn(17, 4),), "wrong_batch": (torch.randn(6, 5),), "wrong_dtype": (batch.double(),)}
+    calls = {
+        "too_big": (torch.randn(17, 4),),
+        "wrong_batch": (torch.randn(6, 5),),
+        "wrong_dtype": (batch.double(),),
+    }
     for name, inputs in calls.items():
         try:
             with torch.no_grad():

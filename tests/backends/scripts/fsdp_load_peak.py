@@ -25,7 +25,10 @@ def build() -> nn.Module:
 def main() -> None:
     efficient = sys.argv[2] == "true"
     plugin = FullyShardedDataParallelPlugin(
-        fsdp_version=2, cpu_ram_efficient_loading=efficient, auto_wrap_policy="size_based_wrap", min_num_params=10**6
+        fsdp_version=2,
+        cpu_ram_efficient_loading=efficient,
+        auto_wrap_policy="size_based_wrap",
+        min_num_params=10**6,
     )
     accelerator = Accelerator(fsdp_plugin=plugin)
     start = psutil.Process().memory_info().rss / 2**20

@@ -67,7 +67,9 @@ def is_quantized_model(model: nn.Module) -> bool:
 
 
 def _same_device(here: torch.device, there: torch.device) -> bool:
-    return here.type == there.type and (here.index is None or there.index is None or here.index == there.index)
+    return here.type == there.type and (
+        here.index is None or there.index is None or here.index == there.index
+    )
 
 
 def _offload_refused(mapped: set[str]) -> bool:
@@ -77,7 +79,9 @@ def _offload_refused(mapped: set[str]) -> bool:
 
     if "disk" in mapped:
         return True
-    return "cpu" in mapped and (not imports.is_bitsandbytes_multi_backend_available() or imports.is_xpu_available())
+    return "cpu" in mapped and (
+        not imports.is_bitsandbytes_multi_backend_available() or imports.is_xpu_available()
+    )
 
 
 def check_quantized_placement(model: nn.Module, device: torch.device, place: bool) -> bool:
@@ -102,7 +106,11 @@ def check_quantized_placement(model: nn.Module, device: torch.device, place: boo
             "see https://huggingface.co/docs/bitsandbytes/main/en/installation#multi-backend"
         )
     elsewhere = sorted(
-        {str(t.device) for t in model.parameters() if t.device.type != "meta" and not _same_device(t.device, device)}
+        {
+            str(t.device)
+            for t in model.parameters()
+            if t.device.type != "meta" and not _same_device(t.device, device)
+        }
     )
     if elsewhere:
         raise ValueError(

@@ -86,7 +86,9 @@ class BnbQuantizationConfig:
                 f"{owner}(bnb_4bit_quant_type={self.bnb_4bit_quant_type!r}) must be one of "
                 f"{', '.join(map(repr, QUANT_TYPES))}."
             )
-        self.bnb_4bit_compute_dtype = _as_torch_dtype(owner, "bnb_4bit_compute_dtype", self.bnb_4bit_compute_dtype)
+        self.bnb_4bit_compute_dtype = _as_torch_dtype(
+            owner, "bnb_4bit_compute_dtype", self.bnb_4bit_compute_dtype
+        )
         if self.torch_dtype is not None:
             self.torch_dtype = _as_torch_dtype(owner, "torch_dtype", self.torch_dtype)
         for name in ("skip_modules", "keep_in_fp32_modules"):

@@ -144,7 +144,11 @@ def get_quantized_model_device_map(
             if places == ["disk"]
             else "quantized layers are not copied from the CPU to the accelerator per forward"
         )
-        eight = "; or use load_in_8bit=True, whose layers can be offloaded to the disk" if places == ["disk"] else ""
+        eight = (
+            "; or use load_in_8bit=True, whose layers can be offloaded to the disk"
+            if places == ["disk"]
+            else ""
+        )
         raise ValueError(
             f"The device map sends the {width} layers {misplaced[:10]} to {places}: {why}. Give them more room with "
             "max_memory; or pass a dict device_map, whose offloaded blocks stay unquantized in torch_dtype; or keep "
@@ -216,14 +220,19 @@ def load_and_quantize_model(
             "load_and_quantize_model: the model's weights are on the meta device (init_empty_weights) and no "
             "weights_location was given; pass weights_location='path/to/checkpoint' (a file, index or folder)."
         )
-    keep_in_fp32 = [*(config.keep_in_fp32_modules or ()), *(getattr(model, "_keep_in_fp32_modules", None) or ())]
+    keep_in_fp32 = [
+        *(config.keep_in_fp32_modules or ()),
+        *(getattr(model, "_keep_in_fp32_modules", None) or ()),
+    ]
     skip = list(config.skip_modules) if config.skip_modules is not None else get_keys_to_not_convert(model)
     if isinstance(device_map, Mapping):
         skip += _left_unquantized_by_map(config, device_map)
     replace_with_bnb_layers(model, config, modules_to_not_convert=[*skip, *keep_in_fp32])
     model.is_loaded_in_8bit = config.load_in_8bit  # type: ignore[assignment]
     model.is_loaded_in_4bit = config.load_in_4bit  # type: ignore[assignment]
-    device_map = get_quantized_model_device_map(model, config, device_map, max_memory, no_split_module_classes)
+    device_map = get_quantized_model_device_map(
+        model, config, device_map, max_memory, no_split_module_classes
+    )
     if weights_location is not None:
         # Each weight is quantized as it is placed (bitsandbytes' parameters quantize in .to()).
         load_checkpoint_in_model(

@@ -297,7 +297,9 @@ def write_basic_config(mixed_precision: str = "no", save_location: str | None = 
     from accelerate.config.config_file import config_from_dict, save_config_file
     from accelerate.utils.dataclasses import check_mixed_precision
 
-    mode = check_mixed_precision(mixed_precision, origin=f"write_basic_config(mixed_precision={mixed_precision!r})")
+    mode = check_mixed_precision(
+        mixed_precision, origin=f"write_basic_config(mixed_precision={mixed_precision!r})"
+    )
     target = _target(save_location, os.environ)
     if target.exists():
         print(f"write_basic_config: {target} already exists and was left unchanged; delete it to write anew.")
