@@ -5,7 +5,8 @@ A page writes a marker on a line of its own and the hook replaces it with Markdo
 - ``<!-- generated: cli accelerate -->``: the root command's list of subcommands;
 - ``<!-- generated: cli launch -->`` (any subcommand; ``config default`` for a nested one): one table
   per argument group of that subcommand's real argparse parser;
-- ``<!-- generated: env -->``: the launcher/runtime environment contract (``ENV_CONTRACT``).
+- ``<!-- generated: env -->``: the launcher/runtime environment contract (``ENV_CONTRACT``);
+- ``<!-- generated: config-keys -->``: every launch config file key and what it does here (``RULES``).
 
 Nothing is copied by hand, so the reference cannot drift from the parsers. ``render_marker`` is plain
 Python so that tests can call it without MkDocs.
@@ -17,7 +18,7 @@ import argparse
 import re
 from typing import Any
 
-_MARKER = re.compile(r"^<!-- generated: (cli|env)\s*([^>]*?)\s*-->$", re.MULTILINE)
+_MARKER = re.compile(r"^<!-- generated: (cli|env|config-keys)\s*([^>]*?)\s*-->$", re.MULTILINE)
 
 
 def _cell(text: str) -> str:
@@ -109,9 +110,29 @@ def render_env() -> str:
     return "\n".join(rows)
 
 
+def render_config_keys() -> str:
+    """Markdown: one table per section of the launch config file, from the key table the loader uses."""
+    from accelerate.config.keys import RULES
+
+    sections: dict[str, list[str]] = {}
+    for rule in RULES:
+        section, _, key = rule.key.rpartition(".")
+        what = f"sets `{rule.acts}`" if rule.acts and rule.acts.startswith("--") else (rule.acts or "")
+        if rule.refusal:
+            what = f"refused when set to a value that would change the run: {rule.refusal}"
+        sections.setdefault(section, []).append(f"| `{key}` | {_cell(what)} |")
+    out = []
+    for section, rows in sections.items():
+        out.append(f"### `{section}`" if section else "### Top level")
+        out.append("\n".join(["| key | what it does here |", "|---|---|", *rows]))
+    return "\n\n".join(out)
+
+
 def render_marker(kind: str, argument: str) -> str:
     if kind == "env":
         return render_env()
+    if kind == "config-keys":
+        return render_config_keys()
     return render_cli(argument.split())
 
 
