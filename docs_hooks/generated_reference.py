@@ -82,7 +82,8 @@ def render_cli(path: list[str]) -> str:
         actions = [
             a
             for a in group._group_actions
-            if a.help != argparse.SUPPRESS and not isinstance(a, argparse._HelpAction | argparse._SubParsersAction)
+            if a.help != argparse.SUPPRESS
+            and not isinstance(a, argparse._HelpAction | argparse._SubParsersAction)
         ]
         subcommands = [a for a in group._group_actions if isinstance(a, argparse._SubParsersAction)]
         if not actions and not subcommands:

@@ -103,7 +103,9 @@ def parse(page: Path) -> list[Block]:
 
 
 def english_pages() -> list[Path]:
-    return sorted(p for p in DOCS.rglob("*.md") if not any(p.name.endswith(f".{lang}.md") for lang in LANGUAGES))
+    return sorted(
+        p for p in DOCS.rglob("*.md") if not any(p.name.endswith(f".{lang}.md") for lang in LANGUAGES)
+    )
 
 
 def translations() -> list[tuple[Path, Path]]:

@@ -7,13 +7,8 @@ that mkdocstrings cannot render. The build needs the ``docs`` extra; without MkD
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import os
-import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 from tests.docs.snippets import REPO
 
@@ -21,30 +16,6 @@ sys.path.insert(0, str(REPO / "docs_hooks"))
 import generated_reference  # noqa: E402
 
 sys.path.remove(str(REPO / "docs_hooks"))
-
-_HAS_MKDOCS = all(
-    importlib.util.find_spec(name) is not None
-    for name in ("mkdocs", "material", "mkdocstrings_handlers.python", "mkdocs_static_i18n")
-)
-
-
-@pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if not _HAS_MKDOCS:
-        pytest.skip('the docs extra is not installed (pip install -e ".[docs]" torch==<yours>)')
-    out = tmp_path_factory.mktemp("site")
-    env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "src"), env.get("PYTHONPATH")]))
-    done = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-f", str(REPO / "mkdocs.yml"), "-d", str(out)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert done.returncode == 0, f"mkdocs build --strict failed:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
-    return out
 
 
 def test_site_builds_strict_in_every_language(site: Path) -> None:
@@ -119,4 +90,6 @@ def test_every_page_is_in_the_navigation() -> None:
         for p in (REPO / "docs").rglob("*.md")
         if not p.name.endswith((".zh.md", ".hi.md"))
     }
-    assert pages == listed, f"not in nav: {sorted(pages - listed)}; in nav but missing: {sorted(listed - pages)}"
+    assert pages == listed, (
+        f"not in nav: {sorted(pages - listed)}; in nav but missing: {sorted(listed - pages)}"
+    )

@@ -54,7 +54,12 @@ def _run_page(page: Path, folder: Path) -> None:
             continue
         try:
             done = subprocess.run(
-                _command(block, folder), cwd=folder, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
+                _command(block, folder),
+                cwd=folder,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=TIMEOUT_S,
             )
         except subprocess.TimeoutExpired as exc:
             pytest.fail(f"{block.where}: still running after {TIMEOUT_S} s\n{exc.stdout}\n{exc.stderr}")
