@@ -85,6 +85,19 @@ def test_every_block_says_how_it_runs() -> None:
     assert not errors, "\n".join(errors)
 
 
+def test_every_python_block_compiles() -> None:
+    """Blocks that are only written to a file or not run at all are still valid Python."""
+    errors = []
+    for page in english_pages():
+        for block in parse(page):
+            if block.is_python:
+                try:
+                    compile(block.code, block.where, "exec")
+                except SyntaxError as exc:
+                    errors.append(f"{block.where}: {exc}")
+    assert not errors, "\n".join(errors)
+
+
 @pytest.mark.parametrize("page", _pages_with_code(), ids=lambda p: str(p.relative_to(REPO / "docs")))
 def test_page_code_runs(page: Path, tmp_path: Path) -> None:
     _run_page(page, tmp_path)
