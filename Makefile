@@ -63,7 +63,7 @@ test: $(VENV)/.installed-test
 	$(PY) -m pytest -q --durations=15 tests
 
 lint: $(VENV)/.installed-test
-	$(VENV)/bin/ruff check src tests bench examples
+	$(VENV)/bin/ruff check src tests bench examples docs_hooks
 	$(VENV)/bin/mypy
 
 # The XLA backend on torch_xla's CPU device, in a side environment (torch_xla has no build for torch

@@ -21,8 +21,11 @@ from tests.docs.snippets import REPO, Block, english_pages, parse, translations
 TIMEOUT_S = 120
 
 
-def _env() -> dict[str, str]:
+def _env(folder: Path) -> dict[str, str]:
     env = dict(os.environ)
+    # No config file of the machine's user (`accelerate config`) may change what a page shows.
+    env["HF_HOME"] = str(folder / ".hf_home")
+    env.pop("ACCELERATE_CONFIG_FILE", None)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "src"), env.get("PYTHONPATH")]))
     # `accelerate` and `python` in shell blocks are this interpreter's.
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
@@ -42,7 +45,7 @@ def _command(block: Block, folder: Path) -> list[str]:
 
 
 def _run_page(page: Path, folder: Path) -> None:
-    env = _env()
+    env = _env(folder)
     for block in parse(page):
         block.check()
         if "file" in block.markers:
