@@ -6,7 +6,9 @@ A page writes a marker on a line of its own and the hook replaces it with Markdo
 - ``<!-- generated: cli launch -->`` (any subcommand; ``config default`` for a nested one): one table
   per argument group of that subcommand's real argparse parser;
 - ``<!-- generated: env -->``: the launcher/runtime environment contract (``ENV_CONTRACT``);
-- ``<!-- generated: config-keys -->``: every launch config file key and what it does here (``RULES``).
+- ``<!-- generated: config-keys -->``: every launch config file key and what it does here (``RULES``);
+- ``<!-- generated: public-names -->``: every public name of the user-facing modules, with the first
+  line of its docstring and the module that defines it.
 
 Nothing is copied by hand, so the reference cannot drift from the parsers. ``render_marker`` is plain
 Python so that tests can call it without MkDocs.
@@ -15,10 +17,11 @@ Python so that tests can call it without MkDocs.
 from __future__ import annotations
 
 import argparse
+import inspect
 import re
 from typing import Any
 
-_MARKER = re.compile(r"^<!-- generated: (cli|env|config-keys)\s*([^>]*?)\s*-->$", re.MULTILINE)
+_MARKER = re.compile(r"^<!-- generated: (cli|env|config-keys|public-names)\s*([^>]*?)\s*-->$", re.MULTILINE)
 
 
 def _cell(text: str) -> str:
@@ -129,7 +132,73 @@ def render_config_keys() -> str:
     return "\n\n".join(out)
 
 
+# The user-facing modules (upstream's paths), in the order a reader meets them.
+PUBLIC_MODULES = (
+    "accelerate",
+    "accelerate.utils",
+    "accelerate.state",
+    "accelerate.data_loader",
+    "accelerate.optimizer",
+    "accelerate.scheduler",
+    "accelerate.big_modeling",
+    "accelerate.hooks",
+    "accelerate.inference",
+    "accelerate.local_sgd",
+    "accelerate.launchers",
+    "accelerate.logging",
+    "accelerate.tracking",
+    "accelerate.checkpointing",
+)
+
+
+def _public_names(module: Any) -> list[str]:
+    names = getattr(module, "__all__", None)
+    if names is not None:
+        return sorted(names)
+    # A module without __all__: the names it defines itself, not what it imports.
+    return sorted(
+        name
+        for name, value in vars(module).items()
+        if not name.startswith("_") and getattr(value, "__module__", None) == module.__name__
+    )
+
+
+def _kind(value: Any) -> str:
+    if inspect.isclass(value):
+        return "exception" if issubclass(value, BaseException) else "class"
+    if callable(value):
+        return "function"
+    return "constant"
+
+
+def _summary(value: Any) -> str:
+    if _kind(value) == "constant":
+        return ""
+    # A class's own docstring only (an Enum of str would otherwise show str's).
+    own = vars(value).get("__doc__") if inspect.isclass(value) else value.__doc__
+    doc = inspect.cleandoc(own) if isinstance(own, str) else ""
+    return _cell(doc.strip().split("\n\n")[0])
+
+
+def render_public_names() -> str:
+    """Markdown: one table per user-facing module, every public name with its summary and home."""
+    import importlib
+
+    out = []
+    for module_name in PUBLIC_MODULES:
+        module = importlib.import_module(module_name)
+        rows = ["| name | kind | summary | defined in |", "|---|---|---|---|"]
+        for name in _public_names(module):
+            value = getattr(module, name)
+            home = getattr(value, "__module__", None) if _kind(value) != "constant" else None
+            rows.append(f"| `{name}` | {_kind(value)} | {_summary(value)} | {f'`{home}`' if home else ''} |")
+        out.append(f"## `{module_name}`\n\n" + "\n".join(rows))
+    return "\n\n".join(out)
+
+
 def render_marker(kind: str, argument: str) -> str:
+    if kind == "public-names":
+        return render_public_names()
     if kind == "env":
         return render_env()
     if kind == "config-keys":

@@ -72,6 +72,15 @@ def test_generated_reference_renders_every_command_without_mkdocs() -> None:
     assert "usage: accelerate to-fsdp2" in generated_reference.on_page_markdown(page)
 
 
+def test_public_names_page_lists_every_exported_name(site: Path) -> None:
+    import importlib
+
+    page = (site / "reference/public-names/index.html").read_text(encoding="utf-8")
+    for module_name in ("accelerate", "accelerate.utils", "accelerate.data_loader"):
+        missing = [n for n in importlib.import_module(module_name).__all__ if f"<code>{n}</code>" not in page]
+        assert not missing, f"{module_name}: names missing from the public-names page: {missing}"
+
+
 def test_every_page_is_in_the_navigation() -> None:
     import yaml
 
