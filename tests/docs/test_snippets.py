@@ -12,6 +12,8 @@ import os
 import shlex
 import subprocess
 import sys
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -44,7 +46,8 @@ def _command(block: Block, folder: Path) -> list[str]:
     return [sys.executable, script.name]
 
 
-def _run_page(page: Path, folder: Path) -> None:
+def _run_page(page: Path, folder: Path) -> str | None:
+    """Runs the page's blocks in order; the first failure as a message, or None."""
     env = _env(folder)
     for block in parse(page):
         block.check()
@@ -65,12 +68,36 @@ def _run_page(page: Path, folder: Path) -> None:
                 timeout=TIMEOUT_S,
             )
         except subprocess.TimeoutExpired as exc:
-            pytest.fail(f"{block.where}: still running after {TIMEOUT_S} s\n{exc.stdout}\n{exc.stderr}")
+            return f"{block.where}: still running after {TIMEOUT_S} s\n{exc.stdout}\n{exc.stderr}"
         if done.returncode != 0:
-            pytest.fail(
+            return (
                 f"{block.where}: exit {done.returncode}\n--- block ---\n{block.code}"
                 f"--- stdout ---\n{done.stdout[-3000:]}\n--- stderr ---\n{done.stderr[-3000:]}"
             )
+    return None
+
+
+@pytest.fixture(scope="module")
+def page_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """Every selected page's code, started at once on a few threads (DOCS_SNIPPET_JOBS, default 2).
+
+    The pages are independent (each in its own folder, launches on free ports), and much of a page's
+    time is waiting (process start-up, a rendezvous, the hang example's timeout), so two at a time
+    shortens the whole run without slowing any block down much.
+    """
+    selected = [
+        item.callspec.params["page"]
+        for item in request.session.items
+        if getattr(item, "originalname", None) == "test_page_code_runs"
+    ]
+    jobs = int(os.environ.get("DOCS_SNIPPET_JOBS", "2"))
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = {
+            page: pool.submit(_run_page, page, tmp_path_factory.mktemp(page.stem)) for page in selected
+        }
+        yield futures
+        for future in futures.values():
+            future.cancel()
 
 
 def _pages_with_code() -> list[Path]:
@@ -102,8 +129,10 @@ def test_every_python_block_compiles() -> None:
 
 
 @pytest.mark.parametrize("page", _pages_with_code(), ids=lambda p: str(p.relative_to(REPO / "docs")))
-def test_page_code_runs(page: Path, tmp_path: Path) -> None:
-    _run_page(page, tmp_path)
+def test_page_code_runs(page: Path, page_runs: dict) -> None:
+    error = page_runs[page].result()
+    if error:
+        pytest.fail(error, pytrace=False)
 
 
 @pytest.mark.parametrize("pair", translations(), ids=lambda pair: str(pair[0].relative_to(REPO / "docs")))
