@@ -8,10 +8,12 @@ unchanged, so they are compared rather than run again.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -21,6 +23,10 @@ import pytest
 from tests.docs.snippets import REPO, Block, english_pages, parse, translations
 
 TIMEOUT_S = 120
+# Blocks that start several processes take a rendezvous port (29500 unless it is busy); two of them
+# starting at once could both pick it, so they run one at a time while other blocks go on beside them.
+_MULTI_PROCESS = threading.Lock()
+_STARTS_PROCESSES = ("accelerate launch", "accelerate test", "notebook_launcher(", "debug_launcher(")
 
 
 def _env(folder: Path) -> dict[str, str]:
@@ -58,15 +64,17 @@ def _run_page(page: Path, folder: Path) -> str | None:
             continue
         if not block.runs:
             continue
+        several = "launch" in block.markers or any(start in block.code for start in _STARTS_PROCESSES)
         try:
-            done = subprocess.run(
-                _command(block, folder),
-                cwd=folder,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=TIMEOUT_S,
-            )
+            with _MULTI_PROCESS if several else contextlib.nullcontext():
+                done = subprocess.run(
+                    _command(block, folder),
+                    cwd=folder,
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=TIMEOUT_S,
+                )
         except subprocess.TimeoutExpired as exc:
             return f"{block.where}: still running after {TIMEOUT_S} s\n{exc.stdout}\n{exc.stderr}"
         if done.returncode != 0:
@@ -81,9 +89,8 @@ def _run_page(page: Path, folder: Path) -> str | None:
 def page_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     """Every selected page's code, started at once on a few threads (DOCS_SNIPPET_JOBS, default 2).
 
-    The pages are independent (each in its own folder, launches on free ports), and much of a page's
-    time is waiting (process start-up, a rendezvous, the hang example's timeout), so two at a time
-    shortens the whole run without slowing any block down much.
+    The pages are independent (each in its own folder; blocks that start several processes take turns,
+    see _MULTI_PROCESS), so a page's single-process blocks run beside another page's launch.
     """
     selected = [
         item.callspec.params["page"]
