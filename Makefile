@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 TORCH := torch==2.13.0
 
-.PHONY: venv install install-test demo demo-multinode test lint bench clean test-xla gpu-check
+.PHONY: venv install install-test demo demo-multinode test lint bench clean test-xla gpu-check docs docs-serve
 
 $(VENV)/.torch:
 	$(PYTHON) -m venv $(VENV)
@@ -25,11 +25,24 @@ $(VENV)/.installed-test: $(VENV)/.installed
 	$(PIP) install setuptools wheel
 	$(PIP) install --no-build-isolation deepspeed==0.19.8 $(TORCH)
 	$(PY) -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13.0') else 'torch was changed: ' + torch.__version__)"
-	$(PIP) install -e ".[test]" $(TORCH)
+	@# The docs extra (pure-Python wheels) too: tests/docs builds the site with `mkdocs build --strict`.
+	$(PIP) install -e ".[test,docs]" $(TORCH)
 	$(PY) -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13.0') else 'torch was changed: ' + torch.__version__)"
 	touch $@
 
 venv: $(VENV)/.installed
+
+# The documentation site (docs/, mkdocs.yml): MkDocs + Material, API pages from our docstrings.
+$(VENV)/.installed-docs: $(VENV)/.installed
+	$(PIP) install -e ".[docs]" $(TORCH)
+	$(PY) -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13.0') else 'torch was changed: ' + torch.__version__)"
+	touch $@
+
+docs: $(VENV)/.installed-docs
+	$(VENV)/bin/mkdocs build --strict -d site
+
+docs-serve: $(VENV)/.installed-docs
+	$(VENV)/bin/mkdocs serve
 
 demo: $(VENV)/.installed
 	$(VENV)/bin/accelerate launch --cpu --num_processes 2 examples/train_classifier.py
@@ -50,8 +63,8 @@ test: $(VENV)/.installed-test
 	$(PY) -m pytest -q --durations=15 tests
 
 lint: $(VENV)/.installed-test
-	$(VENV)/bin/ruff check src tests bench examples
-	$(VENV)/bin/ruff format --check src tests bench examples
+	$(VENV)/bin/ruff check src tests bench examples docs_hooks
+	$(VENV)/bin/ruff format --check src tests bench examples docs_hooks
 	$(VENV)/bin/mypy
 
 # The XLA backend on torch_xla's CPU device, in a side environment (torch_xla has no build for torch
@@ -85,4 +98,4 @@ gpu-check:
 	$(GPU_PY) bench/gpu/check.py --out $(GPU_CHECK_OUT)
 
 clean:
-	rm -rf $(VENV) $(XLA_VENV) build dist src/*.egg-info
+	rm -rf $(VENV) $(XLA_VENV) build dist site src/*.egg-info
