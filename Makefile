@@ -57,6 +57,10 @@ test: $(VENV)/.installed-test
 	@command -v mpirun >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
 		(apt-get update -qq && apt-get install -y -qq --no-install-recommends openmpi-bin) >/dev/null 2>&1; } || \
 		echo "mpirun not installed (needs apt-get and root): the mpirun tests will be skipped"
+	@# Headless Chromium for the docs site's browser check (tests/docs/test_browser.py), the same way.
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+		(apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium) >/dev/null 2>&1; } || \
+		echo "chromium not installed (needs apt-get and root): the docs browser check will be skipped"
 	@# DeepSpeed JIT-builds a small C++ op (shared-memory collectives) the first time a CPU run starts;
 	@# built here once, outside any test's timeout (a few seconds when it is already in the cache).
 	$(PY) -c "from deepspeed.comm.torch import build_shm_op; build_shm_op()" >/dev/null
