@@ -409,56 +409,163 @@ def test_lower_layers_import_nothing_above_them() -> None:
     )
 
 
-def test_no_branching_on_distributed_type_outside_the_resolver() -> None:
-    """``DistributedType`` is for users to read: library code asks the run's description or the strategy.
+# Modules allowed to branch on the distributed type, each with why.
+_MAY_BRANCH_ON_TYPE = {
+    "backends/resolve.py": "the resolver: the one place that maps settings to a strategy and its type",
+    "state/distributed_type.py": "the type's own definition: device -> type, and the multi-device types",
+    # A launch config file's `distributed_type:` key is a string the launcher reads, not the run's type.
+    "launch/plan.py": "reads the config file's distributed_type key (which flags it implies)",
+    "launch/checks.py": "reads the config file's distributed_type key (types this build cannot run)",
+    "launch/xla.py": "reads the config file's distributed_type key (XLA asked for)",
+    "backends/fsdp/launch.py": "reads the config file's distributed_type key (FSDP section in use)",
+    "backends/deepspeed/launch.py": "reads the config file's distributed_type key (DeepSpeed section in use)",
+    "commands/launch_helpers.py": "PrepareForLaunch's distributed_type argument, upstream's launcher-side string",
+}
 
-    Fails on a comparison (==, !=, in, is) that names a ``DistributedType.<member>``, or that compares a
-    ``distributed_type`` value against a string or a named collection, outside the modules below.
+
+def _strategy_names() -> set[str]:
+    """The strategies' names (``name = "fsdp"`` in a class body under backends/)."""
+    names = set()
+    for path in sorted((SRC / "backends").rglob("*.py")):
+        for cls in ast.walk(ast.parse(path.read_text())):
+            if isinstance(cls, ast.ClassDef):
+                names |= {
+                    stmt.value.value
+                    for stmt in cls.body
+                    if isinstance(stmt, ast.Assign)
+                    and any(isinstance(t, ast.Name) and t.id == "name" for t in stmt.targets)
+                    and isinstance(stmt.value, ast.Constant)
+                    and isinstance(stmt.value.value, str)
+                }
+    return names
+
+
+def _type_words() -> set[str]:
+    """Strings that spell a backend: DistributedType's member names and values, and the strategies' names."""
+    from accelerate.state.distributed_type import DistributedType
+
+    members = {m.name for m in DistributedType} | {str(m.value) for m in DistributedType}
+    return {word.lower() for word in members | _strategy_names()}
+
+
+def _type_kind(node: ast.AST) -> str | None:
+    """``"type"`` for a run's distributed type (``distributed_type``, ``x.distributed_type``, with or without
+    ``.name`` / ``.value``), ``"strategy name"`` for a strategy's ``.name`` / ``.value`` / ``type(s).__name__``,
+    ``"strategy"`` for a bare ``strategy`` / ``x.strategy`` (a run's strategy name, or a local of another
+    meaning such as FSDP's sharding strategy: only a string literal beside it is a branch); else None."""
+    named = isinstance(node, ast.Attribute) and node.attr in ("name", "value", "__name__")
+    if named:
+        assert isinstance(node, ast.Attribute)
+        node = node.value
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "type" and node.args:
+            node = node.args[0]
+    word = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
+    if word == "distributed_type":
+        return "type"
+    if word == "strategy":
+        return "strategy name" if named else "strategy"
+    return None
+
+
+def _is_type_value(node: ast.AST) -> bool:
+    return _type_kind(node) is not None
+
+
+def _names_member(node: ast.AST) -> bool:
+    return any(
+        isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "DistributedType"
+        for n in ast.walk(node)
+    )
+
+
+def branching_on_type(source: str, words: set[str] | None = None) -> list[tuple[int, str]]:
+    """Where code branches on the distributed type or the strategy's identity:
+
+    - a comparison (==, !=, in, is ...) naming a ``DistributedType.<member>``;
+    - a run's type or strategy (``distributed_type``, ``strategy``, their ``.name``/``.value``) compared
+      with a string or a named collection (``state.distributed_type.value == "FSDP"``,
+      ``strategy.name == "fsdp"``, ``run.strategy == "parallel"``);
+    - any ``.name``/``.value`` compared with a string that spells a backend (``dt.name == "XLA"``);
+    - a ``match`` whose subject is a run's type or strategy, or whose cases name a ``DistributedType`` member.
     """
-    # Modules allowed to compare, each with why.
-    allowed = {
-        "backends/resolve.py": "the resolver: the one place that maps settings to a strategy and its type",
-        "state/distributed_type.py": "the type's own definition: device -> type, and the multi-device types",
-        # A launch config file's `distributed_type:` key is a string the launcher reads, not the run's type.
-        "launch/plan.py": "reads the config file's distributed_type key (which flags it implies)",
-        "launch/checks.py": "reads the config file's distributed_type key (types this build cannot run)",
-        "launch/xla.py": "reads the config file's distributed_type key (XLA asked for)",
-        "backends/fsdp/launch.py": "reads the config file's distributed_type key (FSDP section in use)",
-        "backends/deepspeed/launch.py": "reads the config file's distributed_type key (DeepSpeed section in use)",
-        "commands/launch_helpers.py": "PrepareForLaunch's distributed_type argument, upstream's launcher-side string",
-    }
-
-    def names_member(node: ast.AST) -> bool:
-        return any(
-            isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "DistributedType"
-            for n in ast.walk(node)
-        )
-
-    def is_type_value(node: ast.AST) -> bool:
-        return (isinstance(node, ast.Attribute) and node.attr == "distributed_type") or (
-            isinstance(node, ast.Name) and node.id == "distributed_type"
-        )
+    words = _type_words() if words is None else words
 
     def is_vocabulary(node: ast.AST) -> bool:
         return isinstance(node, ast.Name) or (isinstance(node, ast.Constant) and isinstance(node.value, str))
 
+    def spells_backend(node: ast.AST) -> bool:
+        return isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.lower() in words
+
     found = []
-    for path in _modules():
-        if _name(path) in allowed:
-            continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            if not isinstance(node, ast.Compare):
-                continue
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
             sides = [node.left, *node.comparators]
-            typed = any(is_type_value(s) for s in sides) and any(
-                is_vocabulary(s) and not is_type_value(s) for s in sides
+            kinds = {_type_kind(s) for s in sides}
+            others = [s for s in sides if not _is_type_value(s)]
+            typed = (bool(kinds & {"type", "strategy name"}) and any(is_vocabulary(s) for s in others)) or (
+                "strategy" in kinds and any(isinstance(s, ast.Constant) and isinstance(s.value, str) for s in others)
             )
-            if any(names_member(s) for s in sides) or typed:
-                found.append(f"{_name(path)}:{node.lineno}: {ast.unparse(node)}")
+            named = any(isinstance(s, ast.Attribute) and s.attr in ("name", "value") for s in sides) and any(
+                spells_backend(s) for s in sides
+            )
+            if typed or named or any(_names_member(s) for s in sides):
+                found.append((node.lineno, ast.unparse(node)))
+        elif isinstance(node, ast.Match):
+            if _is_type_value(node.subject) or any(_names_member(case.pattern) for case in node.cases):
+                found.append((node.lineno, f"match {ast.unparse(node.subject)}"))
+    return found
+
+
+def test_no_branching_on_distributed_type_outside_the_resolver() -> None:
+    """``DistributedType`` is for users to read: library code asks the run's description or the strategy
+    (a capability such as ``Strategy.composes_parallelism``), never which backend it is."""
+    words = _type_words()
+    found = [
+        f"{_name(path)}:{line}: {text}"
+        for path in _modules()
+        if _name(path) not in _MAY_BRANCH_ON_TYPE
+        for line, text in branching_on_type(path.read_text(), words)
+    ]
     assert found == [], (
         "code branches on DistributedType; read a fact from the run's description (AcceleratorState().run) "
         f"or ask the strategy, and leave the mapping to backends/resolve.py: {found}"
     )
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        'if state.distributed_type.value == "FSDP":\n    pass\n',
+        'if state.distributed_type.name == "XLA":\n    pass\n',
+        'if dt.name == "XLA":\n    pass\n',
+        'if strategy.name == "fsdp":\n    pass\n',
+        'if self.strategy.name != "deepspeed":\n    pass\n',
+        'if self.state.run.strategy == "parallel":\n    pass\n',
+        'if type(strategy).__name__ == "FSDPStrategy":\n    pass\n',
+        "if state.distributed_type == DistributedType.FSDP:\n    pass\n",
+        "if state.distributed_type in SHARDED_TYPES:\n    pass\n",
+        "x = DistributedType.XLA is distributed_type\n",
+        "match state.distributed_type:\n    case _:\n        pass\n",
+        "match self.strategy.name:\n    case 'fsdp':\n        pass\n",
+        "match kind:\n    case DistributedType.DEEPSPEED:\n        pass\n",
+    ],
+)
+def test_the_branching_guard_sees_a_planted_branch(source: str) -> None:
+    assert branching_on_type(source) != [], source
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "if self.state.run.composes_parallelism:\n    pass\n",
+        'if param.name == "weight":\n    pass\n',
+        'if sharding_strategy == "FULL_SHARD":\n    pass\n',
+        "if strategy not in _RESHARD:\n    pass\n",
+        "match size:\n    case 1:\n        pass\n",
+    ],
+)
+def test_the_branching_guard_lets_capabilities_through(source: str) -> None:
+    assert branching_on_type(source) == [], source
 
 
 # --- every layer of ARCHITECTURE.md, by import edge (issue 37) -----------------------------------------
