@@ -152,6 +152,33 @@ def _is_dataclass(node: ast.ClassDef) -> bool:
     )
 
 
+# What reads the environment: os.environ / os.getenv / os.putenv, and the env contract's readers.
+_ENV_READERS = {"environ", "getenv", "read_launch_env", "putenv", "_launcher_defaults", "parallelism_defaults"}
+
+
+def env_reading_dataclasses(source: str) -> list[tuple[int, str, list[str]]]:
+    """(line, class, what it reads) for each dataclass whose code reads the environment, directly or
+    through a function of the same module that it calls (``__post_init__`` -> ``_defaults()`` ->
+    ``os.environ``): one level of indirection, reported as ``helper -> environ``."""
+    tree = ast.parse(source)
+    helpers = {
+        node.name: sorted({word for _, word in _code_words(node)} & _ENV_READERS - {node.name})
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+    }
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and _is_dataclass(node):
+            reads = {word for _, word in _code_words(node)} & _ENV_READERS
+            # A helper called (``_defaults()``) or handed over (``field(default_factory=_defaults)``).
+            for ref in ast.walk(node):
+                if isinstance(ref, ast.Name) and helpers.get(ref.id):
+                    reads |= {f"{ref.id} -> {word}" for word in helpers[ref.id]}
+            if reads:
+                found.append((node.lineno, node.name, sorted(reads)))
+    return found
+
+
 def test_no_config_dataclass_reads_the_environment() -> None:
     """Config objects are pure data (DeepSpeedPlugin, FullyShardedDataParallelPlugin, ParallelismConfig,
     TorchDynamoPlugin, the kwargs handlers...): the launcher's settings reach them through the backend's
@@ -162,18 +189,42 @@ def test_no_config_dataclass_reads_the_environment() -> None:
     allowed = {("ParallelismConfig", "_launcher_defaults"), ("TorchDynamoPlugin", "_launcher_defaults")}
     found = []
     for path in _modules():
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ClassDef) and _is_dataclass(node):
-                words = {word for _, word in _code_words(node)}
-                readers = {"environ", "getenv", "read_launch_env", "putenv", "_launcher_defaults",
-                           "parallelism_defaults"}  # fmt: skip
-                reads = sorted(word for word in words & readers if (node.name, word) not in allowed)
-                if reads:
-                    found.append(f"{_name(path)}:{node.lineno}: {node.name} uses {reads}")
+        for line, name, reads in env_reading_dataclasses(path.read_text()):
+            # A sanctioned reader is sanctioned whichever way the class reaches it.
+            reads = [word for word in reads if (name, word.split(" -> ")[0]) not in allowed]
+            if reads:
+                found.append(f"{_name(path)}:{line}: {name} uses {reads}")
     assert found == [], (
         "a config dataclass reads the environment; fill its unset fields where the run is resolved "
         f"(backends/<name>/launch.py or connector.py) instead: {found}"
     )
+
+
+_PLANTED_ENV_READS = [
+    "import dataclasses, os\n@dataclasses.dataclass\nclass P:\n    x: str = os.environ.get('X', '')\n",
+    "import os\nfrom dataclasses import dataclass\n@dataclass\nclass P:\n    x: str = ''\n"
+    "    def __post_init__(self):\n        self.x = os.getenv('X') or self.x\n",
+    # The issue's spelling: __post_init__ calls a helper of the same module that reads os.environ.
+    "import os\nfrom dataclasses import dataclass\n\ndef _defaults():\n    return dict(os.environ)\n\n"
+    "@dataclass(frozen=True)\nclass P:\n    x: str = ''\n    def __post_init__(self):\n"
+    "        object.__setattr__(self, 'x', _defaults().get('X', self.x))\n",
+    "import os\nfrom dataclasses import dataclass, field\n\ndef _x():\n    return os.getenv('X')\n\n"
+    "@dataclass\nclass P:\n    x: str = field(default_factory=_x)\n",
+]
+
+
+@pytest.mark.parametrize("source", _PLANTED_ENV_READS)
+def test_the_dataclass_guard_sees_a_planted_environment_read(source: str) -> None:
+    assert env_reading_dataclasses(source) != [], source
+
+
+def test_the_dataclass_guard_lets_pure_dataclasses_through() -> None:
+    source = (
+        "import os\nfrom dataclasses import dataclass\n\ndef _env():\n    return os.environ\n\n"
+        "def _double(x):\n    return 2 * x\n\n@dataclass\nclass P:\n    x: int = 1\n"
+        "    def __post_init__(self):\n        self.x = _double(self.x)\n"
+    )
+    assert env_reading_dataclasses(source) == []
 
 
 # What sits above backends/: the facade, the CLI and the launcher. A strategy gets what it needs from
@@ -190,34 +241,42 @@ _ABOVE_BACKENDS = (
 )
 
 
-def _run_time_imports(tree: ast.AST) -> list[tuple[int, str]]:
-    """Imports outside ``if TYPE_CHECKING:`` blocks (those exist for annotations only)."""
-    skip: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            skip |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
-    found = []
-    for node in ast.walk(tree):
-        if id(node) in skip:
-            continue
-        if isinstance(node, ast.Import):
-            found += [(node.lineno, alias.name) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module is not None and node.level == 0:
-            found += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
-    return found
+def backend_imports_above(source: str) -> list[tuple[int, str]]:
+    """The facade, CLI and launcher modules a backend module's source names: imports at any depth,
+    ``if TYPE_CHECKING:`` blocks included (issue 37), and ``importlib.import_module`` / ``__import__``
+    with a literal name."""
+    return [
+        (line, module)
+        for line, module in _layer_imports(ast.parse(source))
+        if any(module == top or module.startswith(top + ".") for top in _ABOVE_BACKENDS)
+    ]
 
 
 def test_backends_import_nothing_above_them() -> None:
     found = [
         f"{_name(path)}:{line}: {module}"
         for path in sorted((SRC / "backends").rglob("*.py"))
-        for line, module in _run_time_imports(ast.parse(path.read_text()))
-        if any(module == top or module.startswith(top + ".") for top in _ABOVE_BACKENDS)
+        for line, module in backend_imports_above(path.read_text())
+        if (_name(path), module) not in _EDGES_ALLOWED
     ]
     assert found == [], (
         "a backend imports the facade, the CLI or the launcher; pass what it needs in as an argument "
         f"(see backends/registry.py): {found}"
     )
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        'import importlib\nimportlib.import_module("accelerate.accelerator")\n',
+        'def f():\n    return __import__("accelerate.launch.plan")\n',
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from accelerate.accelerator import Accelerator\n",
+        "from accelerate.commands import launch\n",
+        "from accelerate import connector\n",
+    ],
+)
+def test_the_backends_guard_sees_a_planted_import(source: str) -> None:
+    assert backend_imports_above(source) != [], source
 
 
 _IMPORT_ONE_BY_ONE = r"""
