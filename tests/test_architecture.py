@@ -153,7 +153,14 @@ def _is_dataclass(node: ast.ClassDef) -> bool:
 
 
 # What reads the environment: os.environ / os.getenv / os.putenv, and the env contract's readers.
-_ENV_READERS = {"environ", "getenv", "read_launch_env", "putenv", "_launcher_defaults", "parallelism_defaults"}
+_ENV_READERS = {
+    "environ",
+    "getenv",
+    "read_launch_env",
+    "putenv",
+    "_launcher_defaults",
+    "parallelism_defaults",
+}
 
 
 def env_reading_dataclasses(source: str) -> list[tuple[int, str, list[str]]]:
@@ -309,6 +316,178 @@ def test_every_module_imports_first_without_a_cycle() -> None:
     assert result.returncode == 0, result.stderr[-4000:]
     failed = json.loads(result.stdout.strip().splitlines()[-1])
     assert failed == {}, "\n".join(f"{name}:\n{trace}" for name, trace in failed.items())
+
+
+# --- launch/ is the only writer of ACCELERATE_* variables; commands/ imports no torch at start-up (issue 37)
+# Writers outside launch/, each with why (public behaviour of upstream's API, in the user's own process).
+_ACCELERATE_ENV_WRITERS = {
+    "backends/fsdp/api.py": "upstream's enable_fsdp_ram_efficient_loading() sets ACCELERATE_USE_FSDP and "
+    "FSDP_CPU_RAM_EFFICIENT_LOADING for the next Accelerator in the user's process",
+}
+
+
+def _string_constants() -> dict[str, str]:
+    """Module-level ``NAME = "..."`` constants of the whole package (how an env variable's name is spelled)."""
+    constants = {}
+    for path in _modules():
+        for node in ast.parse(path.read_text()).body:
+            if (
+                isinstance(node, ast.Assign)
+                and isinstance(node.value, ast.Constant)
+                and isinstance(node.value.value, str)
+            ):
+                constants |= {t.id: node.value.value for t in node.targets if isinstance(t, ast.Name)}
+    return constants
+
+
+def accelerate_env_writes(source: str, constants: dict[str, str] | None = None) -> list[tuple[int, str]]:
+    """Where code sets or deletes an ``ACCELERATE_*`` variable in ``os.environ`` (subscript assignment or
+    ``del``, ``setdefault``/``pop``/``update``, ``os.putenv``/``os.unsetenv``), the name given as a string
+    or as a constant (``constants``: this source's own module-level constants, plus those given)."""
+    tree = ast.parse(source)
+    known = dict(constants or {})
+    for node in tree.body:
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+        ):
+            known |= {t.id: node.value.value for t in node.targets if isinstance(t, ast.Name)}
+
+    def accelerate_key(node: ast.AST | None) -> bool:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value.startswith("ACCELERATE_")
+        if isinstance(node, ast.JoinedStr) and node.values and isinstance(node.values[0], ast.Constant):
+            return str(node.values[0].value).startswith("ACCELERATE_")
+        return isinstance(node, ast.Name) and known.get(node.id, "").startswith("ACCELERATE_")
+
+    def is_environ(node: ast.AST) -> bool:
+        return (isinstance(node, ast.Attribute) and node.attr == "environ") or (
+            isinstance(node, ast.Name) and node.id == "environ"
+        )
+
+    found = []
+    for node in ast.walk(tree):
+        targets: list[ast.AST] = []
+        if isinstance(node, ast.Assign | ast.Delete):
+            targets = list(node.targets)
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            targets = [node.target]
+        if any(
+            isinstance(t, ast.Subscript) and is_environ(t.value) and accelerate_key(t.slice) for t in targets
+        ):
+            found.append((node.lineno, ast.unparse(node)))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            method, owner = node.func.attr, node.func.value
+            keys: list[ast.AST | None] = list(node.args[:1])
+            if method == "update":
+                keys = [k for arg in node.args if isinstance(arg, ast.Dict) for k in arg.keys]
+                keys += [ast.Constant(kw.arg) for kw in node.keywords if kw.arg]
+            writes = (is_environ(owner) and method in ("setdefault", "pop", "update", "__setitem__")) or (
+                method in ("putenv", "unsetenv")
+            )
+            if writes and any(accelerate_key(k) for k in keys):
+                found.append((node.lineno, ast.unparse(node)))
+    return found
+
+
+def test_only_the_launcher_writes_accelerate_variables() -> None:
+    """The launcher writes the child's env contract (ARCHITECTURE.md); the runtime only reads it."""
+    constants = _string_constants()
+    found = [
+        f"{_name(path)}:{line}: {text}"
+        for path in _modules()
+        if _layer_of(_name(path)) != "launch" and _name(path) not in _ACCELERATE_ENV_WRITERS
+        for line, text in accelerate_env_writes(path.read_text(), constants)
+    ]
+    assert found == [], (
+        "an ACCELERATE_* variable is written outside launch/; build the child's env in the launch plan "
+        f"(launch/), or pass the setting as an argument in this process: {found}"
+    )
+
+
+def test_the_env_writer_exceptions_still_write() -> None:
+    constants = _string_constants()
+    stale = [
+        name
+        for name in _ACCELERATE_ENV_WRITERS
+        if not accelerate_env_writes((SRC / name).read_text(), constants)
+    ]
+    assert stale == [], f"these modules no longer write ACCELERATE_* variables; remove them: {stale}"
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        'import os\nos.environ["ACCELERATE_MIXED_PRECISION"] = "bf16"\n',
+        'import os\n_KEY = "ACCELERATE_USE_FSDP"\nos.environ.setdefault(_KEY, "true")\n',
+        'from os import environ\ndef f():\n    environ.update({"ACCELERATE_DEBUG_MODE": "1"})\n',
+        'import os\nos.environ.update(ACCELERATE_USE_CPU="1")\n',
+        'import os\ndel os.environ["ACCELERATE_USE_CPU"]\n',
+        'import os\nos.putenv(f"ACCELERATE_{name}", "1")\n',
+    ],
+)
+def test_the_env_writer_guard_sees_a_planted_write(source: str) -> None:
+    assert accelerate_env_writes(source) != [], source
+
+
+def test_the_env_writer_guard_lets_reads_and_other_variables_through() -> None:
+    source = 'import os\nx = os.environ.get("ACCELERATE_USE_CPU")\nos.environ["XLA_USE_BF16"] = "1"\n'
+    assert accelerate_env_writes(source) == []
+
+
+def commands_start_up_torch(source: str) -> list[tuple[int, str]]:
+    """``torch`` imports that run when a commands/ module is imported: at module level, outside functions
+    and ``if TYPE_CHECKING:`` blocks (a subcommand imports torch when it runs, not when the CLI starts)."""
+    found: list[tuple[int, str]] = []
+
+    def visit(stmts: list[ast.stmt]) -> None:
+        for stmt in stmts:
+            if isinstance(stmt, ast.Import):
+                found.extend((stmt.lineno, a.name) for a in stmt.names if a.name.split(".")[0] == "torch")
+            elif isinstance(stmt, ast.ImportFrom) and (stmt.module or "").split(".")[0] == "torch":
+                found.append((stmt.lineno, str(stmt.module)))
+            elif isinstance(stmt, ast.If) and "TYPE_CHECKING" in ast.unparse(stmt.test):
+                visit(stmt.orelse)
+            elif isinstance(stmt, ast.If | ast.Try | ast.With | ast.ClassDef):
+                for block in ("body", "orelse", "finalbody"):
+                    visit(getattr(stmt, block, []))
+                for handler in getattr(stmt, "handlers", []):
+                    visit(handler.body)
+
+    visit(ast.parse(source).body)
+    return found
+
+
+def test_commands_import_no_torch_at_start_up() -> None:
+    found = [
+        f"{_name(path)}:{line}: {module}"
+        for path in sorted((SRC / "commands").rglob("*.py"))
+        for line, module in commands_start_up_torch(path.read_text())
+    ]
+    assert found == [], (
+        f"a commands/ module imports torch when imported; import it inside the subcommand: {found}"
+    )
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import torch\n",
+        "from torch.distributed import run\n",
+        "try:\n    import torch.cuda\nexcept ImportError:\n    pass\n",
+        "class C:\n    import torch\n",
+    ],
+)
+def test_the_commands_guard_sees_a_planted_torch_import(source: str) -> None:
+    assert commands_start_up_torch(source) != [], source
+
+
+def test_the_commands_guard_lets_lazy_torch_through() -> None:
+    source = (
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import torch\ndef f():\n    import torch\n"
+    )
+    assert commands_start_up_torch(source) == []
 
 
 # torch_xla (the third-party package) is the XLA backend's: imported only inside backends/xla/, and in the
@@ -516,7 +695,12 @@ def _type_kind(node: ast.AST) -> str | None:
     if named:
         assert isinstance(node, ast.Attribute)
         node = node.value
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "type" and node.args:
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "type"
+            and node.args
+        ):
             node = node.args[0]
     word = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
     if word == "distributed_type":
@@ -562,16 +746,18 @@ def branching_on_type(source: str, words: set[str] | None = None) -> list[tuple[
             kinds = {_type_kind(s) for s in sides}
             others = [s for s in sides if not _is_type_value(s)]
             typed = (bool(kinds & {"type", "strategy name"}) and any(is_vocabulary(s) for s in others)) or (
-                "strategy" in kinds and any(isinstance(s, ast.Constant) and isinstance(s.value, str) for s in others)
+                "strategy" in kinds
+                and any(isinstance(s, ast.Constant) and isinstance(s.value, str) for s in others)
             )
             named = any(isinstance(s, ast.Attribute) and s.attr in ("name", "value") for s in sides) and any(
                 spells_backend(s) for s in sides
             )
             if typed or named or any(_names_member(s) for s in sides):
                 found.append((node.lineno, ast.unparse(node)))
-        elif isinstance(node, ast.Match):
-            if _is_type_value(node.subject) or any(_names_member(case.pattern) for case in node.cases):
-                found.append((node.lineno, f"match {ast.unparse(node.subject)}"))
+        elif isinstance(node, ast.Match) and (
+            _is_type_value(node.subject) or any(_names_member(case.pattern) for case in node.cases)
+        ):
+            found.append((node.lineno, f"match {ast.unparse(node.subject)}"))
     return found
 
 
@@ -648,7 +834,10 @@ _LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("commands", ("commands",)),
     ("launch", ("launch", "launchers")),
     ("facade", ("accelerator",)),
-    ("facade delegates", ("accelerator_checkpoints", "accelerator_facts", "connector", "preparation", "local_sgd")),
+    (
+        "facade delegates",
+        ("accelerator_checkpoints", "accelerator_facts", "connector", "preparation", "local_sgd"),
+    ),
     ("backends", ("backends",)),
     ("optimizer/scheduler", ("optimizer", "scheduler")),
     ("precision", ("precision",)),
@@ -672,8 +861,14 @@ _EDGES_ALLOWED: dict[tuple[str, str], str] = {
     # Annotation-only (TYPE_CHECKING) imports of the facade from below it. Issue 37: type the parameter
     # with a Protocol of what the module calls (or take those objects as arguments), then drop the import.
     ("tracking/registry.py", "accelerate.accelerator.Accelerator"): "issue 37: trackers typed on the facade",
-    ("checkpointing/accelerator_io.py", "accelerate.accelerator.Accelerator"): "issue 37: save/load typed on the facade",
-    ("backends/deepspeed/strategy.py", "accelerate.accelerator.Accelerator"): "issue 37: strategy typed on the facade",
+    (
+        "checkpointing/accelerator_io.py",
+        "accelerate.accelerator.Accelerator",
+    ): "issue 37: save/load typed on the facade",
+    (
+        "backends/deepspeed/strategy.py",
+        "accelerate.accelerator.Accelerator",
+    ): "issue 37: strategy typed on the facade",
     ("local_sgd.py", "accelerate.accelerator.Accelerator"): "issue 37: LocalSGD typed on the facade",
     ("preparation.py", "accelerate.accelerator.Accelerator"): "issue 37: prepare() typed on the facade",
     ("accelerator_checkpoints.py", "accelerate.accelerator.Accelerator"): "issue 37: the mixin's self-type",
@@ -682,13 +877,25 @@ _EDGES_ALLOWED: dict[tuple[str, str], str] = {
     # big_modeling/ reads checkpoint files through checkpointing/. Issue 37: move the file-format pieces
     # (errors, model_files, safetensors_io, sizes, regular_files) to storage/, below both.
     ("big_modeling/streaming.py", "accelerate.checkpointing.errors.CheckpointError"): "issue 37: to storage/",
-    ("big_modeling/streaming.py", "accelerate.checkpointing.model_files.ALIASES_KEY"): "issue 37: to storage/",
+    (
+        "big_modeling/streaming.py",
+        "accelerate.checkpointing.model_files.ALIASES_KEY",
+    ): "issue 37: to storage/",
     ("big_modeling/streaming.py", "accelerate.checkpointing.safetensors_io._CODES"): "issue 37: to storage/",
-    ("big_modeling/streaming.py", "accelerate.checkpointing.regular_files.check_regular"): "issue 37: to storage/",
+    (
+        "big_modeling/streaming.py",
+        "accelerate.checkpointing.regular_files.check_regular",
+    ): "issue 37: to storage/",
     ("big_modeling/sizes.py", "accelerate.checkpointing.sizes.parse_size"): "issue 37: to storage/",
-    ("big_modeling/offload.py", "accelerate.checkpointing.safetensors_io.dtype_from_code"): "issue 37: to storage/",
+    (
+        "big_modeling/offload.py",
+        "accelerate.checkpointing.safetensors_io.dtype_from_code",
+    ): "issue 37: to storage/",
     ("big_modeling/loading.py", "accelerate.checkpointing.errors.CheckpointError"): "issue 37: to storage/",
-    ("big_modeling/loading.py", "accelerate.checkpointing.model_files.resolve_checkpoint"): "issue 37: to storage/",
+    (
+        "big_modeling/loading.py",
+        "accelerate.checkpointing.model_files.resolve_checkpoint",
+    ): "issue 37: to storage/",
 }
 
 
@@ -729,7 +936,9 @@ def test_every_module_has_a_layer() -> None:
     homeless = [
         _name(p)
         for p in _modules()
-        if _layer_of(_name(p)) == "package" and _name(p) != "__init__.py" and not _name(p).startswith("test_utils/")
+        if _layer_of(_name(p)) == "package"
+        and _name(p) != "__init__.py"
+        and not _name(p).startswith("test_utils/")
     ]
     assert homeless == [], f"modules with no layer; add them to _LAYERS: {homeless}"
 
@@ -763,7 +972,10 @@ def test_the_allowed_edges_still_exist() -> None:
         ("checkpointing/x.py", "from accelerate.accelerator import Accelerator\n"),
         ("data/x.py", "from accelerate import Accelerator\n"),
         ("tracking/x.py", "from accelerate.commands import launch\n"),
-        ("tracking/x.py", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from accelerate.accelerator import Accelerator\n"),
+        (
+            "tracking/x.py",
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from accelerate.accelerator import Accelerator\n",
+        ),
         # One per layer: the layer imports the one just above it (or the facade).
         ("commands/x.py", "import accelerate.test_utils\n"),
         ("launch/x.py", "from accelerate.commands.env import env_command\n"),
