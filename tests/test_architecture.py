@@ -1,11 +1,16 @@
-"""Guards for the layering in ARCHITECTURE.md (issue 24): each fails with the file and line that broke it.
+"""Guards for the layering in ARCHITECTURE.md (issues 24 and 37): each fails with the file and line that broke it.
 
 Modules stay small; ``checkpointing/`` knows no backend (it asks ``Strategy.checkpoint_io()``, see
 checkpointing/checkpoint_io.py), so it neither imports ``accelerate.backends`` nor names FSDP or
 DeepSpeed in its code; torch_xla is imported only by the XLA backend and the few modules listed
-with their reasons; only ``backends/deepspeed/`` imports ``deepspeed``; no config dataclass reads the environment;
-``backends/`` imports neither the facade nor the CLI or launcher; and every module imports on its own, so no import cycle hides behind the order in
-which the package happens to load its modules.
+with their reasons; only ``backends/deepspeed/`` imports ``deepspeed``; no config dataclass reads the environment
+(directly or through a helper of its module); ``backends/`` imports neither the facade nor the CLI or launcher;
+every layer imports only the layers below it (``_LAYERS``; an import edge includes ``TYPE_CHECKING`` imports and
+``importlib.import_module`` with a literal name); no code branches on the distributed type or the strategy's name;
+only launch/ writes ``ACCELERATE_*`` variables; commands/ imports no torch at start-up; and every module imports
+on its own, so no import cycle hides behind the order in which the package happens to load its modules.
+
+Each guard is a function on source text, and a test plants a violation and sees the guard report it.
 """
 
 from __future__ import annotations
