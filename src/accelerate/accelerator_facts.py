@@ -199,7 +199,7 @@ class AcceleratorFacts:
     @property
     def is_composable_parallelism_enabled(self) -> bool:
         """Whether the run composes several mesh dimensions through a ParallelismConfig (tp, dp_shard, cp)."""
-        return self.state.run.strategy == "parallel"
+        return self.state.run.composes_parallelism
 
     @property
     def is_fsdp2(self) -> bool:

@@ -43,6 +43,9 @@ class Strategy:
     # as a compiled copy that the wrapper then wraps; backends whose hooks sit on the blocks themselves
     # (FSDP2's all-gathers, DeepSpeed's ZeRO-3 fetches) compile the blocks in place after setup instead.
     compiles_regions_in_place = False
+    # Strategies that compose a ParallelismConfig's mesh dimensions (tp, cp, dp_shard...): the run's
+    # ``composes_parallelism`` fact (Accelerator.is_composable_parallelism_enabled) reads this.
+    composes_parallelism = False
 
     def compile_regions(self, model: torch.nn.Module, compile_kwargs: dict[str, Any]) -> None:
         """Compiles ``model``'s repeated blocks in place, after ``setup_module`` (see above)."""

@@ -178,6 +178,7 @@ def describe_run(
     return dataclasses.replace(
         process,
         strategy=strategy.name,
+        composes_parallelism=strategy.composes_parallelism,
         is_fsdp2=sharded,
         device_mesh=device_mesh,
         data_parallel_rank=replica,

@@ -51,17 +51,18 @@ def collect(config_file: str | None, environ: Any) -> list[tuple[str, str]]:
     """
     import shutil
 
-    import accelerate
+    from accelerate import __version__
 
     rows: list[tuple[str, str]] = [
-        ("`Accelerate` version", accelerate.__version__),
+        ("`Accelerate` version", __version__),
         ("Platform", platform.platform()),
         ("`accelerate` bash location", shutil.which("accelerate") or "not found on PATH"),
         ("Python version", platform.python_version()),
         ("Numpy version", _version("numpy")),
     ]
     extra: list[tuple[str, str]] = [
-        ("accelerate location", os.path.dirname(accelerate.__file__)),
+        # This module is accelerate/commands/env.py: two levels up is the package directory.
+        ("accelerate location", os.path.dirname(os.path.dirname(__file__))),
         ("Python executable", sys.executable),
     ]
     # The optional backends, read from package metadata (importing torch_xla would claim the TPU).

@@ -64,6 +64,8 @@ class RunDescription:
     deepspeed_plugins: dict[str, Any] | None = None
     fsdp_plugin: Any = None
     is_fsdp2: bool = False  # True only when FSDP shards (every FSDP setting runs on FSDP2 here)
+    # Whether the strategy composes a ParallelismConfig's mesh dimensions (Strategy.composes_parallelism).
+    composes_parallelism: bool = False
     torch_tp_plugin: Any = None
     megatron_lm_plugin: Any = None
     dynamo_plugin: Any = None

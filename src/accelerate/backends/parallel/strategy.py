@@ -33,6 +33,7 @@ class ParallelStrategy(FSDPStrategy):
     """
 
     name = "parallel"
+    composes_parallelism = True
 
     def __init__(
         self,
