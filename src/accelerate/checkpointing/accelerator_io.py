@@ -263,7 +263,20 @@ def save_state(
 
 
 def _own_project(objects: TrainingObjects, project: str, call: str) -> None:
-    """This job takes the project folder (its writing process(es) lock it); every rank learns if refused."""
+    """This job takes the project folder (its writing process(es) lock it); every rank learns if refused.
+
+    Once every rank agreed, later saves and loads there skip both exchanges: every rank makes the same
+    calls in the same order, so all of them skip alike (until the folders are released).
+    """
+    from accelerate.checkpointing.project_lock import agreed_on, note_agreed
+
+    if agreed_on(project):
+        return
+    _take_project(objects, project, call)
+    note_agreed(project)
+
+
+def _take_project(objects: TrainingObjects, project: str, call: str) -> None:
     from accelerate.checkpointing.project_lock import ProjectBusyError, own_project
     from accelerate.checkpointing.run_identity import agree_on_run_id, run_id
     from accelerate.checkpointing.training_state import writer_and_node

@@ -45,6 +45,9 @@ logger = logging.getLogger("accelerate.checkpointing")
 # The folders this process owns: lock file (real path) -> (the process that holds it, its descriptor
 # or None where the filesystem has no locks). A forked child inherits the dict but not the locks.
 _owned: dict[str, tuple[int, int | None]] = {}
+# Project folders whose ownership this job's ranks agreed on, with the pid that agreed (a forked child
+# agrees again): accelerator_io skips the exchanges for them until release_projects().
+_agreed: set[tuple[int, str]] = set()
 
 
 class ProjectBusyError(CheckpointError):
@@ -107,8 +110,18 @@ def own_project(root: str | os.PathLike[str], *, run_id: str) -> None:
     _write_record(fd, run_id)
 
 
+def agreed_on(root: str | os.PathLike[str]) -> bool:
+    """Whether this job's ranks already agreed, in this process, that it owns ``root``."""
+    return (os.getpid(), os.path.realpath(root)) in _agreed
+
+
+def note_agreed(root: str | os.PathLike[str]) -> None:
+    _agreed.add((os.getpid(), os.path.realpath(root)))
+
+
 def release_projects() -> None:
     """Gives up every folder this process owns (``end_training()``, and tests: each is a job)."""
+    _agreed.clear()
     for key, (pid, fd) in list(_owned.items()):
         del _owned[key]
         if pid != os.getpid() or fd is None:
