@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from accelerate.backends.registry import Prepared
 from accelerate.state.distributed_type import DistributedType
 
-if TYPE_CHECKING:  # an annotation only: Accelerator() loads no checkpoint code until it saves or loads
+if TYPE_CHECKING:  # annotations only: Accelerator() loads no checkpoint code until it saves or loads
+    from accelerate.backends.context import PrepareContext
     from accelerate.checkpointing.checkpoint_io import CheckpointIO
 
 
@@ -84,11 +84,12 @@ class Strategy:
         raise NotImplementedError(f"the {self.name} strategy does not run backward itself")
 
     def prepare_jointly(
-        self, accelerator: Any, objects: list[Any], placements: list[bool | None], prepared: Prepared
+        self, objects: list[Any], placements: list[bool | None], context: PrepareContext
     ) -> JointPreparation:
         """Only called when ``prepares_jointly``: prepares ``objects`` together, in the caller's order.
 
-        ``prepared`` is the Accelerator's registry of what earlier ``prepare`` calls made (read only).
+        ``context`` holds the run's values this call needs, the facade's data-loader preparation and
+        its registry of what earlier ``prepare`` calls made (``context.prepared``, read only).
         """
         raise NotImplementedError(f"the {self.name} strategy prepares objects one by one")
 
