@@ -1060,7 +1060,7 @@ def test_nothing_below_the_facade_names_it() -> None:
     ]
     assert found == [], (
         "a module below accelerator.py names the facade; take the values it needs as arguments (see "
-        "backends/context.py's PrepareContext, preparation.Preparers) or type the parameter with a Protocol "
+        "backends/base.py's PrepareContext, preparation.Preparers) or type the parameter with a Protocol "
         f"of what it calls (local_sgd.LocalSGDHost): {found}"
     )
 
@@ -1104,7 +1104,7 @@ def test_the_facade_guard_sees_a_planted_name(name: str, source: str) -> None:
         "import accelerate.accelerator_checkpoints\n",
         'def f():\n    """Called by :class:`accelerate.accelerator.Accelerator`."""\n',
         "# from accelerate.accelerator import Accelerator\nx = 1\n",
-        "from accelerate.backends.context import PrepareContext\n",
+        "from accelerate.backends.base import PrepareContext\n",
     ],
 )
 def test_the_facade_guard_lets_other_names_through(source: str) -> None:

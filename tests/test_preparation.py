@@ -8,8 +8,7 @@ from typing import Any
 import pytest
 import torch
 
-from accelerate.backends.base import JointPreparation, Strategy
-from accelerate.backends.context import PrepareContext
+from accelerate.backends.base import JointPreparation, PrepareContext, Strategy
 from accelerate.backends.registry import Prepared
 from accelerate.preparation import Preparers, mark_prepared, placements_for, prepare_all
 

@@ -22,7 +22,7 @@ import torch
 from accelerate import preparation
 from accelerate.accelerator_checkpoints import AcceleratorCheckpoints
 from accelerate.accelerator_facts import AcceleratorFacts
-from accelerate.backends.context import PrepareContext
+from accelerate.backends.base import PrepareContext
 from accelerate.backends.registry import Prepared
 from accelerate.collectives import operations as collectives
 from accelerate.config.dynamo import TorchDynamoPlugin

@@ -17,8 +17,7 @@ from accelerate.backends.registry import Prepared, object_kind
 from accelerate.utils.modeling import extract_model_from_parallel
 
 if TYPE_CHECKING:
-    from accelerate.backends.base import Strategy
-    from accelerate.backends.context import PrepareContext
+    from accelerate.backends.base import PrepareContext, Strategy
     from accelerate.config.dynamo import TorchDynamoPlugin
     from accelerate.precision.amp import Precision
     from accelerate.state.gradient import GradientState

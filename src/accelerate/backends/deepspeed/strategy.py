@@ -35,7 +35,7 @@ from accelerate.backends.deepspeed.wrappers import (
 from accelerate.state.distributed_type import DistributedType
 
 if TYPE_CHECKING:
-    from accelerate.backends.context import PrepareContext
+    from accelerate.backends.base import PrepareContext
 
 
 class DeepSpeedStrategy(Strategy):

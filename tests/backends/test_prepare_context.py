@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 
-from accelerate.backends.context import PrepareContext
+from accelerate.backends.base import PrepareContext
 from accelerate.backends.deepspeed.strategy import DeepSpeedStrategy, _micro_batch_size
 from accelerate.backends.registry import Prepared
 
