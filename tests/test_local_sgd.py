@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+from typing import Any
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -83,3 +86,31 @@ def test_local_sgd_in_one_process_changes_nothing() -> None:
 def test_local_sgd_steps_must_be_a_positive_int(steps: object) -> None:
     with pytest.raises(ValueError, match="local_sgd_steps"):
         LocalSGD(Accelerator(), make_model(), local_sgd_steps=steps)  # type: ignore[arg-type]
+
+
+class _Host:
+    """A stand-in for the Accelerator: LocalSGD asks only what ``LocalSGDHost`` lists."""
+
+    def __init__(self, num_processes: int) -> None:
+        self.num_processes = num_processes
+        self.no_sync_entered: list[torch.nn.Module] = []
+
+    def no_sync(self, model: torch.nn.Module) -> Any:
+        self.no_sync_entered.append(model)
+        return contextlib.nullcontext()
+
+    def wait_for_everyone(self) -> None:
+        pass
+
+    def unwrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        return model
+
+
+def test_local_sgd_takes_any_host_with_the_calls_it_makes() -> None:
+    model = torch.nn.Linear(1, 1)
+    assert LocalSGD(_Host(1), model, local_sgd_steps=2).enabled is False  # one process: nothing to average
+    host = _Host(2)
+    local_sgd = LocalSGD(host, model, local_sgd_steps=2)
+    local_sgd.__enter__()
+    assert host.no_sync_entered == [model]
+    local_sgd.__exit__(RuntimeError, RuntimeError("stop"), None)  # after an error: no averaging collective

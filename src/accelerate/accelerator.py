@@ -22,6 +22,7 @@ import torch
 from accelerate import preparation
 from accelerate.accelerator_checkpoints import AcceleratorCheckpoints
 from accelerate.accelerator_facts import AcceleratorFacts
+from accelerate.backends.base import PrepareContext
 from accelerate.backends.registry import Prepared
 from accelerate.collectives import operations as collectives
 from accelerate.config.dynamo import TorchDynamoPlugin
@@ -150,16 +151,17 @@ class Accelerator(AcceleratorCheckpoints, AcceleratorFacts):
         Objects come back in the order given (a single object comes back alone). Other objects
         pass through unchanged.
         """
-        if device_placement is None:
-            placements: list[bool | None] = [None] * len(args)
-        else:
-            if len(device_placement) != len(args):
-                raise ValueError(
-                    f"prepare(device_placement=...) needs one entry per object: got {len(device_placement)} "
-                    f"entries for {len(args)} objects"
-                )
-            placements = list(device_placement)
-        result = preparation.prepare_all(self, list(args), placements)
+        placements = preparation.placements_for(len(args), device_placement)
+        context = PrepareContext(
+            num_processes=self.num_processes, split_batches=self.split_batches, precision=self.precision,
+            gradient_accumulation_steps=self.gradient_state.num_steps, dynamo_plugin=self.dynamo_plugin,
+            prepare_data_loader=self.prepare_data_loader, prepared=self._prepared,
+        )  # fmt: skip
+        preparers = preparation.Preparers(
+            model=self.prepare_model, optimizer=self.prepare_optimizer,
+            scheduler=self.prepare_scheduler, register=self._register_prepared,
+        )  # fmt: skip
+        result = preparation.prepare_all(list(args), placements, preparers, self.strategy, context)
         return result[0] if len(result) == 1 else tuple(result)
 
     def prepare_model(
@@ -171,36 +173,12 @@ class Accelerator(AcceleratorCheckpoints, AcceleratorFacts):
             # Prepared by this Accelerator already: handed back as it is (wrapping it again would stack
             # wrappers), and listed once, as upstream does.
             return model
-        place = self.device_placement if device_placement is None else device_placement
-        if self.verify_device_map(model):
-            # A model dispatched by a device map already sits where its hooks expect each block (some
-            # maybe on disk): moving it whole would undo that, and a wrapper across processes would
-            # replicate a model no process holds entirely.
-            if self.num_processes > 1:
-                raise ValueError(
-                    "prepare(): this model was dispatched over several devices with a device_map "
-                    f"({sorted(set(map(str, getattr(model, 'hf_device_map', {}).values())))}), which "
-                    f"cannot be trained across {self.num_processes} processes. Run it in one process "
-                    "(`accelerate launch --num_processes 1` or plain `python`), or load it without a "
-                    "device_map."
-                )
-            place = False
-        from accelerate.big_modeling.quantization.checks import check_quantized_placement
-
-        place = check_quantized_placement(model, self.device, place)  # bitsandbytes models stay where loaded
-        # fp8: the library's layers go in before any wrapper (FSDP2 then shards the float8 linears).
-        model = self.precision.convert_model(model, sharded=bool(self.state.is_fsdp2))
-        self.precision.check_model(model)
-        # Regional compilation before the forward wrapper and DDP (they wrap the compiled copy), or, for
-        # FSDP2 (and DeepSpeed, in its engine build), in place after setup, under the engine's hooks.
-        in_place = self.strategy.compiles_regions_in_place and not evaluation_mode
-        model = preparation.compile_before_setup(model, self.dynamo_plugin, in_place=in_place)
-        self.precision.wrap_forward(model)
-        if evaluation_mode:
-            model = model.to(self.device) if place else model
-        else:
-            model = self.strategy.setup_module(model, device_placement=place)
-        model = preparation.compile_after_setup(model, self.dynamo_plugin, self.strategy, in_place=in_place)
+        model = preparation.setup_model(
+            model, place=self.device_placement if device_placement is None else device_placement,
+            evaluation_mode=evaluation_mode, dispatched=self.verify_device_map(model),
+            num_processes=self.num_processes, device=self.device, sharded=bool(self.state.is_fsdp2),
+            strategy=self.strategy, precision=self.precision, dynamo_plugin=self.dynamo_plugin,
+        )  # fmt: skip
         self._models.append(model)
         return model
 
@@ -261,36 +239,16 @@ class Accelerator(AcceleratorCheckpoints, AcceleratorFacts):
         device_placement: bool | None = None,
         slice_fn_for_dispatch: Any = None,
     ) -> Any:
-        from accelerate.data.prepare import prepare_data_loader
-
         preparation.check_not_a_class(data_loader, "prepare_data_loader() argument 'data_loader'")
         if getattr(data_loader, "_is_accelerate_prepared", False):  # prepared already: never wrapped twice
-            if not any(data_loader is known for known in self._dataloaders):
-                self._dataloaders.append(data_loader)
+            preparation.track_once(data_loader, self._dataloaders)
             return data_loader
-        config = self.dataloader_config
-        place = self.device_placement if device_placement is None else device_placement
-        # Sharded by the data-parallel coordinate: one tensor-parallel group reads one batch.
-        shards, shard = self.state.run.data_shards
-        prepared = prepare_data_loader(
-            data_loader,
-            self.device,
-            num_processes=shards,
-            process_index=shard,
-            split_batches=config.split_batches,
-            put_on_device=place and not self.strategy.loader_moves_batches,
-            rng_types=list(self.rng_types),
-            dispatch_batches=config.dispatch_batches,
-            even_batches=config.even_batches,
-            slice_fn_for_dispatch=slice_fn_for_dispatch,
-            use_seedable_sampler=config.use_seedable_sampler,
-            data_seed=config.data_seed,
-            non_blocking=config.non_blocking,
-            use_stateful_dataloader=config.use_stateful_dataloader,
-            gradient_state=self.gradient_state,
-        )
-        if place:
-            prepared = self.strategy.wrap_dataloader(prepared)
+        prepared = preparation.shard_data_loader(
+            data_loader, config=self.dataloader_config, device=self.device, strategy=self.strategy,
+            place=self.device_placement if device_placement is None else device_placement,
+            data_shards=self.state.run.data_shards, rng_types=self.rng_types,
+            gradient_state=self.gradient_state, slice_fn_for_dispatch=slice_fn_for_dispatch,
+        )  # fmt: skip
         self._dataloaders.append(prepared)
         return prepared
 
@@ -475,7 +433,10 @@ class Accelerator(AcceleratorCheckpoints, AcceleratorFacts):
     ) -> None:
         from accelerate.tracking import start_trackers
 
-        self.trackers = start_trackers(self, project_name, config, init_kwargs or {})
+        self.trackers = start_trackers(
+            self.log_with, project_name, config, init_kwargs or {},
+            logging_dir=self.logging_dir, is_main_process=self.is_main_process,
+        )  # fmt: skip
 
     def log(
         self, values: dict[str, Any], step: int | None = None, log_kwargs: dict[str, Any] | None = None
@@ -486,7 +447,7 @@ class Accelerator(AcceleratorCheckpoints, AcceleratorFacts):
     def get_tracker(self, name: str, unwrap: bool = False) -> Any:
         from accelerate.tracking import find_tracker
 
-        return find_tracker(self, name, unwrap)
+        return find_tracker(self.trackers, self.log_with, name, unwrap, is_main_process=self.is_main_process)
 
 
 def _as_list(parameters: Any) -> list[torch.Tensor]:

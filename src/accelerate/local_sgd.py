@@ -18,14 +18,24 @@ from __future__ import annotations
 
 import contextlib
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
 from accelerate.collectives.operations import reduce
 
-if TYPE_CHECKING:
-    from accelerate.accelerator import Accelerator
+
+class LocalSGDHost(Protocol):
+    """What LocalSGD uses of the `Accelerator` that prepared the model (a test may pass a stand-in)."""
+
+    @property
+    def num_processes(self) -> int: ...
+
+    def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[Any]: ...
+
+    def wait_for_everyone(self) -> None: ...
+
+    def unwrap_model(self, model: torch.nn.Module) -> torch.nn.Module: ...
 
 
 class LocalSGD:
@@ -41,7 +51,7 @@ class LocalSGD:
     """
 
     def __init__(
-        self, accelerator: Accelerator, model: torch.nn.Module, local_sgd_steps: int, enabled: bool = True
+        self, accelerator: LocalSGDHost, model: torch.nn.Module, local_sgd_steps: int, enabled: bool = True
     ) -> None:
         if not isinstance(local_sgd_steps, int) or isinstance(local_sgd_steps, bool) or local_sgd_steps < 1:
             raise ValueError(f"LocalSGD(local_sgd_steps={local_sgd_steps!r}) must be a positive int")

@@ -7,7 +7,7 @@ signature inspection or imports happen per step.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
@@ -17,8 +17,12 @@ from accelerate.state.gradient import GradientState
 from accelerate.utils.lomo import is_lomo_optimizer
 from accelerate.utils.tree import send_to_device
 
-if TYPE_CHECKING:
-    from accelerate.backends.base import Strategy
+
+class StepHook(Protocol):
+    """What the optimizer asks of the backend's Strategy (``Strategy.optimizer_step``): run ``step`` on a
+    sync step, with whatever the backend communicates around it (XLA all-reduces the gradients there)."""
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer, step: Callable[[], Any]) -> Any: ...
 
 
 def move_to_device(state: Any, device: torch.device | str | int) -> Any:
@@ -65,7 +69,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         precision: Precision | None = None,
         gradient_state: GradientState | None = None,
         device: torch.device | None = None,
-        strategy: Strategy | None = None,
+        strategy: StepHook | None = None,
     ) -> None:
         # Deliberately no super().__init__: this object forwards to the wrapped optimizer.
         self.optimizer = optimizer

@@ -174,3 +174,16 @@ def test_a_registered_name_is_used_as_written(writes_files: Any, tmp_path: Any) 
 def test_a_registered_tracker_that_writes_files_needs_a_logging_dir(writes_files: Any) -> None:
     with pytest.raises(ValueError, match="Logging with `WritesFiles` requires a `logging_dir`"):
         Accelerator(log_with="WritesFiles")
+
+
+def test_trackers_start_and_are_found_from_values_without_an_accelerator() -> None:
+    from accelerate.tracking import find_tracker, start_trackers
+
+    custom = _Custom()
+    started = start_trackers([custom], "project", None, {}, logging_dir=None, is_main_process=True)
+    assert started == [custom]
+    assert find_tracker(started, [custom], "custom", is_main_process=True) is custom
+    # A main-process tracker on another rank: a do-nothing stand-in, so the same line runs everywhere.
+    assert type(find_tracker([], [custom], "custom", is_main_process=False)) is GeneralTracker
+    with pytest.raises(ValueError, match="No tracker named 'other'"):
+        find_tracker(started, [custom], "other", is_main_process=True)

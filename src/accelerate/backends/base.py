@@ -1,4 +1,5 @@
-"""`Strategy`: what a distributed backend does to a model, and the hooks the Accelerator calls."""
+"""`Strategy`: what a distributed backend does to a model, the hooks the Accelerator calls, and what
+`Strategy.prepare_jointly` is given (`PrepareContext`) and returns (`JointPreparation`)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,39 @@ import torch
 from accelerate.backends.registry import Prepared
 from accelerate.state.distributed_type import DistributedType
 
-if TYPE_CHECKING:  # an annotation only: Accelerator() loads no checkpoint code until it saves or loads
+if TYPE_CHECKING:  # annotations only: Accelerator() loads no checkpoint code until it saves or loads
     from accelerate.checkpointing.checkpoint_io import CheckpointIO
+    from accelerate.config.dynamo import TorchDynamoPlugin
+    from accelerate.precision.amp import Precision
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PrepareContext:
+    """What ``Strategy.prepare_jointly`` reads of the run, as values, built by each ``prepare()`` call.
+
+    DeepSpeed builds one engine from the model, the optimizer and the scheduler: it needs the batch
+    size of the prepared data loaders, the accumulation steps, the precision's model checks, the
+    compile settings and a way to prepare the data loaders of the same call. Handed this context, a
+    strategy never sees the Accelerator and can be tested with a context built by hand.
+
+    Example:
+        >>> context = PrepareContext(
+        ...     num_processes=2, split_batches=False, gradient_accumulation_steps=1, precision=precision,
+        ...     dynamo_plugin=None, prepare_data_loader=lambda loader, placement: loader,
+        ... )
+    """
+
+    num_processes: int
+    # Whether a loader's batch is split over the processes (else each process reads a whole batch).
+    split_batches: bool
+    gradient_accumulation_steps: int
+    # The model checks and forward wrapper a strategy applies before it builds its own wrapper.
+    precision: Precision
+    dynamo_plugin: TorchDynamoPlugin | None
+    # ``prepare_data_loader(loader, device_placement)``: the facade's, which records the loader.
+    prepare_data_loader: Callable[[Any, bool | None], Any]
+    # What earlier prepare() calls made (read only: the facade alone writes it).
+    prepared: Prepared = dataclasses.field(default_factory=Prepared)
 
 
 @dataclasses.dataclass
@@ -84,11 +116,12 @@ class Strategy:
         raise NotImplementedError(f"the {self.name} strategy does not run backward itself")
 
     def prepare_jointly(
-        self, accelerator: Any, objects: list[Any], placements: list[bool | None], prepared: Prepared
+        self, objects: list[Any], placements: list[bool | None], context: PrepareContext
     ) -> JointPreparation:
         """Only called when ``prepares_jointly``: prepares ``objects`` together, in the caller's order.
 
-        ``prepared`` is the Accelerator's registry of what earlier ``prepare`` calls made (read only).
+        ``context`` holds the run's values this call needs, the facade's data-loader preparation and
+        its registry of what earlier ``prepare`` calls made (``context.prepared``, read only).
         """
         raise NotImplementedError(f"the {self.name} strategy prepares objects one by one")
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from accelerate.tracking.aim import AimTracker
 from accelerate.tracking.base import GeneralTracker
@@ -18,9 +18,6 @@ from accelerate.tracking.tensorboard import TensorBoardTracker
 from accelerate.tracking.trackio import TrackioTracker
 from accelerate.tracking.wandb import WandBTracker
 from accelerate.utils.imports import is_package_available
-
-if TYPE_CHECKING:
-    from accelerate.accelerator import Accelerator
 
 # Importing these classes imports none of the tracker packages: each one loads its package in start().
 LOGGER_TYPE_TO_CLASS: dict[str, type[GeneralTracker]] = {
@@ -165,15 +162,20 @@ def build_tracker(
 
 
 def start_trackers(
-    accelerator: Accelerator, project_name: str, config: dict[str, Any] | None, init_kwargs: dict[str, Any]
+    log_with: Sequence[Any],
+    project_name: str,
+    config: dict[str, Any] | None,
+    init_kwargs: dict[str, Any],
+    *,
+    logging_dir: str | os.PathLike[str] | None,
+    is_main_process: bool,
 ) -> list[GeneralTracker]:
-    """Builds and starts the trackers of ``Accelerator(log_with=...)`` that run on this process: all of them
-    on the main process, those with ``main_process_only = False`` everywhere."""
-    is_main = accelerator.is_main_process
+    """Builds and starts the trackers of ``Accelerator(log_with=...)`` (``log_with``: its checked list) that
+    run on this process: all of them on the main process, those with ``main_process_only = False`` everywhere."""
     trackers = []
-    for entry in accelerator.log_with:
-        tracker = build_tracker(entry, project_name, accelerator.logging_dir, init_kwargs)
-        if is_main or not getattr(tracker, "main_process_only", True):
+    for entry in log_with:
+        tracker = build_tracker(entry, project_name, logging_dir, init_kwargs)
+        if is_main_process or not getattr(tracker, "main_process_only", True):
             trackers.append(tracker)
     for tracker in trackers:
         tracker.start()
@@ -183,17 +185,22 @@ def start_trackers(
     return trackers
 
 
-def find_tracker(accelerator: Accelerator, name: str, unwrap: bool = False) -> Any:
-    """``Accelerator.get_tracker``: the started tracker called ``name`` (its run object with ``unwrap``).
-    A process that does not run a configured main-process tracker gets a do-nothing ``GeneralTracker``,
-    so ``get_tracker(...).log(...)`` can be written once for every rank."""
-    for tracker in accelerator.trackers:
+def find_tracker(
+    trackers: Sequence[GeneralTracker],
+    log_with: Sequence[Any],
+    name: str,
+    unwrap: bool = False,
+    *,
+    is_main_process: bool,
+) -> Any:
+    """``Accelerator.get_tracker``: the started tracker (of ``trackers``) called ``name`` (its run object
+    with ``unwrap``). A process that does not run a main-process tracker configured in ``log_with`` gets
+    a do-nothing ``GeneralTracker``, so ``get_tracker(...).log(...)`` can be written once for every rank."""
+    for tracker in trackers:
         if tracker.name == name:
             return tracker.tracker if unwrap else tracker
-    configured = [
-        entry.name if isinstance(entry, GeneralTracker) else str(entry) for entry in accelerator.log_with
-    ]
-    if name in configured and not accelerator.is_main_process:
+    configured = [entry.name if isinstance(entry, GeneralTracker) else str(entry) for entry in log_with]
+    if name in configured and not is_main_process:
         return GeneralTracker(_blank=True)
-    started = [tracker.name for tracker in accelerator.trackers]
+    started = [tracker.name for tracker in trackers]
     raise ValueError(f"No tracker named {name!r} was started; started: {started}.")

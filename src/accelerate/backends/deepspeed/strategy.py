@@ -32,11 +32,10 @@ from accelerate.backends.deepspeed.wrappers import (
     DummyScheduler,
     map_pytorch_optim_to_deepspeed,
 )
-from accelerate.backends.registry import Prepared
 from accelerate.state.distributed_type import DistributedType
 
 if TYPE_CHECKING:
-    from accelerate.accelerator import Accelerator
+    from accelerate.backends.base import PrepareContext
 
 
 class DeepSpeedStrategy(Strategy):
@@ -56,12 +55,12 @@ class DeepSpeedStrategy(Strategy):
 
     # --- prepare -------------------------------------------------------------------------------------
     def prepare_jointly(
-        self, accelerator: Accelerator, objects: list[Any], placements: list[bool | None], prepared: Prepared
+        self, objects: list[Any], placements: list[bool | None], context: PrepareContext
     ) -> JointPreparation:
         """Dataloaders first (their batch size fills the config), then one engine for model+optimizer+scheduler.
 
-        Without a dataloader in this call, the ones ``prepared`` earlier give the batch size; a
-        scheduler wrapper follows the optimizers prepared earlier and in this call.
+        Without a dataloader in this call, the ones prepared earlier (``context.prepared``) give the
+        batch size; a scheduler wrapper follows the optimizers prepared earlier and in this call.
         """
         from accelerate.backends.registry import object_kind
 
@@ -76,7 +75,7 @@ class DeepSpeedStrategy(Strategy):
         results = list(objects)
         for i, obj in enumerate(objects):
             if kinds[i] == "dataloader":
-                results[i] = accelerator.prepare_data_loader(obj, device_placement=placements[i])
+                results[i] = context.prepare_data_loader(obj, placements[i])
         models = [i for i, k in enumerate(kinds) if k == "model"]
         optimizers = [i for i, k in enumerate(kinds) if k == "optimizer"]
         schedulers = [i for i, k in enumerate(kinds) if k == "scheduler"]
@@ -96,8 +95,9 @@ class DeepSpeedStrategy(Strategy):
         model = objects[models[0]]
         optimizer = objects[optimizers[0]] if optimizers else None
         scheduler = objects[schedulers[0]] if schedulers else None
+        prepared = context.prepared
         loaders = [results[i] for i, k in enumerate(kinds) if k == "dataloader"] or list(prepared.dataloaders)
-        engine = self._build(accelerator, model, optimizer, scheduler, loaders)
+        engine = self._build(context, model, optimizer, scheduler, loaders)
         results[models[0]] = engine.engine
         joint = JointPreparation(results, models=[engine.engine])
         if optimizers:
@@ -112,7 +112,7 @@ class DeepSpeedStrategy(Strategy):
 
     def _build(
         self,
-        accelerator: Accelerator,
+        context: PrepareContext,
         model: torch.nn.Module,
         optimizer: Any,
         scheduler: Any,
@@ -120,23 +120,23 @@ class DeepSpeedStrategy(Strategy):
     ) -> Any:
         plugin = self.plugin
         check_optimizer_source(plugin.deepspeed_config, optimizer, scheduler)
-        batch = _micro_batch_size(loaders, accelerator)
+        batch = _micro_batch_size(loaders, context.num_processes, split_batches=context.split_batches)
         facts = PrepareFacts(
             micro_batch_size=batch,
-            gradient_accumulation_steps=accelerator.gradient_state.num_steps,
-            num_processes=accelerator.num_processes,
+            gradient_accumulation_steps=context.gradient_accumulation_steps,
+            num_processes=context.num_processes,
             model=model,
             optimizer=optimizer,
             scheduler=scheduler,
         )
         config = complete_config(plugin.deepspeed_config, facts)
-        accelerator.precision.check_model(model)
-        accelerator.precision.wrap_forward(model)
+        context.precision.check_model(model)
+        context.precision.wrap_forward(model)
         plugin.set_moe_leaf_modules(model)
         if optimizer is not None and not isinstance(optimizer, DummyOptim) and _offloads_optimizer(config):
             optimizer = map_pytorch_optim_to_deepspeed(optimizer)
         built = build_engine(config, model, optimizer, scheduler)
-        compile_engine(built.engine, accelerator.dynamo_plugin)
+        compile_engine(built.engine, context.dynamo_plugin)
         self.engines.append(built.engine)
         if optimizer is not None:
             self.engine_wrapper = DeepSpeedEngineWrapper(built.engine)
@@ -218,17 +218,17 @@ def _offloads_optimizer(config: dict[str, Any]) -> bool:
     return device in ("cpu", "nvme")
 
 
-def _micro_batch_size(loaders: list[Any], accelerator: Accelerator) -> int | None:
+def _micro_batch_size(loaders: list[Any], num_processes: int, *, split_batches: bool) -> int | None:
     """The per-process batch size of the prepared dataloaders (None without one)."""
     for loader in loaders:
         size = getattr(loader, "total_batch_size", None)
         if size is not None:
-            return int(size) // accelerator.num_processes
+            return int(size) // num_processes
         size = getattr(loader, "batch_size", None)
         if size is None and getattr(loader, "batch_sampler", None) is not None:
             size = getattr(loader.batch_sampler, "batch_size", None)
         if size is not None:
-            return int(size) // (accelerator.num_processes if accelerator.split_batches else 1)
+            return int(size) // (num_processes if split_batches else 1)
     return None
 
 
