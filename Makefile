@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 TORCH := torch==2.13.0
 
-.PHONY: venv install install-test demo demo-multinode test lint bench clean test-xla gpu-check docs docs-serve
+.PHONY: venv install install-test demo demo-multinode test lint bench bench-plots clean test-xla gpu-check docs docs-serve
 
 $(VENV)/.torch:
 	$(PYTHON) -m venv $(VENV)
@@ -91,6 +91,11 @@ test-xla: $(XLA_VENV)/.installed
 
 bench: $(VENV)/.installed
 	$(PY) bench/run_all.py
+
+# The plots on docs/benchmarks.md, drawn from its tables into docs/img/ (after editing the tables;
+# tests/bench/test_plot.py fails while the images show other numbers).
+bench-plots: $(VENV)/.installed-docs
+	$(PY) bench/plot.py
 
 # One call on a lent GPU machine: the CUDA test areas and the GPU benchmark (ours vs the installed
 # upstream accelerate), one summary table. Uses the machine's own python (no venv is made or used);

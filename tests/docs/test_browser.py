@@ -2,20 +2,28 @@
 
 The strict build (test_site.py) checks links and rendering at the Markdown level; this checks what a
 reader gets: Material's JavaScript runs (it adds a copy button to every code block), the language
-switcher leads to the translated page, and the generated reference is there. Skipped when no
-Chromium binary is installed (`make test` does not install one) or the docs extra is missing.
+switcher leads to the translated page in every language, search finds results on the translated
+sites, and the generated reference is there. Skipped when no Chromium binary is installed (`make test`
+installs one where it can) or the docs extra is missing.
 """
 
 from __future__ import annotations
 
 import functools
 import http.server
+import json
 import os
+import re
+import select
 import shutil
 import subprocess
 import threading
+import time
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -63,16 +71,16 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+# --no-sandbox: root in containers and CI.
+_FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run")
+
+
 def _dom(browser: str, url: str, tmp_path: Path) -> str:
     """The page's DOM after its scripts ran (``--dump-dom`` waits for the load event)."""
     done = subprocess.run(
         [
             browser,
-            "--headless=new",
-            "--no-sandbox",  # root in containers and CI
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
-            "--no-first-run",
+            *_FLAGS,
             f"--user-data-dir={tmp_path / 'profile'}",
             "--virtual-time-budget=5000",
             "--dump-dom",
@@ -108,3 +116,125 @@ def test_translated_pages_and_fallback(browser: str, server: str, tmp_path: Path
 def test_generated_cli_reference_in_the_browser(browser: str, server: str, tmp_path: Path) -> None:
     dom = _dom(browser, f"{server}/reference/cli/", tmp_path)
     assert "--num_processes" in dom and "<table>" in dom
+
+
+class _DevTools:
+    """Chromium driven over ``--remote-debugging-pipe`` (the DevTools protocol on fds 3 and 4).
+
+    ``--dump-dom`` cannot see search results: Material searches in a web worker, and the DOM is
+    dumped at the load event, before the worker answers. Over the pipe a test can wait for them.
+    """
+
+    def __init__(self, browser: str, profile: Path) -> None:
+        to_child, self._to_browser = os.pipe()
+        self._from_browser, from_child = os.pipe()
+
+        def fds_3_and_4() -> None:  # runs in the child: the pipe ends at the fds Chromium expects
+            read_end, write_end = os.dup(to_child), os.dup(from_child)
+            os.dup2(read_end, 3)
+            os.dup2(write_end, 4)
+            os.set_inheritable(3, True)
+            os.set_inheritable(4, True)
+
+        self._proc = subprocess.Popen(
+            [browser, *_FLAGS, f"--user-data-dir={profile}", "--remote-debugging-pipe", "about:blank"],
+            close_fds=False,  # fds 3 and 4 are inherited; every other pipe end is close-on-exec
+            preexec_fn=fds_3_and_4,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        os.close(to_child)
+        os.close(from_child)
+        self._buffer = b""
+        self._last_id = 0
+
+    def call(self, method: str, params: dict[str, Any] | None = None, session: str | None = None) -> Any:
+        self._last_id += 1
+        message: dict[str, Any] = {"id": self._last_id, "method": method, "params": params or {}}
+        if session is not None:
+            message["sessionId"] = session
+        os.write(self._to_browser, json.dumps(message).encode() + b"\0")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            while b"\0" in self._buffer:
+                raw, self._buffer = self._buffer.split(b"\0", 1)
+                reply = json.loads(raw)
+                if reply.get("id") == self._last_id:
+                    assert "error" not in reply, f"{method}: {reply['error']}"
+                    return reply["result"]
+            if select.select([self._from_browser], [], [], 0.5)[0]:
+                chunk = os.read(self._from_browser, 1 << 16)
+                assert chunk, f"chromium closed the DevTools pipe during {method}"
+                self._buffer += chunk
+        raise TimeoutError(f"chromium did not answer {method} within 60 s")
+
+    def wait_for(self, url: str, expression: str, timeout_s: float = 30) -> Any:
+        """Opens url and returns the first non-null value of the JavaScript expression (None if none came)."""
+        target = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
+        session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+        navigated = self.call("Page.navigate", {"url": url}, session)
+        assert "errorText" not in navigated, f"{url}: {navigated['errorText']}"
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            result = self.call("Runtime.evaluate", {"expression": expression, "returnByValue": True}, session)
+            value = result.get("result", {}).get("value")
+            if value is not None:
+                return value
+            time.sleep(0.25)
+        return None
+
+    def close(self) -> None:
+        try:
+            self.call("Browser.close")
+        except (AssertionError, OSError, TimeoutError):
+            pass
+        try:
+            self._proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        os.close(self._to_browser)
+        os.close(self._from_browser)
+
+
+# The search results' links once the worker has answered a query (null while there are none yet).
+_SEARCH_RESULTS = """(() => {
+  const links = Array.from(document.querySelectorAll('.md-search-result__item a'));
+  return links.length ? links.map(a => a.getAttribute('href')) : null;
+})()"""
+
+
+@pytest.mark.parametrize(
+    ("lang", "query", "expected"),
+    [
+        ("zh", "save_state", "reference/api/accelerator/"),  # an untranslated page's English text
+        ("zh", "快速上手", "zh/get-started/quick-tour/"),  # the translated page itself
+        ("hi", "save_state", "reference/api/accelerator/"),
+    ],
+)
+def test_search_finds_results_on_the_translated_sites(
+    browser: str, server: str, tmp_path: Path, lang: str, query: str, expected: str
+) -> None:
+    devtools = _DevTools(browser, tmp_path / "profile")
+    try:
+        # Material opens the search with the query of ?q= and runs it once its worker has the index.
+        url = f"{server}/{lang}/?q={urllib.parse.quote(query)}"
+        links = devtools.wait_for(url, _SEARCH_RESULTS)
+    finally:
+        devtools.close()
+    assert links, f"searching {query!r} on the {lang} site found nothing within 30 s"
+    resolved = [urllib.parse.urljoin(f"{server}/{lang}/", link) for link in links]
+    assert any(f"{server}/{expected}" in link for link in resolved), resolved
+
+
+def test_language_switcher_reaches_every_language(browser: str, server: str, tmp_path: Path) -> None:
+    titles = {"en": "Quick tour", "zh": "快速上手", "hi": "झलक"}
+    for lang in titles:
+        page = f"{server}/{'' if lang == 'en' else lang + '/'}get-started/quick-tour/"
+        links = dict(re.findall(r'<a href="([^"]*)" hreflang="(\w+)"', _dom(browser, page, tmp_path)))
+        targets = {code: urllib.parse.urljoin(page, href) for href, code in links.items()}
+        assert set(targets) == set(titles), f"{page}: the switcher offers {sorted(targets)}"
+        for code, target in targets.items():
+            with urllib.request.urlopen(target, timeout=30) as reply:
+                html = reply.read().decode("utf-8")
+            assert f'lang="{code}"' in html and titles[code] in html, f"{page} -> {code}: {target}"
