@@ -832,7 +832,8 @@ def test_the_branching_guard_lets_capabilities_through(source: str) -> None:
 #   AcceleratedOptimizer/AcceleratedScheduler at run time; optimizer.py names Strategy only in annotations.
 # - the facade's delegates (accelerator_checkpoints, accelerator_facts, connector, preparation) and
 #   local_sgd are a layer below accelerator.py: they are handed the objects, not the facade.
-# storage/ does not exist as a package yet (its pieces live in checkpointing/), so it has no row.
+# - storage/ (crash-safe files) sits below checkpointing/ and big_modeling/, which both build on it, and
+#   above state/: its writer threads stop with the process through state/teardown.py.
 _LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("package", ("__init__", "test_utils")),  # the package root and the test helpers: above everything
     ("faces", ("data_loader", "hooks", "inference", "parallelism_config")),  # upstream's lazy root faces
@@ -850,6 +851,7 @@ _LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("checkpointing", ("checkpointing",)),
     ("big_modeling", ("big_modeling",)),
     ("tracking", ("tracking",)),
+    ("storage", ("storage",)),
     ("state", ("state", "logging", "progress")),
     ("collectives", ("collectives",)),
     ("config", ("config",)),
@@ -879,28 +881,6 @@ _EDGES_ALLOWED: dict[tuple[str, str], str] = {
     ("accelerator_checkpoints.py", "accelerate.accelerator.Accelerator"): "issue 37: the mixin's self-type",
     # optimizer.py annotates with Strategy (TYPE_CHECKING). Issue 37: a Protocol of the hooks it calls.
     ("optimizer.py", "accelerate.backends.base.Strategy"): "issue 37: AcceleratedOptimizer typed on Strategy",
-    # big_modeling/ reads checkpoint files through checkpointing/. Issue 37: move the file-format pieces
-    # (errors, model_files, safetensors_io, sizes, regular_files) to storage/, below both.
-    ("big_modeling/streaming.py", "accelerate.checkpointing.errors.CheckpointError"): "issue 37: to storage/",
-    (
-        "big_modeling/streaming.py",
-        "accelerate.checkpointing.model_files.ALIASES_KEY",
-    ): "issue 37: to storage/",
-    ("big_modeling/streaming.py", "accelerate.checkpointing.safetensors_io._CODES"): "issue 37: to storage/",
-    (
-        "big_modeling/streaming.py",
-        "accelerate.checkpointing.regular_files.check_regular",
-    ): "issue 37: to storage/",
-    ("big_modeling/sizes.py", "accelerate.checkpointing.sizes.parse_size"): "issue 37: to storage/",
-    (
-        "big_modeling/offload.py",
-        "accelerate.checkpointing.safetensors_io.dtype_from_code",
-    ): "issue 37: to storage/",
-    ("big_modeling/loading.py", "accelerate.checkpointing.errors.CheckpointError"): "issue 37: to storage/",
-    (
-        "big_modeling/loading.py",
-        "accelerate.checkpointing.model_files.resolve_checkpoint",
-    ): "issue 37: to storage/",
 }
 
 
@@ -994,6 +974,9 @@ def test_the_allowed_edges_still_exist() -> None:
         ("checkpointing/x.py", "from accelerate.data.resume import skip_first_batches\n"),
         ("big_modeling/x.py", "from accelerate.checkpointing.project import rotate\n"),
         ("tracking/x.py", "from accelerate.big_modeling import init_empty_weights\n"),
+        ("storage/x.py", "from accelerate.tracking import GeneralTracker\n"),
+        ("storage/x.py", "from accelerate.checkpointing.rng import capture_rng_state\n"),
+        ("state/x.py", "from accelerate.storage.atomic import AtomicCheckpoint\n"),
         ("state/x.py", "from accelerate.tracking import GeneralTracker\n"),
         ("logging.py", "from accelerate.tracking import GeneralTracker\n"),
         ("collectives/x.py", "from accelerate.state import PartialState\n"),
@@ -1012,7 +995,7 @@ def test_the_layer_guard_sees_a_planted_upward_import(name: str, source: str) ->
     [
         ("backends/x.py", "from accelerate.state import PartialState\nimport accelerate.utils\n"),
         ("accelerator.py", "from accelerate.backends.resolve import resolve\n"),
-        ("checkpointing/atomic.py", "from accelerate import __version__\n"),
+        ("storage/atomic.py", "from accelerate import __version__\n"),
         ("utils/x.py", 'from accelerate._lazy import lazy_exports\nimportlib.import_module("torch")\n'),
         ("data/x.py", "from accelerate.data.samplers import BatchSamplerShard\n"),
     ],

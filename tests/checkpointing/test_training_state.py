@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from accelerate.backends.fsdp.checkpoint_io import ShardedParts
+from accelerate.backends.dtensor_io.checkpoint_io import ShardedParts
 from accelerate.checkpointing import (
     MANIFEST_NAME,
     CheckpointError,

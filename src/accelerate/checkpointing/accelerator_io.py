@@ -105,7 +105,7 @@ def save_model(
     max_shard_size: int | str,
     safe_serialization: bool,
 ) -> None:
-    from accelerate.checkpointing.model_files import save_model_files
+    from accelerate.storage.model_files import save_model_files
 
     state_dict = _offloaded_state_dict(accelerator, model)
     if state_dict is None:
@@ -229,7 +229,7 @@ def wait_for_async_save() -> None:
 
 def end_of_job() -> None:
     """``end_training``: the project folders this process owns are free for another job from here on."""
-    from accelerate.checkpointing.project_lock import release_projects
+    from accelerate.storage.project_lock import release_projects
 
     release_projects()
 
@@ -268,7 +268,7 @@ def _own_project(objects: TrainingObjects, project: str, call: str) -> None:
     Once every rank agreed, later saves and loads there skip both exchanges: every rank makes the same
     calls in the same order, so all of them skip alike (until the folders are released).
     """
-    from accelerate.checkpointing.project_lock import agreed_on, note_agreed
+    from accelerate.storage.project_lock import agreed_on, note_agreed
 
     if agreed_on(project):
         return
@@ -277,10 +277,10 @@ def _own_project(objects: TrainingObjects, project: str, call: str) -> None:
 
 
 def _take_project(objects: TrainingObjects, project: str, call: str) -> None:
-    from accelerate.checkpointing.project_lock import ProjectBusyError, own_project
     from accelerate.checkpointing.run_identity import agree_on_run_id, run_id
     from accelerate.checkpointing.training_state import writer_and_node
     from accelerate.collectives.agreement import agree_on_outcome
+    from accelerate.storage.project_lock import ProjectBusyError, own_project
 
     what = f"{call} into {project}"
     agree_on_run_id(what=what)  # process 0's id on every rank: this job's writers know each other
@@ -433,7 +433,7 @@ def load_state(
         hook(models, str(source))
     io = objects.checkpoint_io
     if io.owns_training_objects:  # the backend loads its modules, optimizers and schedulers itself
-        from accelerate.checkpointing.atomic import checkpoint_folder, read_manifest
+        from accelerate.storage.atomic import checkpoint_folder, read_manifest
 
         io.load_owned(checkpoint_folder(source), read_manifest(source))
         models = []
@@ -442,8 +442,8 @@ def load_state(
     if project is not None:
         next_iteration = iteration_after(project, source, objects.project.iteration)
     if project is not None and input_dir is None:  # the newest checkpoint, picked for the caller
-        from accelerate.checkpointing.atomic import read_manifest
         from accelerate.checkpointing.run_identity import note_resumed_run
+        from accelerate.storage.atomic import read_manifest
 
         if objects.state.is_main_process:
             manifest = read_manifest(source)  # loaded just now: it is readable

@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from torch import nn
 
-    from accelerate.checkpointing.atomic import Manifest
-    from accelerate.checkpointing.durable_io import FileRecord, SyncGroup
-    from accelerate.checkpointing.errors import CheckpointError
+    from accelerate.storage.durable_io import FileRecord, SyncGroup
+    from accelerate.storage.errors import CheckpointError
+    from accelerate.storage.manifest import Manifest
 
 
 class SaveParts(Protocol):

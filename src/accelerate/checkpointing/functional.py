@@ -21,12 +21,12 @@ from typing import Any
 
 from torch import nn
 
-from accelerate.checkpointing.atomic import AtomicCheckpoint, read_manifest
-from accelerate.checkpointing.durable_io import FileRecord, fsync_dir, save_torch
-from accelerate.checkpointing.entry_names import entry_path
 from accelerate.checkpointing.load_reader import _open_folder, _Reader
 from accelerate.checkpointing.training_state import custom_name, save_training_state
 from accelerate.checkpointing.training_state_load import load_training_state
+from accelerate.storage.atomic import AtomicCheckpoint, read_manifest
+from accelerate.storage.durable_io import FileRecord, fsync_dir, save_torch
+from accelerate.storage.entry_names import entry_path
 
 logger = logging.getLogger(__name__)
 

@@ -21,16 +21,16 @@ from typing import IO, Any, cast
 import numpy
 import torch
 
-from accelerate.checkpointing.atomic import helper_name
-from accelerate.checkpointing.durable_io import fsync_dir, write_file
-from accelerate.checkpointing.model_files import (
+from accelerate.checkpointing.rng import numpy_safe_globals
+from accelerate.storage.atomic import helper_name
+from accelerate.storage.durable_io import fsync_dir, write_file
+from accelerate.storage.model_files import (
     ALIASES_KEY,
     _identity,
     prepare_state_dict,
     write_weights_file,
 )
-from accelerate.checkpointing.rng import numpy_safe_globals
-from accelerate.checkpointing.safetensors_io import write_safetensors
+from accelerate.storage.safetensors_io import write_safetensors
 from accelerate.utils.xla import xla_to_cpu
 
 logger = logging.getLogger(__name__)

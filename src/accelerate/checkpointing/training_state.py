@@ -37,13 +37,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
-from accelerate.checkpointing.atomic import AtomicCheckpoint, read_manifest
-from accelerate.checkpointing.durable_io import FileRecord, SyncGroup, save_torch
-from accelerate.checkpointing.errors import CheckpointError, DiskFullError
-from accelerate.checkpointing.model_files import (
-    prepare_state_dict,
-    write_weights_file,
-)
 from accelerate.checkpointing.objects import check_checkpointable
 from accelerate.checkpointing.rng import (
     capture_rng_state,
@@ -51,6 +44,13 @@ from accelerate.checkpointing.rng import (
 )
 from accelerate.checkpointing.run_identity import run_id
 from accelerate.collectives.agreement import agree_on_failure, agree_on_outcome
+from accelerate.storage.atomic import AtomicCheckpoint, read_manifest
+from accelerate.storage.durable_io import FileRecord, SyncGroup, save_torch
+from accelerate.storage.errors import CheckpointError, DiskFullError
+from accelerate.storage.model_files import (
+    prepare_state_dict,
+    write_weights_file,
+)
 
 if TYPE_CHECKING:
     from accelerate.checkpointing.checkpoint_io import SaveParts

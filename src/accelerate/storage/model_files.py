@@ -21,20 +21,19 @@ from typing import Any
 
 import torch
 
-from accelerate.checkpointing.durable_io import (
+from accelerate.storage.durable_io import (
     FileRecord,
     SyncGroup,
     fsync_dir,
-    load_verified,
-    read_verified,
     save_torch,
     write_bytes,
     write_file,
 )
-from accelerate.checkpointing.errors import CheckpointError
-from accelerate.checkpointing.regular_files import check_regular, open_regular
-from accelerate.checkpointing.safetensors_io import read_safetensors, write_safetensors
-from accelerate.checkpointing.sizes import parse_size
+from accelerate.storage.errors import CheckpointError
+from accelerate.storage.regular_files import check_regular, open_regular
+from accelerate.storage.safetensors_io import read_safetensors, write_safetensors
+from accelerate.storage.sizes import parse_size
+from accelerate.storage.verified_read import load_verified, read_verified
 from accelerate.utils.xla import xla_to_cpu
 
 SAFE_WEIGHTS_NAME = "model.safetensors"
