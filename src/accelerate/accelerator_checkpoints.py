@@ -9,15 +9,15 @@ pay for the checkpoint code (``tests/bench/test_import_guard.py`` keeps it that 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 if TYPE_CHECKING:
-    from accelerate.accelerator import Accelerator
     from accelerate.backends.base import Strategy
-    from accelerate.checkpointing.accelerator_io import TrainingObjects
+    from accelerate.checkpointing.accelerator_io import ModelAccess, TrainingObjects
     from accelerate.checkpointing.membership import ProgressRecord
     from accelerate.optimizer import AcceleratedOptimizer
     from accelerate.precision.amp import Precision
@@ -57,7 +57,7 @@ class AcceleratorCheckpoints:
         """Saves ``obj`` on the main process only (``torch.save`` or safetensors)."""
         from accelerate.checkpointing import accelerator_io as checkpoint_io
 
-        checkpoint_io.save_object(cast("Accelerator", self), obj, f, safe_serialization=safe_serialization)
+        checkpoint_io.save_object(self._model_access(), obj, f, safe_serialization=safe_serialization)
 
     def save_model(
         self,
@@ -69,7 +69,7 @@ class AcceleratorCheckpoints:
         from accelerate.checkpointing import accelerator_io as checkpoint_io
 
         checkpoint_io.save_model(
-            cast("Accelerator", self),
+            self._model_access(),
             model,
             save_directory,
             max_shard_size=max_shard_size,
@@ -79,7 +79,7 @@ class AcceleratorCheckpoints:
     def get_state_dict(self, model: torch.nn.Module, unwrap: bool = True) -> dict[str, torch.Tensor]:
         from accelerate.checkpointing import accelerator_io as checkpoint_io
 
-        return checkpoint_io.get_state_dict(cast("Accelerator", self), model, unwrap=unwrap)
+        return checkpoint_io.get_state_dict(self._model_access(), model, unwrap=unwrap)
 
     def register_for_checkpointing(self, *objects: Any) -> None:
         from accelerate.checkpointing import accelerator_io as checkpoint_io
@@ -96,6 +96,18 @@ class AcceleratorCheckpoints:
         from accelerate.checkpointing import accelerator_io as checkpoint_io
 
         return checkpoint_io.register_hook(self._load_model_state_pre_hook, hook)
+
+    def _model_access(self) -> ModelAccess:
+        from accelerate.checkpointing.accelerator_io import ModelAccess
+
+        return ModelAccess(
+            state=self.partial_state,
+            save_on_each_node=self.project_configuration.save_on_each_node,
+            unwrap=self.unwrap_model,
+            full_state_dict=self.strategy.full_state_dict,
+            model_state_dict=self.strategy.model_state_dict,
+            checkpoint_io=functools.partial(self.strategy.checkpoint_io, self.state),
+        )
 
     def _training_objects(self) -> TrainingObjects:
         from accelerate.checkpointing.accelerator_io import TrainingObjects

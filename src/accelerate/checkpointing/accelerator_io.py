@@ -23,7 +23,6 @@ from accelerate.checkpointing.checkpoint_io import CheckpointIO
 from accelerate.collectives.agreement import agree_on_failure
 
 if TYPE_CHECKING:
-    from accelerate.accelerator import Accelerator
     from accelerate.checkpointing.training_state import ProcessInfo
     from accelerate.utils.dataclasses import ProjectConfiguration
 
@@ -71,34 +70,48 @@ def check_checkpointable_objects(objects: Sequence[Any]) -> None:
         )
 
 
+@dataclass(frozen=True)
+class ModelAccess:
+    """What ``get_state_dict`` / ``save_model`` / ``Accelerator.save`` need, handed over explicitly.
+
+    The facade builds it from its strategy and state; this module never sees the Accelerator.
+    """
+
+    state: ProcessInfo
+    save_on_each_node: bool
+    # ``Accelerator.unwrap_model``: the model inside its wrappers.
+    unwrap: Callable[..., torch.nn.Module]
+    # ``Strategy.full_state_dict``: the whole model gathered by a backend that must (ZeRO-3), else None.
+    full_state_dict: Callable[[torch.nn.Module], dict[str, torch.Tensor] | None]
+    # ``Strategy.model_state_dict``: a sharded model gathered onto the main process (others: ``{}``).
+    model_state_dict: Callable[[torch.nn.Module], dict[str, torch.Tensor]]
+    # ``Strategy.checkpoint_io``, called only when a file is written (it may import the backend's I/O).
+    checkpoint_io: Callable[[], CheckpointIO]
+
+
 def get_state_dict(
-    accelerator: Accelerator, model: torch.nn.Module, unwrap: bool = True
+    access: ModelAccess, model: torch.nn.Module, unwrap: bool = True
 ) -> dict[str, torch.Tensor]:
-    gathered = accelerator.strategy.full_state_dict(model)  # ZeRO-3: gathered from every rank
+    gathered = access.full_state_dict(model)  # ZeRO-3: gathered from every rank
     if gathered is not None:
         return gathered
     if unwrap:
-        model = accelerator.unwrap_model(model, keep_fp32_wrapper=True, keep_torch_compile=False)
+        model = access.unwrap(model, keep_fp32_wrapper=True, keep_torch_compile=False)
     # Sharded models: gathered onto the main process (the others get an empty dict).
-    return accelerator.strategy.model_state_dict(model)
+    return access.model_state_dict(model)
 
 
-def save_object(accelerator: Accelerator, obj: Any, f: Any, *, safe_serialization: bool) -> None:
+def save_object(access: ModelAccess, obj: Any, f: Any, *, safe_serialization: bool) -> None:
     """``Accelerator.save``: the main process (each node's, with ``save_on_each_node``) writes ``f`` durably."""
     from accelerate.checkpointing.single_file import save_object as write
+    from accelerate.checkpointing.training_state import writer_and_node
 
-    state = accelerator.partial_state
-    writer = (
-        state.is_local_main_process
-        if accelerator.project_configuration.save_on_each_node
-        else state.is_main_process
-    )
-    if writer:
-        write(obj, f, safe_serialization=safe_serialization)
+    if writer_and_node(access.state, access.save_on_each_node)[0]:
+        write(access.checkpoint_io().host_copy(obj), f, safe_serialization=safe_serialization)
 
 
 def save_model(
-    accelerator: Accelerator,
+    access: ModelAccess,
     model: torch.nn.Module,
     save_directory: str | os.PathLike[str],
     *,
@@ -107,24 +120,24 @@ def save_model(
 ) -> None:
     from accelerate.storage.model_files import save_model_files
 
-    state_dict = _offloaded_state_dict(accelerator, model)
+    state_dict = _offloaded_state_dict(access, model)
     if state_dict is None:
-        state_dict = get_state_dict(accelerator, model)
+        state_dict = get_state_dict(access, model)
     error: BaseException | None = None
     try:
         save_model_files(
-            state_dict,
+            access.checkpoint_io().host_copy(state_dict),
             save_directory,
             max_shard_size=max_shard_size,
             safe_serialization=safe_serialization,
-            is_main_process=accelerator.is_main_process,
+            is_main_process=access.state.is_main_process,
         )
     except Exception as exc:  # told to every rank below, so none waits for a writer that failed
         error = exc
     agree_on_failure(error, what=f"save_model to {save_directory}")
 
 
-def _offloaded_state_dict(accelerator: Accelerator, model: torch.nn.Module) -> dict[str, torch.Tensor] | None:
+def _offloaded_state_dict(access: ModelAccess, model: torch.nn.Module) -> dict[str, torch.Tensor] | None:
     """The real weights of a model with blocks offloaded by hooks (``dispatch_model``, ``cpu_offload``,
     ``disk_offload``), or None for any other model.
 
@@ -134,7 +147,7 @@ def _offloaded_state_dict(accelerator: Accelerator, model: torch.nn.Module) -> d
     from accelerate.big_modeling.loading import get_state_dict_offloaded_model
     from accelerate.big_modeling.tensors import has_offloaded_params
 
-    bare = accelerator.unwrap_model(model, keep_fp32_wrapper=True, keep_torch_compile=False)
+    bare = access.unwrap(model, keep_fp32_wrapper=True, keep_torch_compile=False)
     if not any(has_offloaded_params(module) for module in bare.modules()):
         return None
     return get_state_dict_offloaded_model(bare)
@@ -350,6 +363,7 @@ def _save_state(
         "parts": parts,
         "owned_files": io.save_owned if owned else None,
         "extra_manifest": io.manifest_extra() if owned else None,
+        "host_copy": io.host_copy,
         **objects.stateful(),
     }
     if async_save:
@@ -362,7 +376,8 @@ def _save_state(
             )
         from accelerate.checkpointing.async_save import start_async_save
 
-        for key in ("parts", "owned_files", "extra_manifest"):  # None here: full state dicts only
+        # None here (full state dicts only); the snapshot is a host copy already.
+        for key in ("parts", "owned_files", "extra_manifest", "host_copy"):
             del save_kwargs[key]
 
         # Rotation runs on the writer thread, after every writer committed.

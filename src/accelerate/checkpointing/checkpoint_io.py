@@ -128,6 +128,15 @@ class CheckpointIO:
         optimizer's own ``load_state_dict`` does."""
         return False
 
+    # --- what a file holds ---------------------------------------------------------------------------
+    def host_copy(self, obj: Any) -> Any:
+        """``obj`` as a file may hold it, loadable on a machine without this backend's devices.
+
+        Called on every state dict and object state before it is written (``save_state``,
+        ``save_model``, ``Accelerator.save``). Plain files: ``obj`` as it is.
+        """
+        return obj
+
     # --- whole state dicts --------------------------------------------------------------------------
     def full_state_dict(self, model: nn.Module) -> dict[str, Any]:
         """The model's whole state dict (a backend may gather it onto the main process)."""

@@ -311,12 +311,13 @@ def write_bytes(path: str | os.PathLike[str], data: bytes, *, sync: SyncGroup | 
 def save_torch(
     obj: Any, path: str | os.PathLike[str], *, sync: SyncGroup | None = None, checksum: bool = True
 ) -> FileRecord:
-    """``torch.save(obj)`` to ``path``, fsynced and checksummed while written."""
+    """``torch.save(obj)`` to ``path``, fsynced and checksummed while written.
+
+    Tensors are written where they are: a caller holding device tensors that a file cannot carry
+    (a lazy device's) copies them first (``CheckpointIO.host_copy``).
+    """
     import torch
 
-    from accelerate.utils.xla import xla_to_cpu
-
-    obj = xla_to_cpu(obj)  # as torch_xla's xm.save: the file must load without an XLA device
     return write_file(path, lambda sink: torch.save(obj, cast(IO[bytes], sink)), sync=sync, checksum=checksum)
 
 

@@ -34,7 +34,6 @@ from accelerate.storage.regular_files import check_regular, open_regular
 from accelerate.storage.safetensors_io import read_safetensors, write_safetensors
 from accelerate.storage.sizes import parse_size
 from accelerate.storage.verified_read import load_verified, read_verified
-from accelerate.utils.xla import xla_to_cpu
 
 SAFE_WEIGHTS_NAME = "model.safetensors"
 SAFE_WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
@@ -83,8 +82,10 @@ def prepare_state_dict(state_dict: Mapping[str, Any], *, safetensors: bool) -> P
     Raises:
         ValueError: for tensors on the meta device (weights that were never materialised).
         TypeError: for non-tensor entries when writing safetensors, which only holds tensors.
+
+    Device tensors without a storage to compare (a lazy device's) are copied to the host by the caller first
+    (``CheckpointIO.host_copy``, one copy per tensor, so tied ones stay tied).
     """
-    state_dict = xla_to_cpu(state_dict)  # XLA tensors have no storage to compare; tied ones stay tied
     tensors: dict[str, torch.Tensor] = {}
     aliases: dict[str, str] = {}
     others: dict[str, Any] = {}
