@@ -24,7 +24,7 @@ from accelerate.storage.durable_io import MANIFEST_NAME, FileRecord
 from accelerate.storage.errors import CheckpointError
 from accelerate.storage.manifest import Manifest
 from accelerate.storage.model_files import (
-    _torch_load,
+    torch_load_file,
 )
 from accelerate.storage.regular_files import open_regular
 from accelerate.storage.verified_read import load_verified
@@ -120,8 +120,8 @@ class _Reader:
         path = self.require(name, what)
         record = self.record(name)
         if mmap:
-            return load_verified(path, record, lambda p: _torch_load(p, mmap=True))
-        return load_verified(path, record, _torch_load)
+            return load_verified(path, record, lambda p: torch_load_file(p, mmap=True))
+        return load_verified(path, record, torch_load_file)
 
 
 def _live_state(optimizer: Any) -> dict[int, Any]:

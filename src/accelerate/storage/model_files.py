@@ -250,7 +250,7 @@ def _utf8_name(path: Path) -> bool:
     return True
 
 
-def _torch_load(path: Path, *, mmap: bool = False) -> Any:
+def torch_load_file(path: Path, *, mmap: bool = False) -> Any:
     """``torch.load(weights_only=True)`` of a regular file (see ``open_regular``), onto the CPU."""
     try:
         # torch maps a file by a UTF-8 name only; a folder whose name is other bytes is read instead.
@@ -288,7 +288,7 @@ def load_state_dict_file(path: str | os.PathLike[str], record: FileRecord | None
         out: dict[str, Any] = dict(tensors)
         out.update({alias: tensors[target] for alias, target in aliases.items() if target in tensors})
         return out
-    state = load_verified(path, record, _torch_load)
+    state = load_verified(path, record, torch_load_file)
     if not isinstance(state, dict):
         raise CheckpointError(f"{path} holds a {type(state).__name__}, not a state dict")
     return state

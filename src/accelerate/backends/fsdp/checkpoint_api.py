@@ -161,9 +161,9 @@ def load_fsdp_optimizer(
         folder = _dcp_folder(input_dir, optimizer_folder_name(optimizer_index), OPTIMIZER_NAME)
         load_optimizer_dcp(model, optimizer, folder)
     else:
-        from accelerate.storage.model_files import _torch_load
+        from accelerate.storage.model_files import torch_load_file
 
-        state = _torch_load(Path(input_dir) / optimizer_file_name(optimizer_index))
+        state = torch_load_file(Path(input_dir) / optimizer_file_name(optimizer_index))
         load_full_optimizer_state_dict(model, optimizer, state)
     _wait(accelerator)
 
