@@ -63,7 +63,7 @@ def _clean_state() -> Iterator[None]:
     if membership is not None:
         membership._active = None
     # The project folders this process took (a job owns them until it exits; a test is a job).
-    owner = sys.modules.get("accelerate.checkpointing.project_lock")
+    owner = sys.modules.get("accelerate.storage.project_lock")
     if owner is not None:
         owner.release_projects()
     leaked = {k for k in os.environ if k not in before or os.environ[k] != before[k]}

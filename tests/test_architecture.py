@@ -502,8 +502,9 @@ _TORCH_XLA_IMPORTERS = {
     # Environment detection: device, ordinal and world size from torch_xla's runtime, and the
     # communicator PartialState binds, before any strategy exists (state/ must not import backends/).
     "state/xla.py": "detection, placement and XLACommunicator",
-    # Below the backends: checkpointing/ copies XLA tensors to CPU before writing (as xm.save does).
-    "utils/xla.py": "sync() and xla_to_cpu() for checkpointing/",
+    # Below the backends: XlaCheckpointIO and upstream's strategy-less utils.save copy XLA tensors to
+    # CPU before writing (as xm.save does).
+    "utils/xla.py": "sync() and xla_to_cpu() for checkpoint files",
     # Upstream's probe is_torch_xla_available(check_is_tpu=...) asks torch_xla's runtime for its device.
     "utils/imports.py": "is_torch_xla_available(check_is_tpu/check_is_gpu)",
     # Launcher machinery: the processes that call torch_xla's multiprocessing spawn.
@@ -538,6 +539,27 @@ def test_the_torch_xla_exceptions_still_import_it() -> None:
     ]
     assert stale == [], (
         f"these modules no longer import torch_xla; remove them from _TORCH_XLA_IMPORTERS: {stale}"
+    )
+
+
+# Files are written by storage/ and checkpointing/ without knowing XLA: a strategy's CheckpointIO.host_copy
+# copies device tensors first (backends/xla/checkpoint_io.py). The one exception has no strategy to ask.
+_XLA_IN_CHECKPOINTING = {
+    "checkpointing/single_file.py": "upstream's strategy-less utils.save copies as xm.save"
+}
+
+
+def test_checkpointing_and_storage_name_no_xla() -> None:
+    found = [
+        _name(path)
+        for path in _modules()
+        if _name(path).split("/")[0] in ("checkpointing", "storage")
+        and _name(path) not in _XLA_IN_CHECKPOINTING
+        and "xla" in path.read_text().lower()
+    ]
+    assert found == [], (
+        "checkpointing/ or storage/ names XLA; give the strategy's CheckpointIO a hook instead "
+        f"(backends/xla/checkpoint_io.py): {found}"
     )
 
 
@@ -834,7 +856,8 @@ def test_the_branching_guard_lets_capabilities_through(source: str) -> None:
 #   with its own Protocol (StepHook), not Strategy.
 # - the facade's delegates (accelerator_checkpoints, accelerator_facts, connector, preparation) and
 #   local_sgd are a layer below accelerator.py: they are handed the objects, not the facade.
-# storage/ does not exist as a package yet (its pieces live in checkpointing/), so it has no row.
+# - storage/ (crash-safe files) sits below checkpointing/ and big_modeling/, which both build on it, and
+#   above state/: its writer threads stop with the process through state/teardown.py.
 _LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("package", ("__init__", "test_utils")),  # the package root and the test helpers: above everything
     ("faces", ("data_loader", "hooks", "inference", "parallelism_config")),  # upstream's lazy root faces
@@ -852,6 +875,7 @@ _LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("checkpointing", ("checkpointing",)),
     ("big_modeling", ("big_modeling",)),
     ("tracking", ("tracking",)),
+    ("storage", ("storage",)),
     ("state", ("state", "logging", "progress")),
     ("collectives", ("collectives",)),
     ("config", ("config",)),
@@ -862,39 +886,9 @@ _RANK = {layer: rank for rank, (layer, _) in enumerate(_LAYERS)}
 # Names `from accelerate import X` may take that load nothing: package metadata set before any submodule.
 _PACKAGE_CONSTANTS = {"accelerate.__version__"}
 
-# Edges that break the layering today, each too large to fix in issue 37, with what must change. The list
-# can only shrink: test_the_allowed_edges_still_exist fails on an entry whose edge is gone.
-_EDGES_ALLOWED: dict[tuple[str, str], str] = {
-    # Annotation-only (TYPE_CHECKING) imports of the facade from below it: the checkpoint mixin and its
-    # save/load (the "storage" rework). Issue 37: take the objects as arguments, then drop the import.
-    (
-        "checkpointing/accelerator_io.py",
-        "accelerate.accelerator.Accelerator",
-    ): "issue 37: save/load typed on the facade",
-    ("accelerator_checkpoints.py", "accelerate.accelerator.Accelerator"): "issue 37: the mixin's self-type",
-    # big_modeling/ reads checkpoint files through checkpointing/. Issue 37: move the file-format pieces
-    # (errors, model_files, safetensors_io, sizes, regular_files) to storage/, below both.
-    ("big_modeling/streaming.py", "accelerate.checkpointing.errors.CheckpointError"): "issue 37: to storage/",
-    (
-        "big_modeling/streaming.py",
-        "accelerate.checkpointing.model_files.ALIASES_KEY",
-    ): "issue 37: to storage/",
-    ("big_modeling/streaming.py", "accelerate.checkpointing.safetensors_io._CODES"): "issue 37: to storage/",
-    (
-        "big_modeling/streaming.py",
-        "accelerate.checkpointing.regular_files.check_regular",
-    ): "issue 37: to storage/",
-    ("big_modeling/sizes.py", "accelerate.checkpointing.sizes.parse_size"): "issue 37: to storage/",
-    (
-        "big_modeling/offload.py",
-        "accelerate.checkpointing.safetensors_io.dtype_from_code",
-    ): "issue 37: to storage/",
-    ("big_modeling/loading.py", "accelerate.checkpointing.errors.CheckpointError"): "issue 37: to storage/",
-    (
-        "big_modeling/loading.py",
-        "accelerate.checkpointing.model_files.resolve_checkpoint",
-    ): "issue 37: to storage/",
-}
+# Edges that break the layering for a while, each with what must change. Empty since issue 37 removed the
+# last ones; the list can only shrink: test_the_allowed_edges_still_exist fails on an entry whose edge is gone.
+_EDGES_ALLOWED: dict[tuple[str, str], str] = {}
 
 
 def _module_path(dotted: str) -> str:
@@ -987,6 +981,9 @@ def test_the_allowed_edges_still_exist() -> None:
         ("checkpointing/x.py", "from accelerate.data.resume import skip_first_batches\n"),
         ("big_modeling/x.py", "from accelerate.checkpointing.project import rotate\n"),
         ("tracking/x.py", "from accelerate.big_modeling import init_empty_weights\n"),
+        ("storage/x.py", "from accelerate.tracking import GeneralTracker\n"),
+        ("storage/x.py", "from accelerate.checkpointing.rng import capture_rng_state\n"),
+        ("state/x.py", "from accelerate.storage.atomic import AtomicCheckpoint\n"),
         ("state/x.py", "from accelerate.tracking import GeneralTracker\n"),
         ("logging.py", "from accelerate.tracking import GeneralTracker\n"),
         ("collectives/x.py", "from accelerate.state import PartialState\n"),
@@ -1005,7 +1002,7 @@ def test_the_layer_guard_sees_a_planted_upward_import(name: str, source: str) ->
     [
         ("backends/x.py", "from accelerate.state import PartialState\nimport accelerate.utils\n"),
         ("accelerator.py", "from accelerate.backends.resolve import resolve\n"),
-        ("checkpointing/atomic.py", "from accelerate import __version__\n"),
+        ("storage/atomic.py", "from accelerate import __version__\n"),
         ("utils/x.py", 'from accelerate._lazy import lazy_exports\nimportlib.import_module("torch")\n'),
         ("data/x.py", "from accelerate.data.samplers import BatchSamplerShard\n"),
     ],
@@ -1017,8 +1014,8 @@ def test_the_layer_guard_lets_downward_imports_through(name: str, source: str) -
 # --- nothing below the facade names it (issue 37) --------------------------------------------------
 # A module under accelerator.py (its delegates included) gets the values it needs as arguments (a
 # strategy a PrepareContext, trackers the log_with list, LocalSGD a Protocol of what it calls), so no
-# module below names the facade, not even for an annotation. The only exceptions are the facade edges
-# still in _EDGES_ALLOWED (the checkpoint mixin and its save/load, reworked with storage/).
+# module below names the facade, not even for an annotation (checkpointing gets frozen records of the
+# training objects).
 _FACADE = "accelerate.accelerator"
 
 

@@ -72,7 +72,7 @@ def _load_into_fresh_run(ckpt: str) -> dict[str, object]:
     import torch
 
     from accelerate import Accelerator
-    from accelerate.checkpointing.model_files import load_state_dict_file
+    from accelerate.storage.model_files import load_state_dict_file
 
     accelerator = Accelerator(mixed_precision="fp16", gradient_accumulation_steps=3)
     model = torch.nn.Sequential(

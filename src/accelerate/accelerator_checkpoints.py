@@ -1,24 +1,27 @@
 """The Accelerator's checkpoint methods: save/load of the whole training state, model files, hooks.
 
 Mixed into :class:`~accelerate.accelerator.Accelerator`; the work is done in
-:mod:`accelerate.checkpointing.accelerator_io`, which these methods hand the prepared objects to.
-That module (and :mod:`accelerate.checkpointing.membership`) is imported by the methods that use it,
+:mod:`accelerate.checkpointing.accelerator_io` (the training state) and
+:mod:`accelerate.checkpointing.model_access` (a model's weights), which these methods hand the
+prepared objects to.
+Those modules (and :mod:`accelerate.checkpointing.membership`) are imported by the methods that use them,
 not here: ``from accelerate import Accelerator`` and ``Accelerator()`` save nothing, so they do not
 pay for the checkpoint code (``tests/bench/test_import_guard.py`` keeps it that way).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 if TYPE_CHECKING:
-    from accelerate.accelerator import Accelerator
     from accelerate.backends.base import Strategy
     from accelerate.checkpointing.accelerator_io import TrainingObjects
     from accelerate.checkpointing.membership import ProgressRecord
+    from accelerate.checkpointing.model_access import ModelAccess
     from accelerate.optimizer import AcceleratedOptimizer
     from accelerate.precision.amp import Precision
     from accelerate.scheduler import AcceleratedScheduler
@@ -55,9 +58,9 @@ class AcceleratorCheckpoints:
 
     def save(self, obj: Any, f: Any, safe_serialization: bool = False) -> None:
         """Saves ``obj`` on the main process only (``torch.save`` or safetensors)."""
-        from accelerate.checkpointing import accelerator_io as checkpoint_io
+        from accelerate.checkpointing import model_access
 
-        checkpoint_io.save_object(cast("Accelerator", self), obj, f, safe_serialization=safe_serialization)
+        model_access.save_object(self._model_access(), obj, f, safe_serialization=safe_serialization)
 
     def save_model(
         self,
@@ -66,10 +69,10 @@ class AcceleratorCheckpoints:
         max_shard_size: int | str = "10GB",
         safe_serialization: bool = True,
     ) -> None:
-        from accelerate.checkpointing import accelerator_io as checkpoint_io
+        from accelerate.checkpointing import model_access
 
-        checkpoint_io.save_model(
-            cast("Accelerator", self),
+        model_access.save_model(
+            self._model_access(),
             model,
             save_directory,
             max_shard_size=max_shard_size,
@@ -77,9 +80,9 @@ class AcceleratorCheckpoints:
         )
 
     def get_state_dict(self, model: torch.nn.Module, unwrap: bool = True) -> dict[str, torch.Tensor]:
-        from accelerate.checkpointing import accelerator_io as checkpoint_io
+        from accelerate.checkpointing import model_access
 
-        return checkpoint_io.get_state_dict(cast("Accelerator", self), model, unwrap=unwrap)
+        return model_access.get_state_dict(self._model_access(), model, unwrap=unwrap)
 
     def register_for_checkpointing(self, *objects: Any) -> None:
         from accelerate.checkpointing import accelerator_io as checkpoint_io
@@ -96,6 +99,18 @@ class AcceleratorCheckpoints:
         from accelerate.checkpointing import accelerator_io as checkpoint_io
 
         return checkpoint_io.register_hook(self._load_model_state_pre_hook, hook)
+
+    def _model_access(self) -> ModelAccess:
+        from accelerate.checkpointing.model_access import ModelAccess
+
+        return ModelAccess(
+            state=self.partial_state,
+            save_on_each_node=self.project_configuration.save_on_each_node,
+            unwrap=self.unwrap_model,
+            full_state_dict=self.strategy.full_state_dict,
+            model_state_dict=self.strategy.model_state_dict,
+            checkpoint_io=functools.partial(self.strategy.checkpoint_io, self.state),
+        )
 
     def _training_objects(self) -> TrainingObjects:
         from accelerate.checkpointing.accelerator_io import TrainingObjects

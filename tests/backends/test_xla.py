@@ -60,3 +60,16 @@ def test_upstreams_path_names_the_backends_loader() -> None:
     from accelerate.data_loader import MpDeviceLoaderWrapper as at_upstream_path
 
     assert at_upstream_path is MpDeviceLoaderWrapper
+
+
+def test_the_strategy_writes_checkpoints_through_its_own_io(monkeypatch: pytest.MonkeyPatch) -> None:
+    """checkpointing/ knows no XLA: the strategy's CheckpointIO copies tensors to CPU (as xm.save)."""
+    from accelerate.backends.xla import XlaCheckpointIO
+    from accelerate.backends.xla import checkpoint_io as xla_io
+
+    io = XLAStrategy(torch.device("cpu"), 1).checkpoint_io()
+    assert isinstance(io, XlaCheckpointIO)
+    state = {"w": torch.zeros(2)}
+    assert io.host_copy(state) is state  # no torch_xla loaded: no XLA tensor, nothing copied
+    monkeypatch.setattr(xla_io, "xla_to_cpu", lambda obj: ("copied", obj))
+    assert io.host_copy(state) == ("copied", state)

@@ -128,7 +128,7 @@ def test_state_dict_of_an_offloaded_model(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("safe", [True, False])
 def test_sharded_checkpoint_from_save_model_files(tmp_path: Path, safe: bool) -> None:
-    from accelerate.checkpointing.model_files import save_model_files
+    from accelerate.storage.model_files import save_model_files
 
     ref = reference()
     files = save_model_files(ref.state_dict(), tmp_path, max_shard_size="20KB", safe_serialization=safe)
@@ -175,7 +175,7 @@ def test_an_index_without_weight_map_is_itself_the_weight_map(tmp_path: Path) ->
 
 
 def test_an_index_without_weight_map_or_file_names_names_the_entry(tmp_path: Path) -> None:
-    from accelerate.checkpointing.errors import CheckpointError
+    from accelerate.storage.errors import CheckpointError
 
     save_file({"w": torch.ones(1)}, str(tmp_path / "a.safetensors"))
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 4}}))

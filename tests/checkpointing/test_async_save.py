@@ -21,8 +21,8 @@ from accelerate.checkpointing import (
     verify_checkpoint,
 )
 from accelerate.checkpointing.async_save import async_save_in_flight
-from accelerate.checkpointing.errors import CheckpointError
 from accelerate.state import PartialState
+from accelerate.storage.errors import CheckpointError
 from accelerate.utils import ProjectConfiguration
 from tests.checkpointing.harness import Counter
 from tests.checkpointing.models import TiedNet

@@ -29,8 +29,8 @@ from accelerate.checkpointing import (
     save_training_state,
     verify_checkpoint,
 )
-from accelerate.checkpointing.atomic import INNER_STAGING, OLD_SUFFIX, STAGING_SUFFIX, sibling
 from accelerate.state import PartialState
+from accelerate.storage.atomic import INNER_STAGING, OLD_SUFFIX, STAGING_SUFFIX, sibling
 from accelerate.utils import ProjectConfiguration
 from tests.checkpointing.fault_worker import USER_FILE, USER_TEXT
 from tests.checkpointing.harness import Counter, build, set_to, train
@@ -246,7 +246,7 @@ def test_file_size_limit_is_reported_as_such(tmp_path: Path) -> None:
     )
     assert done.returncode != 0
     last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("accelerate.checkpointing.errors.DiskFullError"), done.stderr
+    assert last.startswith("accelerate.storage.errors.DiskFullError"), done.stderr
     assert "model.safetensors" in last and "EFBIG" in last and "needs about 0.4 MB" in last
     assert "unexpected pos" not in last
     assert not (tmp_path / "ckpt").exists()

@@ -12,7 +12,7 @@ from accelerate.checkpointing import (
     next_iteration,
     rotate_checkpoints,
 )
-from accelerate.checkpointing.durable_io import write_bytes
+from accelerate.storage.durable_io import write_bytes
 
 
 def _commit(project: Path, i: int) -> Path:

@@ -198,12 +198,12 @@ def test_resuming_this_runs_own_checkpoint_says_nothing_and_another_runs_warns(
 
 
 def test_a_process_of_the_same_run_is_not_another_job(tmp_path: Path) -> None:
-    from accelerate.checkpointing.project_lock import ProjectBusyError, own_project
+    from accelerate.storage.project_lock import ProjectBusyError, own_project
 
     root = tmp_path / "project"
     script = (
         "import sys\n"
-        "from accelerate.checkpointing.project_lock import own_project\n"
+        "from accelerate.storage.project_lock import own_project\n"
         "own_project(sys.argv[1], run_id='run-1')\n"
         "print('owned', flush=True)\n"
         "sys.stdin.read()\n"  # holds the folder until the test closes its stdin
@@ -255,7 +255,7 @@ def test_the_ranks_of_one_job_share_process_0s_run_id(tmp_path: Path, pool2: Any
 def test_a_folder_that_cannot_hold_the_lock_file_is_not_owned_and_says_so(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from accelerate.checkpointing.project_lock import own_project
+    from accelerate.storage.project_lock import own_project
 
     (tmp_path / "a file").write_text("")
     with caplog.at_level("WARNING", logger="accelerate.checkpointing"):

@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from accelerate.backends.fsdp.checkpoint_io import ShardedParts
+from accelerate.backends.dtensor_io.checkpoint_io import ShardedParts
 from accelerate.checkpointing import (
     MANIFEST_NAME,
     CheckpointError,
@@ -296,3 +296,23 @@ def test_save_on_each_node_of_a_sharded_model_is_refused_on_every_rank(
     assert all("save_on_each_node=False" in message for message in messages), messages
     assert not any("entered DCP's collectives" in message for message in messages), messages
     assert not list(tmp_path.rglob("*.distcp"))
+
+
+def test_the_writer_copies_every_written_state_through_host_copy(tmp_path: Path) -> None:
+    """CheckpointIO.host_copy (XLA's copy to CPU) sees each model, optimizer and custom state written."""
+    seen: list[Any] = []
+
+    def host_copy(obj: Any) -> Any:
+        seen.append(obj)
+        return obj
+
+    model = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    save_training_state(
+        tmp_path / "ckpt",
+        state=PartialState(),
+        models_state_dicts=[model.state_dict()],
+        optimizers=[optimizer],
+        host_copy=host_copy,
+    )
+    assert len(seen) == 2 and set(seen[0]) == {"weight", "bias"} and "param_groups" in seen[1]

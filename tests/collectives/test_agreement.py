@@ -130,8 +130,8 @@ def save_state_with_a_full_disk_on_rank_0(directory: str) -> dict[str, Any]:
     import resource
 
     from accelerate import Accelerator
-    from accelerate.checkpointing.errors import DiskFullError
     from accelerate.state import PartialState
+    from accelerate.storage.errors import DiskFullError
 
     accelerator = Accelerator(cpu=True)
     accelerator.prepare(torch.nn.Linear(100, 100))

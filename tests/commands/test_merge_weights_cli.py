@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from accelerate.checkpointing.model_files import load_state_dict_file, save_model_files
 from accelerate.commands.merge import merge_fsdp_weights
+from accelerate.storage.model_files import load_state_dict_file, save_model_files
 from tests.commands.helpers import run_cli
 
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import torch
 
-from accelerate.checkpointing.model_files import load_state_dict_file
-from tests.checkpointing import fsdp_workers as w
+from accelerate.storage.model_files import load_state_dict_file
+from tests.backends.dtensor_io import workers as w
 from tests.commands.helpers import run_cli
 from tests.conftest import get_pool
 

@@ -99,7 +99,7 @@ def _worker(rank: int, world_size: int, port: int, conn: Connection) -> None:
 
 def _release_projects() -> None:
     """Each call is a job of its own: the project folders it took are free for the next (or the test)."""
-    owner = sys.modules.get("accelerate.checkpointing.project_lock")
+    owner = sys.modules.get("accelerate.storage.project_lock")
     if owner is not None:
         owner.release_projects()
 

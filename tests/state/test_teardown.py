@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from accelerate.checkpointing import durable_io
 from accelerate.state import teardown
+from accelerate.storage import durable_io, verified_read
 
 
 @pytest.fixture
@@ -85,5 +85,5 @@ def test_checksum_pool_stops_and_restarts(tmp_path: Path) -> None:
     teardown.stop_background_work()
     assert not _checksum_threads()
     record = durable_io.write_bytes(tmp_path / "b.bin", b"y" * (2 * 1024 * 1024))  # starts a new pool
-    durable_io.verify_file(tmp_path / "b.bin", record)
+    verified_read.verify_file(tmp_path / "b.bin", record)
     teardown.stop_background_work()

@@ -8,7 +8,8 @@ import sys
 
 import torch
 
-from accelerate.checkpointing import model_files, rng, training_state
+from accelerate.checkpointing import rng, training_state
+from accelerate.storage import model_files
 from accelerate.utils import constants
 
 

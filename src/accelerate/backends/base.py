@@ -137,7 +137,7 @@ class Strategy:
         plain model and plain file to the plain-file base (:class:`CheckpointIO`). Backends that
         checkpoint their objects themselves return their own (DeepSpeed).
         """
-        from accelerate.backends.fsdp.checkpoint_io import ShardedCheckpointIO
+        from accelerate.backends.dtensor_io.checkpoint_io import ShardedCheckpointIO
 
         return ShardedCheckpointIO.for_run(run)
 

@@ -35,8 +35,8 @@ from accelerate.big_modeling.tensors import (
     set_module_tensor_to_device,
     set_owned_tensor,
 )
-from accelerate.checkpointing.errors import CheckpointError
-from accelerate.checkpointing.model_files import resolve_checkpoint
+from accelerate.storage.errors import CheckpointError
+from accelerate.storage.model_files import resolve_checkpoint
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ class CheckpointMismatchError(CheckpointError, ValueError):
     """The checkpoint does not fit the model: missing or unexpected weights, or a shape mismatch.
 
     Both a ``ValueError`` (what the big-model loaders raise for a bad device map or checkpoint) and a
-    :class:`~accelerate.checkpointing.errors.CheckpointError` (a ``RuntimeError``, like
+    :class:`~accelerate.storage.errors.CheckpointError` (a ``RuntimeError``, like
     ``nn.Module.load_state_dict(strict=True)``), so handlers written for either keep working.
     """
 

@@ -134,7 +134,7 @@ def _mapped_safetensor(path: str, name: str) -> torch.Tensor:
     """
     import numpy as np
 
-    from accelerate.checkpointing.safetensors_io import dtype_from_code
+    from accelerate.storage.safetensors_io import dtype_from_code
 
     start, entries = _safetensors_layout(path, os.stat(path).st_mtime_ns)
     if name not in entries:

@@ -42,7 +42,7 @@ def convert_file_size_to_int(size: int | str) -> int:
     A unit written with a lowercase ``b`` (``"5Gb"``) means bits and is divided by 8. Zero (``0``,
     ``"0MB"``) is 0, as upstream; a negative size is an error.
     """
-    from accelerate.checkpointing.sizes import parse_size
+    from accelerate.storage.sizes import parse_size
 
     if isinstance(size, int) and not isinstance(size, bool):
         if size < 0:

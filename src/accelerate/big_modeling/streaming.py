@@ -22,9 +22,9 @@ from typing import Any, cast
 
 import torch
 
-from accelerate.checkpointing.errors import CheckpointError
-from accelerate.checkpointing.model_files import ALIASES_KEY
-from accelerate.checkpointing.safetensors_io import _CODES
+from accelerate.storage.errors import CheckpointError
+from accelerate.storage.model_files import ALIASES_KEY
+from accelerate.storage.safetensors_io import dtype_from_code
 
 
 def safetensors_header(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, str], int]:
@@ -60,7 +60,7 @@ def iter_safetensors(
 
 def _read(handle: Any, start: int, name: str, info: dict[str, Any], path: Any) -> torch.Tensor:
     try:
-        dtype = _CODES[info["dtype"]]
+        dtype = dtype_from_code(info["dtype"], source=str(path))
         shape = [int(d) for d in info["shape"]]
         begin, end = (int(x) for x in info["data_offsets"])
     except (KeyError, TypeError, ValueError) as error:
@@ -80,7 +80,7 @@ def _existing_weights_file(path: str | os.PathLike[str]) -> Path:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"Weights file {path} does not exist")
-    from accelerate.checkpointing.regular_files import check_regular
+    from accelerate.storage.regular_files import check_regular
 
     check_regular(path)  # raises CheckpointError naming what it is instead
     return path
@@ -205,7 +205,7 @@ def _open_safetensors(path: Path) -> Iterator[StoredWeight]:
     for name, info in sorted(entries.items(), key=lambda item: item[1]["data_offsets"][0]):
         try:
             shape = tuple(int(d) for d in info["shape"])
-            dtype = _CODES[info["dtype"]]
+            dtype = dtype_from_code(info["dtype"], source=str(path))
             _ = [int(x) for x in info["data_offsets"]]
         except (KeyError, TypeError, ValueError) as error:
             raise CheckpointError(f"{path}: malformed safetensors entry for {name!r}: {info!r}") from error

@@ -1,8 +1,8 @@
-"""The Accelerator's checkpoint methods, delegated here to keep the facade small.
+"""The Accelerator's ``save_state`` / ``load_state``, delegated here to keep the facade small.
 
-Everything that touches files lives in the sibling modules (model_files, atomic, project,
-training_state). The Accelerator hands this module what it needs explicitly (a
-:class:`TrainingObjects`) and applies what comes back (the step, the next checkpoint number)
+Files are written by ``storage/`` (atomic folders, the project lock) and the sibling modules
+(project, training_state); a model's weights alone go through ``model_access.py``. The facade's
+delegate hands this module what it needs explicitly (a frozen :class:`TrainingObjects`) and applies what comes back (the step, the next checkpoint number)
 itself: this module never writes to the Accelerator.
 """
 
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -20,10 +19,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from accelerate.checkpointing.checkpoint_io import CheckpointIO
-from accelerate.collectives.agreement import agree_on_failure
 
 if TYPE_CHECKING:
-    from accelerate.accelerator import Accelerator
     from accelerate.checkpointing.training_state import ProcessInfo
     from accelerate.utils.dataclasses import ProjectConfiguration
 
@@ -69,75 +66,6 @@ def check_checkpointable_objects(objects: Sequence[Any]) -> None:
             "All `objects` must include a `state_dict` and `load_state_dict` function to be stored. The "
             "following inputs are invalid:" + "".join(problems)
         )
-
-
-def get_state_dict(
-    accelerator: Accelerator, model: torch.nn.Module, unwrap: bool = True
-) -> dict[str, torch.Tensor]:
-    gathered = accelerator.strategy.full_state_dict(model)  # ZeRO-3: gathered from every rank
-    if gathered is not None:
-        return gathered
-    if unwrap:
-        model = accelerator.unwrap_model(model, keep_fp32_wrapper=True, keep_torch_compile=False)
-    # Sharded models: gathered onto the main process (the others get an empty dict).
-    return accelerator.strategy.model_state_dict(model)
-
-
-def save_object(accelerator: Accelerator, obj: Any, f: Any, *, safe_serialization: bool) -> None:
-    """``Accelerator.save``: the main process (each node's, with ``save_on_each_node``) writes ``f`` durably."""
-    from accelerate.checkpointing.single_file import save_object as write
-
-    state = accelerator.partial_state
-    writer = (
-        state.is_local_main_process
-        if accelerator.project_configuration.save_on_each_node
-        else state.is_main_process
-    )
-    if writer:
-        write(obj, f, safe_serialization=safe_serialization)
-
-
-def save_model(
-    accelerator: Accelerator,
-    model: torch.nn.Module,
-    save_directory: str | os.PathLike[str],
-    *,
-    max_shard_size: int | str,
-    safe_serialization: bool,
-) -> None:
-    from accelerate.checkpointing.model_files import save_model_files
-
-    state_dict = _offloaded_state_dict(accelerator, model)
-    if state_dict is None:
-        state_dict = get_state_dict(accelerator, model)
-    error: BaseException | None = None
-    try:
-        save_model_files(
-            state_dict,
-            save_directory,
-            max_shard_size=max_shard_size,
-            safe_serialization=safe_serialization,
-            is_main_process=accelerator.is_main_process,
-        )
-    except Exception as exc:  # told to every rank below, so none waits for a writer that failed
-        error = exc
-    agree_on_failure(error, what=f"save_model to {save_directory}")
-
-
-def _offloaded_state_dict(accelerator: Accelerator, model: torch.nn.Module) -> dict[str, torch.Tensor] | None:
-    """The real weights of a model with blocks offloaded by hooks (``dispatch_model``, ``cpu_offload``,
-    ``disk_offload``), or None for any other model.
-
-    Between forwards such blocks hold meta placeholders; as upstream, ``save_model`` loads each
-    block from its hook (the CPU copy or the disk) onto the CPU, one at a time, instead.
-    """
-    from accelerate.big_modeling.loading import get_state_dict_offloaded_model
-    from accelerate.big_modeling.tensors import has_offloaded_params
-
-    bare = accelerator.unwrap_model(model, keep_fp32_wrapper=True, keep_torch_compile=False)
-    if not any(has_offloaded_params(module) for module in bare.modules()):
-        return None
-    return get_state_dict_offloaded_model(bare)
 
 
 def _no_extra(call: str, kwargs: dict[str, Any]) -> None:
@@ -229,7 +157,7 @@ def wait_for_async_save() -> None:
 
 def end_of_job() -> None:
     """``end_training``: the project folders this process owns are free for another job from here on."""
-    from accelerate.checkpointing.project_lock import release_projects
+    from accelerate.storage.project_lock import release_projects
 
     release_projects()
 
@@ -268,7 +196,7 @@ def _own_project(objects: TrainingObjects, project: str, call: str) -> None:
     Once every rank agreed, later saves and loads there skip both exchanges: every rank makes the same
     calls in the same order, so all of them skip alike (until the folders are released).
     """
-    from accelerate.checkpointing.project_lock import agreed_on, note_agreed
+    from accelerate.storage.project_lock import agreed_on, note_agreed
 
     if agreed_on(project):
         return
@@ -277,10 +205,10 @@ def _own_project(objects: TrainingObjects, project: str, call: str) -> None:
 
 
 def _take_project(objects: TrainingObjects, project: str, call: str) -> None:
-    from accelerate.checkpointing.project_lock import ProjectBusyError, own_project
     from accelerate.checkpointing.run_identity import agree_on_run_id, run_id
     from accelerate.checkpointing.training_state import writer_and_node
     from accelerate.collectives.agreement import agree_on_outcome
+    from accelerate.storage.project_lock import ProjectBusyError, own_project
 
     what = f"{call} into {project}"
     agree_on_run_id(what=what)  # process 0's id on every rank: this job's writers know each other
@@ -350,6 +278,7 @@ def _save_state(
         "parts": parts,
         "owned_files": io.save_owned if owned else None,
         "extra_manifest": io.manifest_extra() if owned else None,
+        "host_copy": io.host_copy,
         **objects.stateful(),
     }
     if async_save:
@@ -362,7 +291,8 @@ def _save_state(
             )
         from accelerate.checkpointing.async_save import start_async_save
 
-        for key in ("parts", "owned_files", "extra_manifest"):  # None here: full state dicts only
+        # None here (full state dicts only); the snapshot is a host copy already.
+        for key in ("parts", "owned_files", "extra_manifest", "host_copy"):
             del save_kwargs[key]
 
         # Rotation runs on the writer thread, after every writer committed.
@@ -433,7 +363,7 @@ def load_state(
         hook(models, str(source))
     io = objects.checkpoint_io
     if io.owns_training_objects:  # the backend loads its modules, optimizers and schedulers itself
-        from accelerate.checkpointing.atomic import checkpoint_folder, read_manifest
+        from accelerate.storage.atomic import checkpoint_folder, read_manifest
 
         io.load_owned(checkpoint_folder(source), read_manifest(source))
         models = []
@@ -442,8 +372,8 @@ def load_state(
     if project is not None:
         next_iteration = iteration_after(project, source, objects.project.iteration)
     if project is not None and input_dir is None:  # the newest checkpoint, picked for the caller
-        from accelerate.checkpointing.atomic import read_manifest
         from accelerate.checkpointing.run_identity import note_resumed_run
+        from accelerate.storage.atomic import read_manifest
 
         if objects.state.is_main_process:
             manifest = read_manifest(source)  # loaded just now: it is readable

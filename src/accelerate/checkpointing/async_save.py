@@ -38,9 +38,6 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from accelerate.checkpointing.atomic import AtomicCheckpoint
-from accelerate.checkpointing.durable_io import FileRecord, ensure_helper
-from accelerate.checkpointing.errors import CheckpointError
 from accelerate.checkpointing.rng import capture_rng_state
 from accelerate.checkpointing.snapshot import HostBuffers, host_copy, snapshot_objects
 from accelerate.checkpointing.training_state import (
@@ -52,6 +49,9 @@ from accelerate.checkpointing.training_state import (
     writer_and_node,
 )
 from accelerate.state.teardown import on_shutdown
+from accelerate.storage.atomic import AtomicCheckpoint
+from accelerate.storage.durable_io import FileRecord, ensure_helper
+from accelerate.storage.errors import CheckpointError
 
 logger = logging.getLogger(__name__)
 

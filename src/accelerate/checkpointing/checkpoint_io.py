@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from torch import nn
 
-    from accelerate.checkpointing.atomic import Manifest
-    from accelerate.checkpointing.durable_io import FileRecord, SyncGroup
-    from accelerate.checkpointing.errors import CheckpointError
+    from accelerate.storage.durable_io import FileRecord, SyncGroup
+    from accelerate.storage.errors import CheckpointError
+    from accelerate.storage.manifest import Manifest
 
 
 class SaveParts(Protocol):
@@ -127,6 +127,15 @@ class CheckpointIO:
         """Loads a plain optimizer file's state where this backend must convert it; False: the
         optimizer's own ``load_state_dict`` does."""
         return False
+
+    # --- what a file holds ---------------------------------------------------------------------------
+    def host_copy(self, obj: Any) -> Any:
+        """``obj`` as a file may hold it, loadable on a machine without this backend's devices.
+
+        Called on every state dict and object state before it is written (``save_state``,
+        ``save_model``, ``Accelerator.save``). Plain files: ``obj`` as it is.
+        """
+        return obj
 
     # --- whole state dicts --------------------------------------------------------------------------
     def full_state_dict(self, model: nn.Module) -> dict[str, Any]:

@@ -21,12 +21,13 @@ from typing import Any
 
 from torch import nn
 
-from accelerate.checkpointing.atomic import AtomicCheckpoint, read_manifest
-from accelerate.checkpointing.durable_io import FileRecord, fsync_dir, save_torch
-from accelerate.checkpointing.entry_names import entry_path
 from accelerate.checkpointing.load_reader import _open_folder, _Reader
+from accelerate.checkpointing.single_file import host_copy_without_strategy
 from accelerate.checkpointing.training_state import custom_name, save_training_state
 from accelerate.checkpointing.training_state_load import load_training_state
+from accelerate.storage.atomic import AtomicCheckpoint, read_manifest
+from accelerate.storage.durable_io import FileRecord, fsync_dir, save_torch
+from accelerate.storage.entry_names import entry_path
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +90,7 @@ def save_accelerator_state(
         step=step,
         safe_serialization=safe_serialization,
         save_on_each_node=save_on_each_node,
+        host_copy=host_copy_without_strategy,
     )
 
 
@@ -217,7 +219,7 @@ def save_custom_state(
     name = custom_name(index)
     if not (state.is_local_main_process if save_on_each_node else state.is_main_process):
         return folder / name
-    obj_state = obj.state_dict()
+    obj_state = host_copy_without_strategy(obj.state_dict())
     if folder.is_dir() and read_manifest(folder) is not None:
         _add_to_committed(folder, name, obj_state)
         return folder / name

@@ -17,12 +17,12 @@ import torch
 from torch import nn
 
 from accelerate.big_modeling.quantization.checks import quantization_mismatches
-from accelerate.checkpointing.errors import CheckpointError
 from accelerate.checkpointing.load_reader import _live_state, _Reader
 from accelerate.checkpointing.training_state import (
     ProcessInfo,
     custom_name,
 )
+from accelerate.storage.errors import CheckpointError
 
 logger = logging.getLogger(__name__)
 

@@ -18,14 +18,16 @@ from typing import Any
 import torch
 from torch import nn
 
-from accelerate.checkpointing.atomic import Manifest, checkpoint_file, checkpoint_folder, read_manifest
-from accelerate.checkpointing.durable_io import MANIFEST_NAME, FileRecord, load_verified
-from accelerate.checkpointing.errors import CheckpointError
-from accelerate.checkpointing.model_files import (
-    _torch_load,
-)
 from accelerate.checkpointing.project import looks_like_checkpoint, own_traces
-from accelerate.checkpointing.regular_files import open_regular
+from accelerate.storage.atomic import checkpoint_file, checkpoint_folder, read_manifest
+from accelerate.storage.durable_io import MANIFEST_NAME, FileRecord
+from accelerate.storage.errors import CheckpointError
+from accelerate.storage.manifest import Manifest
+from accelerate.storage.model_files import (
+    torch_load_file,
+)
+from accelerate.storage.regular_files import open_regular
+from accelerate.storage.verified_read import load_verified
 
 logger = logging.getLogger(__name__)
 
@@ -118,8 +120,8 @@ class _Reader:
         path = self.require(name, what)
         record = self.record(name)
         if mmap:
-            return load_verified(path, record, lambda p: _torch_load(p, mmap=True))
-        return load_verified(path, record, _torch_load)
+            return load_verified(path, record, lambda p: torch_load_file(p, mmap=True))
+        return load_verified(path, record, torch_load_file)
 
 
 def _live_state(optimizer: Any) -> dict[int, Any]:

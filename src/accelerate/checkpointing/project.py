@@ -21,7 +21,7 @@ import re
 import shutil
 from pathlib import Path
 
-from accelerate.checkpointing.atomic import (
+from accelerate.storage.atomic import (
     OLD_SUFFIX,
     checkpoint_folder,
     interrupted_merge,
@@ -29,7 +29,7 @@ from accelerate.checkpointing.atomic import (
     remove_tree,
     stale_entries,
 )
-from accelerate.checkpointing.durable_io import MANIFEST_NAME
+from accelerate.storage.durable_io import MANIFEST_NAME
 
 CHECKPOINTS_DIRNAME = "checkpoints"
 _NAME = re.compile(r"^checkpoint_(\d+)$")

@@ -12,10 +12,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from accelerate.checkpointing.atomic import checkpoint_folder
-from accelerate.checkpointing.errors import CheckpointError
 from accelerate.checkpointing.project import checkpoints_root, latest_checkpoint, next_iteration
 from accelerate.collectives.agreement import agree_on_failure
+from accelerate.storage.atomic import checkpoint_folder
+from accelerate.storage.errors import CheckpointError
 
 
 def find_resume_checkpoint(

@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from accelerate.checkpointing.errors import CheckpointError
-from accelerate.checkpointing.regular_files import open_regular
 from accelerate.diagnostics.watchdog import SLOT
+from accelerate.storage.errors import CheckpointError
+from accelerate.storage.regular_files import open_regular
 
 RNG_STATE_NAME = "random_states"
 # Our files carry this key (upstream ignores unknown keys): a folder holding such a file but no

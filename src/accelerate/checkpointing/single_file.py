@@ -21,16 +21,16 @@ from typing import IO, Any, cast
 import numpy
 import torch
 
-from accelerate.checkpointing.atomic import helper_name
-from accelerate.checkpointing.durable_io import fsync_dir, write_file
-from accelerate.checkpointing.model_files import (
+from accelerate.checkpointing.rng import numpy_safe_globals
+from accelerate.storage.atomic import helper_name
+from accelerate.storage.durable_io import fsync_dir, write_file
+from accelerate.storage.model_files import (
     ALIASES_KEY,
     _identity,
     prepare_state_dict,
     write_weights_file,
 )
-from accelerate.checkpointing.rng import numpy_safe_globals
-from accelerate.checkpointing.safetensors_io import write_safetensors
+from accelerate.storage.safetensors_io import write_safetensors
 from accelerate.utils.xla import xla_to_cpu
 
 logger = logging.getLogger(__name__)
@@ -98,13 +98,24 @@ def _warn_shared(state_dict: Mapping[str, Any]) -> None:
         )
 
 
+def host_copy_without_strategy(obj: Any) -> Any:
+    """``obj`` as upstream's strategy-less functions write it (``utils.save``, ``save_accelerator_state``,
+    ``save_custom_state``), which have no ``CheckpointIO.host_copy`` to ask.
+
+    As upstream (which asks the process state), XLA tensors are copied to the CPU like torch_xla's
+    ``xm.save``; without torch_xla loaded no XLA tensor can exist and ``obj`` comes back at once.
+    Runs with an Accelerator go through their strategy's ``CheckpointIO`` instead.
+    """
+    return xla_to_cpu(obj)
+
+
 def save_object(obj: Any, f: str | os.PathLike[str] | IO[bytes], *, safe_serialization: bool = False) -> None:
     """Writes ``obj`` to ``f`` (a path, durably and atomically; or a writable binary file object).
 
     ``safe_serialization=True`` writes safetensors (``obj`` must be a dict of tensors; tied tensors
-    are stored once and restored by our loaders), else ``torch.save``.
+    are stored once and restored by our loaders), else ``torch.save``. Tensors are written where
+    they are: device tensors a file cannot carry are copied first (``CheckpointIO.host_copy``).
     """
-    obj = xla_to_cpu(obj)  # as torch_xla's xm.save: the file must load without an XLA device
     prepared = _prepared(obj) if safe_serialization else None
     if not isinstance(f, str | os.PathLike):
         if prepared is not None:
@@ -167,7 +178,7 @@ def save(
 
     state = PartialState()
     if state.is_local_main_process if save_on_each_node else state.is_main_process:
-        save_object(obj, f, safe_serialization=safe_serialization)
+        save_object(host_copy_without_strategy(obj), f, safe_serialization=safe_serialization)
 
 
 def load(f: str | os.PathLike[str] | IO[bytes], map_location: Any = None, **kwargs: Any) -> Any:

@@ -37,13 +37,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
-from accelerate.checkpointing.atomic import AtomicCheckpoint, read_manifest
-from accelerate.checkpointing.durable_io import FileRecord, SyncGroup, save_torch
-from accelerate.checkpointing.errors import CheckpointError, DiskFullError
-from accelerate.checkpointing.model_files import (
-    prepare_state_dict,
-    write_weights_file,
-)
 from accelerate.checkpointing.objects import check_checkpointable
 from accelerate.checkpointing.rng import (
     capture_rng_state,
@@ -51,6 +44,13 @@ from accelerate.checkpointing.rng import (
 )
 from accelerate.checkpointing.run_identity import run_id
 from accelerate.collectives.agreement import agree_on_failure, agree_on_outcome
+from accelerate.storage.atomic import AtomicCheckpoint, read_manifest
+from accelerate.storage.durable_io import FileRecord, SyncGroup, save_torch
+from accelerate.storage.errors import CheckpointError, DiskFullError
+from accelerate.storage.model_files import (
+    prepare_state_dict,
+    write_weights_file,
+)
 
 if TYPE_CHECKING:
     from accelerate.checkpointing.checkpoint_io import SaveParts
@@ -99,6 +99,10 @@ def model_names(index: int) -> tuple[str, str]:
 
 
 # --- saving -----------------------------------------------------------------------------------------
+def _as_is(obj: Any) -> Any:
+    return obj
+
+
 def _write_shared(
     ckpt: AtomicCheckpoint,
     *,
@@ -111,20 +115,22 @@ def _write_shared(
     safe_serialization: bool,
     sync: SyncGroup,
     parts: SaveParts | None = None,
+    host_copy: Callable[[Any], Any] | None = None,
 ) -> dict[str, FileRecord]:
     records: dict[str, FileRecord] = {}
+    to_host = host_copy if host_copy is not None else _as_is
     # The strategy's own parts (sharded models, their optimizers) are written by every process.
     skip_models = set(parts.models) if parts is not None else set()
     skip_optimizers = set(parts.optimizers) if parts is not None else set()
 
     def put(name: str, obj: Any) -> None:
-        records[name] = save_torch(obj, ckpt.path(name), sync=sync)
+        records[name] = save_torch(to_host(obj), ckpt.path(name), sync=sync)
 
     for i, state_dict in enumerate(models_state_dicts):
         if i in skip_models:
             continue
         name = model_names(i)[0 if safe_serialization else 1]
-        prepared = prepare_state_dict(state_dict, safetensors=safe_serialization)
+        prepared = prepare_state_dict(to_host(state_dict), safetensors=safe_serialization)
         records[name] = write_weights_file(ckpt.path(name), prepared, sync=sync)
     for i, optimizer in enumerate(optimizers):
         if i in skip_optimizers:
@@ -351,6 +357,7 @@ def save_training_state(
     parts: SaveParts | None = None,
     owned_files: Callable[[Path, bool], dict[str, FileRecord]] | None = None,
     extra_manifest: dict[str, Any] | None = None,
+    host_copy: Callable[[Any], Any] | None = None,
 ) -> Path:
     """Writes a complete, crash-safe checkpoint to ``output_dir``; call it on every process.
 
@@ -378,6 +385,8 @@ def save_training_state(
             files: a backend that checkpoints its objects itself (``CheckpointIO.save_owned``) writes
             there; the writer returns every record.
         extra_manifest: more entries for the manifest's ``extra`` (read back by that backend).
+        host_copy: applied to every state the writer writes (``CheckpointIO.host_copy``: device
+            tensors a file cannot carry copied to the host); None: written as they are.
 
     Returns:
         The committed folder. When this returns on any rank, the checkpoint is committed everywhere.
@@ -402,6 +411,7 @@ def save_training_state(
         "custom_objects": custom_objects,
         "safe_serialization": safe_serialization,
         "parts": parts,
+        "host_copy": host_copy,
     }
     gathered = _write(
         ckpt,

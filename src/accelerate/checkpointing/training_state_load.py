@@ -24,8 +24,6 @@ import torch
 from torch import nn
 
 from accelerate.checkpointing.checkpoint_io import CheckpointIO
-from accelerate.checkpointing.durable_io import MANIFEST_NAME, load_verified
-from accelerate.checkpointing.errors import CheckpointError
 from accelerate.checkpointing.load_checks import (
     _check_custom_count,
     _check_loader_state,
@@ -42,9 +40,6 @@ from accelerate.checkpointing.load_reader import (  # noqa: F401 - _open_folder,
     _open_folder,
     _Reader,
     fill_tied_keys,
-)
-from accelerate.checkpointing.model_files import (
-    load_state_dict_file,
 )
 from accelerate.checkpointing.rng import (
     PENDING_GRADIENTS,
@@ -64,6 +59,12 @@ from accelerate.checkpointing.training_state import (
     model_names,
 )
 from accelerate.collectives.agreement import agree_on_failure
+from accelerate.storage.durable_io import MANIFEST_NAME
+from accelerate.storage.errors import CheckpointError
+from accelerate.storage.model_files import (
+    load_state_dict_file,
+)
+from accelerate.storage.verified_read import load_verified
 
 logger = logging.getLogger(__name__)
 

@@ -1,13 +1,14 @@
 """torch_xla helpers every layer may use: the install hint, cutting the XLA graph, CPU copies for files.
 
-They sit at the bottom of the layering because code below the XLA backend needs them:
-``checkpointing/`` writes files without a strategy at hand (``Accelerator.save``, ``utils.save``),
-and must copy XLA tensors to CPU first as torch_xla's ``xm.save`` does (:func:`xla_to_cpu`).
+They sit at the bottom of the layering because code below the XLA backend needs them: upstream's
+strategy-less ``utils.save`` / ``save_accelerator_state`` (``checkpointing/single_file.py``) must copy
+XLA tensors to CPU first as torch_xla's ``xm.save`` does (:func:`xla_to_cpu`); runs with a strategy
+copy through its ``XlaCheckpointIO`` (:mod:`accelerate.backends.xla.checkpoint_io`).
 Nothing here imports torch or torch_xla at import time (the launcher reads :data:`INSTALL_HINT`);
 torch_xla is imported inside the functions, and only where it is already in use.
 
 Where XLA lives otherwise: detection, placement and the communicator in :mod:`accelerate.state.xla`,
-the backend (strategy, loader, bf16 switches) in :mod:`accelerate.backends.xla`.
+the backend (strategy, checkpoint I/O, loader, bf16 switches) in :mod:`accelerate.backends.xla`.
 """
 
 from __future__ import annotations

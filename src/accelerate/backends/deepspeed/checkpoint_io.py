@@ -16,11 +16,12 @@ from typing import Any
 
 import torch
 
-from accelerate.checkpointing.atomic import Manifest
 from accelerate.checkpointing.checkpoint_io import CheckpointIO
-from accelerate.checkpointing.durable_io import CHECKSUM_ALGORITHM, FileRecord, Hasher, fsync_dir, verify_file
-from accelerate.checkpointing.entry_names import entry_path
-from accelerate.checkpointing.errors import CheckpointError
+from accelerate.storage.durable_io import CHECKSUM_ALGORITHM, FileRecord, Hasher, fsync_dir
+from accelerate.storage.entry_names import entry_path
+from accelerate.storage.errors import CheckpointError
+from accelerate.storage.manifest import Manifest
+from accelerate.storage.verified_read import verify_file
 
 MODEL_NAME = "pytorch_model"
 EXTRA_KEY = "deepspeed"

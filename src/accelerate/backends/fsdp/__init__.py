@@ -16,14 +16,9 @@ parents). ``strategy``: :class:`FSDPStrategy`, the backend itself: the device me
 shard for NO_SHARD / HYBRID_SHARD), ``fully_shard`` per block then the root, rank-0 loading and
 broadcast, optimizers pointed at the shards, ``no_sync``, and clipping by the global norm.
 
-``state_dict``: sharded (DTensor) models told apart by their parameters, gathered to and loaded from
-full state dicts, and upstream's checkpoint names (``pytorch_model_fsdp_{i}``, ``optimizer_{i}``).
-``dcp``: torch.distributed.checkpoint folders inside our checksummed, manifest-committed checkpoints
-(resharding on load). ``checkpoint_io``: :class:`ShardedCheckpointIO`, what ``Strategy.checkpoint_io()``
-returns (for every strategy: a model sharded by hand, or a sharded checkpoint loaded into a plain
-run, goes through it too; plain models stay plain files): the sharded models' parts of
-``save_state`` / ``load_state`` (DCP folders or process 0's full files), so that ``checkpointing/``
-itself knows no backend. ``checkpoint_api``: upstream's ``save_fsdp_model`` /
+The checkpoint layouts of sharded (DTensor) models, which every strategy reads and writes (a model
+sharded by hand, or a sharded checkpoint loaded into a plain run), live in
+:mod:`accelerate.backends.dtensor_io`. ``checkpoint_api``: upstream's ``save_fsdp_model`` /
 ``load_fsdp_model`` / ``*_optimizer`` / ``fsdp2_load_full_state_dict`` over those layouts.
 
 ``merge``: one weights file from a sharded checkpoint (``merge_fsdp_weights``, ``accelerate
@@ -39,7 +34,6 @@ from accelerate._lazy import lazy_exports
 _EXPORTS = {
     "FullyShardedDataParallelPlugin": "accelerate.backends.fsdp.plugin",
     "FSDPStrategy": "accelerate.backends.fsdp.strategy",
-    "ShardedCheckpointIO": "accelerate.backends.fsdp.checkpoint_io",
     "resolve_fsdp": "accelerate.backends.fsdp.launch",
     "convert_fsdp_config": "accelerate.backends.fsdp.convert",
     "merge_fsdp_weights": "accelerate.backends.fsdp.merge",

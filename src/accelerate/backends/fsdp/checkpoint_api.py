@@ -15,9 +15,9 @@ from typing import Any
 
 from torch import nn
 
-from accelerate.backends.fsdp.checkpoint_io import save_model_part, save_optimizer_part
-from accelerate.backends.fsdp.dcp import load_model_dcp, load_optimizer_dcp
-from accelerate.backends.fsdp.state_dict import (
+from accelerate.backends.dtensor_io.checkpoint_io import save_model_part, save_optimizer_part
+from accelerate.backends.dtensor_io.dcp import load_model_dcp, load_optimizer_dcp
+from accelerate.backends.dtensor_io.state_dict import (
     FSDP_MODEL_NAME,
     OPTIMIZER_NAME,
     SHARDED_STATE_DICT,
@@ -115,7 +115,7 @@ def load_fsdp_model(
     if _kind(fsdp_plugin) == SHARDED_STATE_DICT:
         load_model_dcp(model, _dcp_folder(input_dir, model_folder_name(model_index), FSDP_MODEL_NAME))
     else:
-        from accelerate.checkpointing.model_files import load_state_dict_file
+        from accelerate.storage.model_files import load_state_dict_file
 
         load_full_state_dict(model, load_state_dict_file(Path(input_dir) / model_file_name(model_index)))
     _wait(accelerator)
@@ -161,9 +161,9 @@ def load_fsdp_optimizer(
         folder = _dcp_folder(input_dir, optimizer_folder_name(optimizer_index), OPTIMIZER_NAME)
         load_optimizer_dcp(model, optimizer, folder)
     else:
-        from accelerate.checkpointing.model_files import _torch_load
+        from accelerate.storage.model_files import torch_load_file
 
-        state = _torch_load(Path(input_dir) / optimizer_file_name(optimizer_index))
+        state = torch_load_file(Path(input_dir) / optimizer_file_name(optimizer_index))
         load_full_optimizer_state_dict(model, optimizer, state)
     _wait(accelerator)
 

@@ -22,8 +22,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from accelerate.backends.fsdp.dcp import METADATA_NAME, MODEL_KEY, read_full_dcp
-from accelerate.backends.fsdp.state_dict import model_folder_name
+from accelerate.backends.dtensor_io.dcp import METADATA_NAME, MODEL_KEY, read_full_dcp
+from accelerate.backends.dtensor_io.state_dict import model_folder_name
 
 __all__ = ["merge_fsdp_weights"]
 
@@ -40,8 +40,8 @@ def _dcp_source(folder: Path) -> Path | None:
 
 
 def _verify_against_manifest(checkpoint: Path, folder_name: str) -> None:
-    from accelerate.backends.fsdp.dcp import verify_folder
-    from accelerate.checkpointing.atomic import read_manifest
+    from accelerate.backends.dtensor_io.dcp import verify_folder
+    from accelerate.storage.atomic import read_manifest
 
     manifest = read_manifest(checkpoint)
     if manifest is not None:  # upstream's folders have none: read unverified
@@ -56,7 +56,7 @@ def _read_distcp(folder: Path) -> dict[str, Any]:
 
 
 def _read_shards(folder: Path) -> dict[str, Any]:
-    from accelerate.checkpointing.model_files import load_state_dict_file, resolve_checkpoint
+    from accelerate.storage.model_files import load_state_dict_file, resolve_checkpoint
 
     files, aliases = resolve_checkpoint(folder)
     state: dict[str, Any] = {}
@@ -83,7 +83,7 @@ def merge_fsdp_weights(
     Example:
         >>> merge_fsdp_weights("ckpt/pytorch_model_fsdp_0", "merged")  # merged/model.safetensors
     """
-    from accelerate.checkpointing.model_files import save_model_files
+    from accelerate.storage.model_files import save_model_files
 
     source, target = Path(checkpoint_dir), Path(output_path)
     if not source.is_dir():

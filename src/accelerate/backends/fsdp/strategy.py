@@ -22,7 +22,7 @@ from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.distributed.tensor import DTensor, distribute_tensor
 
 from accelerate.backends.base import Strategy
-from accelerate.backends.fsdp.checkpoint_io import ShardedCheckpointIO
+from accelerate.backends.dtensor_io.checkpoint_io import ShardedCheckpointIO
 from accelerate.backends.fsdp.plugin import FullyShardedDataParallelPlugin, ignored_module_list
 from accelerate.backends.fsdp.wrap import modules_to_shard
 from accelerate.state.distributed_type import DistributedType

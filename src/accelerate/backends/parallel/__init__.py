@@ -18,7 +18,7 @@ runs over: ``dp_shard_cp``, or ``(dp_replicate, dp_shard_cp)`` for HSDP; then FS
 shards, ``no_sync``, global-norm clipping), reused rather than copied. ``strategy``: the composition.
 ``context``: ``maybe_context_parallel`` (CUDA only: torch's ring attention has no CPU kernel).
 
-Checkpoints go through the FSDP package's :class:`ShardedCheckpointIO` (DCP folders, which reshard
+Checkpoints go through :class:`accelerate.backends.dtensor_io.ShardedCheckpointIO` (DCP folders, which reshard
 on load across topologies). Nothing here is imported by ``import accelerate``.
 """
 

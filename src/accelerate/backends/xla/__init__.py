@@ -12,6 +12,10 @@ prepared loaders are wrapped to feed the device. ``resolve.py`` picks it on an X
 between steps; it implements ``accelerate.data.resume.DeviceFeedingLoader`` so that
 ``skip_first_batches`` skips in the prepared loader and feeds the rest the same way.
 
+``checkpoint_io``: :class:`XlaCheckpointIO`, what the strategy's ``checkpoint_io()`` returns: the
+default I/O (every process holds the full model, so process 0 writes plain files), with every XLA
+tensor copied to the CPU before it is written, as torch_xla's ``xm.save`` does.
+
 ``precision``: torch_xla's bf16 switches (``XLA_USE_BF16`` / ``XLA_DOWNCAST_BF16``), which stand in
 for autocast on XLA: the strategy sets them when it is built (before a model is moved), and the
 launchers put them in their children's environment. No torch at import: the launcher reads it.
@@ -23,10 +27,9 @@ What lives elsewhere, and why:
   barrier through torch_xla). That is environment detection, which ``PartialState`` does before any
   strategy exists, and ``state/`` must not import ``backends/``.
 * ``accelerate.utils.xla``: the install hint, cutting the graph (``sync``) and ``xla_to_cpu``, the CPU
-  copies torch_xla's ``xm.save`` makes. ``checkpointing/`` writes files without a strategy at hand
-  (``Accelerator.save``, ``utils.save``), below this package, so the copy is reachable from there.
-  XLA needs no checkpoint I/O of its own beyond that: every process holds the full model, so
-  ``save_state`` writes plain files from process 0.
+  copies torch_xla's ``xm.save`` makes. Used by ``checkpoint_io`` here, and by upstream's
+  strategy-less ``utils.save`` / ``save_accelerator_state`` (``checkpointing/single_file.py``), which
+  have no strategy to ask.
 * ``accelerate.launch.xla`` (``--tpu`` checks and the spawner's command line), ``launch.xla_spawn``
   (the child that calls torch_xla's ``spawn``) and ``launch.xla_notebook`` (``notebook_launcher``'s
   forked spawn): launcher machinery that works on the launch plan's settings and starts processes,
@@ -41,6 +44,7 @@ from accelerate._lazy import lazy_exports
 
 _EXPORTS = {
     "XLAStrategy": "accelerate.backends.xla.strategy",
+    "XlaCheckpointIO": "accelerate.backends.xla.checkpoint_io",
     "MpDeviceLoaderWrapper": "accelerate.backends.xla.loader",
     "apply_bf16_env": "accelerate.backends.xla.precision",
     "bf16_env": "accelerate.backends.xla.precision",

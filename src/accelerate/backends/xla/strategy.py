@@ -13,7 +13,7 @@ is moved (:mod:`accelerate.backends.xla.precision`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -21,6 +21,9 @@ from accelerate.backends.base import Strategy
 from accelerate.backends.xla.precision import apply_bf16_env
 from accelerate.state.distributed_type import DistributedType
 from accelerate.state.gradient import GradientState
+
+if TYPE_CHECKING:
+    from accelerate.backends.xla.checkpoint_io import XlaCheckpointIO
 
 
 class XLAStrategy(Strategy):
@@ -39,6 +42,12 @@ class XLAStrategy(Strategy):
         self.num_processes = num_processes
         # torch_xla reads its bf16 switch when tensors are created: set here, before prepare moves a model.
         apply_bf16_env(mixed_precision, downcast_bf16)
+
+    def checkpoint_io(self, run: Any = None) -> XlaCheckpointIO:
+        """The default I/O, copying XLA tensors to the CPU before they are written (as ``xm.save``)."""
+        from accelerate.backends.xla.checkpoint_io import XlaCheckpointIO
+
+        return XlaCheckpointIO()  # no FSDP plugin on XLA: DTensor models (if any) save sharded
 
     def _reduce_gradients(self, gradients: list[torch.Tensor]) -> None:
         """Averages ``gradients`` over the processes, in place, once per step."""

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from accelerate.checkpointing import durable_io
+from accelerate.storage import durable_io, verified_read
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
@@ -49,7 +49,7 @@ def test_a_forked_child_writes_with_checksums_and_deferred_fsyncs(tmp_path: Path
         group = durable_io.SyncGroup()
         record = durable_io.write_bytes(tmp_path / "child.bin", b"y" * (1 << 20), sync=group)
         group.wait()
-        durable_io.verify_file(tmp_path / "child.bin", record)
+        verified_read.verify_file(tmp_path / "child.bin", record)
         durable_io.shutdown_helper()
 
     assert _run_forked(child) == 0

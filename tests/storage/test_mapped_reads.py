@@ -9,9 +9,9 @@ import torch
 
 from accelerate import Accelerator
 from accelerate.checkpointing import verify_checkpoint
-from accelerate.checkpointing.durable_io import read_verified, verify_file
-from accelerate.checkpointing.errors import CheckpointError
-from accelerate.checkpointing.model_files import load_state_dict_file, save_model_files
+from accelerate.storage.errors import CheckpointError
+from accelerate.storage.model_files import load_state_dict_file, save_model_files
+from accelerate.storage.verified_read import read_verified, verify_file
 
 WIDTH = 512  # 1 MiB per weight: large enough for the mapped path
 

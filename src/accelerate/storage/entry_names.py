@@ -23,8 +23,8 @@ import os
 import stat
 from pathlib import Path, PureWindowsPath
 
-from accelerate.checkpointing.durable_io import MANIFEST_NAME
-from accelerate.checkpointing.errors import UntrustedCheckpointError
+from accelerate.storage.durable_io import MANIFEST_NAME
+from accelerate.storage.errors import UntrustedCheckpointError
 
 # The in-folder staging area of a commit into an existing folder (see atomic.py).
 INNER_STAGING = ".accelerate-staging"

@@ -16,8 +16,9 @@ from accelerate.checkpointing import (
     read_manifest,
     verify_checkpoint,
 )
-from accelerate.checkpointing.atomic import OLD_SUFFIX, recover_interrupted_swap, sibling
-from accelerate.checkpointing.durable_io import read_verified, save_torch, write_bytes
+from accelerate.storage.atomic import OLD_SUFFIX, recover_interrupted_swap, sibling
+from accelerate.storage.durable_io import save_torch, write_bytes
+from accelerate.storage.verified_read import read_verified
 
 
 def _commit(target: Path, files: dict[str, bytes], step: int = 0) -> Path:
@@ -29,7 +30,8 @@ def _commit(target: Path, files: dict[str, bytes], step: int = 0) -> Path:
 
 
 def test_small_writes_are_gathered_in_order_and_the_record_matches_a_rehash(tmp_path: Path) -> None:
-    from accelerate.checkpointing.durable_io import file_record, verify_file, write_file
+    from accelerate.storage.durable_io import write_file
+    from accelerate.storage.verified_read import file_record, verify_file
 
     # Small pieces are gathered, large ones written at once, more than one gathering's worth too.
     chunks = [b"a" * 10, b"b" * 300_000, b"c" * 5, bytes(range(256)) * 2000, b"d", b"e" * 200_000] * 2
@@ -133,7 +135,8 @@ def test_crash_between_the_two_renames_is_undone(tmp_path: Path) -> None:
 
 def test_crc32_records_still_verify(tmp_path: Path) -> None:
     """Checksums recorded as CRC-32 (no xxhash installed when saved) are verified as such."""
-    from accelerate.checkpointing.durable_io import FileRecord, verify_file
+    from accelerate.storage.durable_io import FileRecord
+    from accelerate.storage.verified_read import verify_file
 
     path = tmp_path / "x.bin"
     path.write_bytes(b"payload")

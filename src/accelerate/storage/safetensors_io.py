@@ -19,7 +19,7 @@ from typing import Any, cast
 
 import torch
 
-from accelerate.checkpointing.errors import CheckpointError
+from accelerate.storage.errors import CheckpointError
 
 _DTYPES: dict[torch.dtype, str] = {
     torch.float64: "F64",

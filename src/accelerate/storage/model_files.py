@@ -21,21 +21,19 @@ from typing import Any
 
 import torch
 
-from accelerate.checkpointing.durable_io import (
+from accelerate.storage.durable_io import (
     FileRecord,
     SyncGroup,
     fsync_dir,
-    load_verified,
-    read_verified,
     save_torch,
     write_bytes,
     write_file,
 )
-from accelerate.checkpointing.errors import CheckpointError
-from accelerate.checkpointing.regular_files import check_regular, open_regular
-from accelerate.checkpointing.safetensors_io import read_safetensors, write_safetensors
-from accelerate.checkpointing.sizes import parse_size
-from accelerate.utils.xla import xla_to_cpu
+from accelerate.storage.errors import CheckpointError
+from accelerate.storage.regular_files import check_regular, open_regular
+from accelerate.storage.safetensors_io import read_safetensors, write_safetensors
+from accelerate.storage.sizes import parse_size
+from accelerate.storage.verified_read import load_verified, read_verified
 
 SAFE_WEIGHTS_NAME = "model.safetensors"
 SAFE_WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
@@ -84,8 +82,10 @@ def prepare_state_dict(state_dict: Mapping[str, Any], *, safetensors: bool) -> P
     Raises:
         ValueError: for tensors on the meta device (weights that were never materialised).
         TypeError: for non-tensor entries when writing safetensors, which only holds tensors.
+
+    Device tensors without a storage to compare (a lazy device's) are copied to the host by the caller first
+    (``CheckpointIO.host_copy``, one copy per tensor, so tied ones stay tied).
     """
-    state_dict = xla_to_cpu(state_dict)  # XLA tensors have no storage to compare; tied ones stay tied
     tensors: dict[str, torch.Tensor] = {}
     aliases: dict[str, str] = {}
     others: dict[str, Any] = {}
@@ -250,7 +250,7 @@ def _utf8_name(path: Path) -> bool:
     return True
 
 
-def _torch_load(path: Path, *, mmap: bool = False) -> Any:
+def torch_load_file(path: Path, *, mmap: bool = False) -> Any:
     """``torch.load(weights_only=True)`` of a regular file (see ``open_regular``), onto the CPU."""
     try:
         # torch maps a file by a UTF-8 name only; a folder whose name is other bytes is read instead.
@@ -288,7 +288,7 @@ def load_state_dict_file(path: str | os.PathLike[str], record: FileRecord | None
         out: dict[str, Any] = dict(tensors)
         out.update({alias: tensors[target] for alias, target in aliases.items() if target in tensors})
         return out
-    state = load_verified(path, record, _torch_load)
+    state = load_verified(path, record, torch_load_file)
     if not isinstance(state, dict):
         raise CheckpointError(f"{path} holds a {type(state).__name__}, not a state dict")
     return state

@@ -1,4 +1,4 @@
-"""Durable single files: written through a checksumming sink, fsynced, verified when read.
+"""Durable single files: written through a checksumming sink and fsynced (read back: verified_read.py).
 
 Files are hashed while they stream out (XXH3, or CRC-32 without the xxhash package) on a helper
 thread, so checksums cost almost no wall time; fsyncs can be deferred to overlap with the next file.
@@ -7,20 +7,16 @@ thread, so checksums cost almost no wall time; fsyncs can be deferred to overlap
 from __future__ import annotations
 
 import io
-import mmap
 import os
-import sys
 import threading
 import zlib
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, Any, TypeVar, cast
 
-from accelerate.checkpointing.errors import CheckpointError, disk_full_error
-from accelerate.checkpointing.regular_files import open_regular
 from accelerate.state.teardown import on_shutdown
+from accelerate.storage.errors import CheckpointError, disk_full_error
 
 _xxhash: Any
 try:  # xxHash's XXH3 runs at ~10 GB/s (10x zlib's CRC-32 here), so verifying costs almost nothing.
@@ -30,7 +26,7 @@ except ImportError:  # pragma: no cover - xxhash is a dependency; CRC-32 keeps w
 CHECKSUM_ALGORITHM = "xxh3_64" if _xxhash is not None else "crc32"
 SUPPORTED_ALGORITHMS = ("xxh3_64", "crc32")
 MANIFEST_NAME = "accelerate_manifest.json"
-_CHUNK = 8 * 1024 * 1024
+CHUNK = 8 * 1024 * 1024  # the unit files are hashed in, here and in verified_read.py
 # Below this, handing a buffer to another thread costs more than hashing it in place.
 _PARALLEL_MIN = 1024 * 1024
 # torch.save (and DCP, once per tensor) writes zip headers and small records one write() each: a
@@ -45,6 +41,7 @@ _EXECUTOR_LOCK = threading.Lock()
 # Deferred fsyncs mostly wait on the disk, not the CPU: several in flight at once are committed
 # together by the filesystem's journal instead of one after another.
 _SYNC_THREADS = 4
+T = TypeVar("T")
 
 
 def _helper() -> ThreadPoolExecutor:
@@ -80,6 +77,11 @@ def _forget_parent_threads() -> None:
 # notebook_launcher / debug_launcher fork their processes from a parent that may have saved already.
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_parent_threads)
+
+
+def submit_to_helper(fn: Callable[..., T], /, *args: Any) -> Future[T]:
+    """Runs ``fn(*args)`` on the helper thread (hashing, checks that overlap with a read or a write)."""
+    return _helper().submit(fn, *args)
 
 
 def ensure_helper() -> None:
@@ -309,12 +311,13 @@ def write_bytes(path: str | os.PathLike[str], data: bytes, *, sync: SyncGroup | 
 def save_torch(
     obj: Any, path: str | os.PathLike[str], *, sync: SyncGroup | None = None, checksum: bool = True
 ) -> FileRecord:
-    """``torch.save(obj)`` to ``path``, fsynced and checksummed while written."""
+    """``torch.save(obj)`` to ``path``, fsynced and checksummed while written.
+
+    Tensors are written where they are: a caller holding device tensors that a file cannot carry
+    (a lazy device's) copies them first (``CheckpointIO.host_copy``).
+    """
     import torch
 
-    from accelerate.utils.xla import xla_to_cpu
-
-    obj = xla_to_cpu(obj)  # as torch_xla's xm.save: the file must load without an XLA device
     return write_file(path, lambda sink: torch.save(obj, cast(IO[bytes], sink)), sync=sync, checksum=checksum)
 
 
@@ -325,167 +328,3 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _open_checked(path: Path, record: FileRecord | None) -> tuple[io.FileIO, int]:
-    """The file opened by :func:`open_regular` and its size, checked against ``record`` if given."""
-    try:
-        handle = open_regular(path)
-    except FileNotFoundError:
-        listed = f" (listed in {MANIFEST_NAME})" if record is not None else ""
-        raise CheckpointError(f"Checkpoint file {path} is missing{listed}") from None
-    size = os.fstat(handle.fileno()).st_size
-    if record is not None and size != record.size:
-        handle.close()
-        raise CheckpointError(
-            f"Checkpoint file {path} is damaged: {size} bytes on disk, {record.size} when saved "
-            "(truncated or overwritten). Load an earlier checkpoint."
-        )
-    return handle, size
-
-
-def _check_crc(path: Path, digest: str, record: FileRecord) -> None:
-    if digest != record.checksum:
-        raise CheckpointError(
-            f"Checkpoint file {path} is corrupted: its {record.algorithm} checksum is {digest}, "
-            f"{record.checksum} when saved. Load an earlier checkpoint."
-        )
-
-
-# Files at least this large are read through a memory map rather than read() into new memory.
-_MAP_MIN = 1024 * 1024
-
-
-# Linux 5.14+: map every page of the file in one call instead of one fault per few pages.
-_MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22 if sys.platform.startswith("linux") else None)
-
-
-def _map(handle: io.FileIO, size: int, access: int) -> mmap.mmap:
-    mapped = mmap.mmap(handle.fileno(), size, access=access)
-    if _MADV_POPULATE_READ is not None and hasattr(mapped, "madvise"):
-        try:
-            mapped.madvise(_MADV_POPULATE_READ)
-        except OSError:  # an older kernel: the pages fault in as they are read
-            pass
-    return mapped
-
-
-def _hash_view(hasher: Hasher, mapped: mmap.mmap) -> str:
-    view = memoryview(mapped)
-    try:
-        for start in range(0, len(view), _CHUNK):
-            hasher.update(view[start : start + _CHUNK])  # releases the GIL: other threads go on
-    finally:
-        view.release()
-    return hasher.hexdigest()
-
-
-def _hash_mapped(path: Path, mapped: mmap.mmap, record: FileRecord) -> None:
-    _check_crc(path, _hash_view(Hasher(record.algorithm), mapped), record)
-
-
-def read_verified(path: str | os.PathLike[str], record: FileRecord | None = None) -> memoryview:
-    """The whole file as one buffer, its size and checksum checked against ``record`` if given.
-
-    A large file is memory-mapped copy-on-write, like the safetensors package's ``load_file``: its
-    pages come straight from the page cache (no copy into freshly faulted memory, which cost more
-    than the disk read), the checksum is computed from the mapped pages, and tensors viewing the
-    buffer stay writable without touching the file.
-    """
-    path = Path(path)
-    handle, size = _open_checked(path, record)
-    with handle:
-        if size >= _MAP_MIN:
-            mapped = _map(handle, size, mmap.ACCESS_COPY)
-            if record is not None:
-                _hash_mapped(path, mapped, record)
-            return memoryview(mapped)
-        # torch.empty, not bytearray(size): skipping the zero-fill saves a full pass over the memory.
-        import torch
-
-        view = memoryview(cast(Any, torch.empty(size, dtype=torch.uint8).numpy()))
-        got = 0
-        while got < size:
-            n = handle.readinto(view[got:])
-            if not n:
-                raise CheckpointError(
-                    f"Checkpoint file {path} shrank while being read ({got} of {size} bytes)"
-                )
-            got += n
-    if record is not None:
-        hasher = Hasher(record.algorithm)
-        hasher.update(view)
-        _check_crc(path, hasher.hexdigest(), record)
-    return view
-
-
-def _file_digest(handle: io.FileIO, size: int, algorithm: str) -> str:
-    """The checksum of an open file's bytes; large files are hashed from a read-only map (no copy)."""
-    hasher = Hasher(algorithm)
-    if size >= _MAP_MIN:
-        mapped = _map(handle, size, mmap.ACCESS_READ)
-        try:
-            return _hash_view(hasher, mapped)
-        finally:
-            mapped.close()
-    chunk = bytearray(_CHUNK)
-    view = memoryview(chunk)
-    while n := handle.readinto(chunk):
-        hasher.update(view[:n])
-    return hasher.hexdigest()
-
-
-def verify_file(path: str | os.PathLike[str], record: FileRecord) -> None:
-    """Checks a file against its record (for files another reader will open by path).
-
-    Large files are hashed from a read-only map of the page cache: no copy of the bytes at all.
-    """
-    path = Path(path)
-    handle, size = _open_checked(path, record)
-    with handle:
-        digest = _file_digest(handle, size, record.algorithm)
-    _check_crc(path, digest, record)
-
-
-def file_record(path: str | os.PathLike[str]) -> FileRecord:
-    """The record of a file as written, hashed from the page cache (for writers that are not a sink)."""
-    with open_regular(path) as handle:
-        size = os.fstat(handle.fileno()).st_size
-        return FileRecord(size, _file_digest(handle, size, CHECKSUM_ALGORITHM), CHECKSUM_ALGORITHM)
-
-
-def file_record_soon(path: str | os.PathLike[str]) -> Future[FileRecord]:
-    """:func:`file_record` on a helper thread: started before an fsync, it hashes while the disk works."""
-    return _helper().submit(file_record, path)
-
-
-def load_verified(
-    path: str | os.PathLike[str], record: FileRecord | None, load: Callable[[Path], Any]
-) -> Any:
-    """``load(path)`` while the file is verified on a helper thread; a damaged file raises first.
-
-    Both read the same pages (the second from the page cache), so verification adds little wall time.
-    The file is checked to be a regular file first; ``load`` opens it by name again, and should do so
-    through :func:`open_regular` (or pass it to a reader after :func:`check_regular`) as well.
-    """
-    path = Path(path)
-    # Opened here first, on the caller's thread: a FIFO (or a truncated file) is refused before the
-    # loader, which opens the file by name, could block on it.
-    handle, size = _open_checked(path, record)
-    if record is None:
-        handle.close()
-        return load(path)
-    check = _helper().submit(_verify_open, path, handle, size, record)
-    try:
-        value = load(path)
-    except BaseException:
-        check.result()  # prefer "file X is truncated" over the loader's own confusion
-        raise
-    check.result()
-    return value
-
-
-def _verify_open(path: Path, handle: io.FileIO, size: int, record: FileRecord) -> None:
-    with handle:
-        digest = _file_digest(handle, size, record.algorithm)
-    _check_crc(path, digest, record)

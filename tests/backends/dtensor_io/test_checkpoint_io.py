@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import torch
 
-from accelerate.checkpointing.atomic import read_manifest, verify_checkpoint
-from accelerate.checkpointing.errors import CheckpointError
-from tests.checkpointing import fsdp_workers as w
+from accelerate.storage.atomic import read_manifest, verify_checkpoint
+from accelerate.storage.errors import CheckpointError
+from tests.backends.dtensor_io import workers as w
 from tests.conftest import get_pool
 from tests.helpers.pool import DistributedFailure
 
@@ -146,7 +146,7 @@ def test_a_damaged_shard_file_is_named(saved: dict[str, Any], tmp_path: Path) ->
 
 
 def test_a_checkpoint_of_other_shapes_names_the_tensor(saved: dict[str, Any]) -> None:
-    from accelerate.backends.fsdp.dcp import load_model_dcp
+    from accelerate.backends.dtensor_io.dcp import load_model_dcp
 
     wider = w.TinyTransformer(width=8)
     with pytest.raises(

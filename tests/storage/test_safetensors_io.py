@@ -8,8 +8,9 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from accelerate.checkpointing import CheckpointError
-from accelerate.checkpointing.durable_io import read_verified, write_file
-from accelerate.checkpointing.safetensors_io import read_safetensors, write_safetensors
+from accelerate.storage.durable_io import write_file
+from accelerate.storage.safetensors_io import read_safetensors, write_safetensors
+from accelerate.storage.verified_read import read_verified
 
 
 def _tensors() -> dict[str, torch.Tensor]:

@@ -18,7 +18,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from accelerate.checkpointing.errors import CheckpointError
+from accelerate.storage.errors import CheckpointError
 
 SHARDED_STATE_DICT = "SHARDED_STATE_DICT"
 FULL_STATE_DICT = "FULL_STATE_DICT"

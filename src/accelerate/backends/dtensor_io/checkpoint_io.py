@@ -1,4 +1,4 @@
-"""The sharded models and their optimizers in ``save_state`` / ``load_state``: FSDP's checkpoint I/O.
+"""The sharded models and their optimizers in ``save_state`` / ``load_state``: DTensor checkpoint I/O.
 
 :class:`ShardedCheckpointIO` is what ``Strategy.checkpoint_io()`` returns (see
 :mod:`accelerate.checkpointing.checkpoint_io`): sharded models are told apart by their DTensor
@@ -27,7 +27,7 @@ from typing import Any
 
 from torch import nn
 
-from accelerate.backends.fsdp.dcp import (
+from accelerate.backends.dtensor_io.dcp import (
     METADATA_NAME,
     MODEL_KEY,
     OPTIMIZER_KEY,
@@ -36,7 +36,7 @@ from accelerate.backends.fsdp.dcp import (
     save_dcp,
     verify_folder,
 )
-from accelerate.backends.fsdp.state_dict import (
+from accelerate.backends.dtensor_io.state_dict import (
     SHARDED_STATE_DICT,
     full_optimizer_state_dict,
     full_state_dict,
@@ -52,9 +52,9 @@ from accelerate.backends.fsdp.state_dict import (
     raw_optimizer,
 )
 from accelerate.checkpointing.checkpoint_io import CheckpointIO
-from accelerate.checkpointing.durable_io import FileRecord, SyncGroup, save_torch
-from accelerate.checkpointing.errors import CheckpointError
 from accelerate.collectives.agreement import agree_on_failure
+from accelerate.storage.durable_io import FileRecord, SyncGroup, save_torch
+from accelerate.storage.errors import CheckpointError
 
 
 @dataclass

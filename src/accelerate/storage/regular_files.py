@@ -11,7 +11,7 @@ import io
 import os
 import stat
 
-from accelerate.checkpointing.errors import CheckpointError
+from accelerate.storage.errors import CheckpointError
 
 # What a path that is not a regular file is, for the error message (the first test that holds).
 _KINDS = (

@@ -37,7 +37,7 @@ import socket
 import time
 from pathlib import Path
 
-from accelerate.checkpointing.errors import CheckpointError
+from accelerate.storage.errors import CheckpointError
 
 LOCK_NAME = ".accelerate-owner.lock"
 logger = logging.getLogger("accelerate.checkpointing")

@@ -137,13 +137,13 @@ def train(run: dict[str, Any], *, until: int, save_to: str | None = None) -> lis
 
 
 def full_model_state(model: nn.Module) -> dict[str, torch.Tensor]:
-    from accelerate.backends.fsdp.state_dict import full_state_dict
+    from accelerate.backends.dtensor_io.state_dict import full_state_dict
 
     return {k: v.clone() for k, v in full_state_dict(model).items()}
 
 
 def full_optimizer_state(run: dict[str, Any]) -> dict[str, Any]:
-    from accelerate.backends.fsdp.state_dict import full_optimizer_state_dict
+    from accelerate.backends.dtensor_io.state_dict import full_optimizer_state_dict
 
     # A copy: plain (unsharded) entries such as Adam's ``step`` come back as the live tensors.
     return copy.deepcopy(full_optimizer_state_dict(run["model"], run["optimizer"]))

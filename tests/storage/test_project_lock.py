@@ -15,7 +15,7 @@ import torch
 
 from accelerate import Accelerator
 from accelerate.checkpointing.project import checkpoints_root
-from accelerate.checkpointing.project_lock import LOCK_NAME, ProjectBusyError, own_project, release_projects
+from accelerate.storage.project_lock import LOCK_NAME, ProjectBusyError, own_project, release_projects
 from accelerate.utils import ProjectConfiguration
 from tests.helpers.pool import WorkerPool
 
@@ -76,7 +76,7 @@ def test_the_lock_of_a_killed_job_does_not_block_the_next(tmp_path: Path) -> Non
     project = tmp_path / "project"
     script = (
         "import os, signal, sys\n"
-        "from accelerate.checkpointing.project_lock import own_project\n"
+        "from accelerate.storage.project_lock import own_project\n"
         "own_project(sys.argv[1], run_id='killed')\n"
         "os.kill(os.getpid(), signal.SIGKILL)\n"
     )
@@ -88,7 +88,7 @@ def test_the_lock_of_a_killed_job_does_not_block_the_next(tmp_path: Path) -> Non
 
 _TRY_TO_OWN = (
     "import sys\n"
-    "from accelerate.checkpointing.project_lock import ProjectBusyError, own_project\n"
+    "from accelerate.storage.project_lock import ProjectBusyError, own_project\n"
     "try:\n"
     "    own_project(sys.argv[1], run_id='another job')\n"
     "except ProjectBusyError as exc:\n"

@@ -14,12 +14,13 @@ import torch
 
 from accelerate import Accelerator
 from accelerate.checkpointing import MANIFEST_NAME, CheckpointError, read_manifest
-from accelerate.checkpointing.atomic import INNER_STAGING, Manifest
-from accelerate.checkpointing.durable_io import FileRecord
-from accelerate.checkpointing.entry_names import check_entry_name, entry_path
-from accelerate.checkpointing.errors import UntrustedCheckpointError
 from accelerate.checkpointing.project import rotate_checkpoints
-from tests.checkpointing.test_atomic import _commit
+from accelerate.storage.atomic import INNER_STAGING
+from accelerate.storage.durable_io import FileRecord
+from accelerate.storage.entry_names import check_entry_name, entry_path
+from accelerate.storage.errors import UntrustedCheckpointError
+from accelerate.storage.manifest import Manifest
+from tests.storage.test_atomic import _commit
 
 _RECORD = FileRecord(size=6, checksum="0", algorithm="crc32")
 

@@ -21,16 +21,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from accelerate.backends.fsdp.state_dict import check_shapes, global_shapes, raw_optimizer
-from accelerate.checkpointing.durable_io import (
-    ChecksumSink,
-    FileRecord,
-    file_record,
-    file_record_soon,
-    verify_file,
-)
-from accelerate.checkpointing.entry_names import entry_path
-from accelerate.checkpointing.errors import CheckpointError, DiskFullError, disk_full_error
+from accelerate.backends.dtensor_io.state_dict import check_shapes, global_shapes, raw_optimizer
+from accelerate.storage.durable_io import ChecksumSink, FileRecord
+from accelerate.storage.entry_names import entry_path
+from accelerate.storage.errors import CheckpointError, DiskFullError, disk_full_error
+from accelerate.storage.verified_read import file_record, file_record_soon, verify_file
 
 METADATA_NAME = ".metadata"
 MODEL_KEY = "model"

@@ -1,4 +1,4 @@
-"""The checkpointing layer's exception."""
+"""The storage layer's exceptions: what checkpointing/ and big_modeling/ raise for files on disk."""
 
 from __future__ import annotations
 
