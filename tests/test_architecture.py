@@ -8,6 +8,7 @@ with their reasons; only ``backends/deepspeed/`` imports ``deepspeed``; no confi
 and no module below ``accelerator.py`` names ``accelerate.accelerator`` in any spelling;
 every layer imports only the layers below it (``_LAYERS``; an import edge includes ``TYPE_CHECKING`` imports and
 ``importlib.import_module`` with a literal name); no code branches on the distributed type or the strategy's name;
+``connector.py`` and the run's state modules name no backend (the backend table owns each rule);
 only launch/ writes ``ACCELERATE_*`` variables; commands/ imports no torch at start-up; and every module imports
 on its own, so no import cycle hides behind the order in which the package happens to load its modules.
 
@@ -1106,3 +1107,115 @@ def test_the_facade_guard_sees_a_planted_name(name: str, source: str) -> None:
 )
 def test_the_facade_guard_lets_other_names_through(source: str) -> None:
     assert facade_names(source) == [], source
+
+
+# ----------------------------------------------------------------- the backend table (issue 37)
+# connect() names no backend at all; the run's description and the AcceleratorState hold upstream's
+# attribute and keyword names (fsdp_plugin, deepspeed_plugins) but no backend rule: a message or a
+# value naming a backend belongs in its row. XLA stays a device type that state/ detects.
+_CONNECT_WORDS = re.compile(r"fsdp|deepspeed|megatron|xla", re.IGNORECASE)
+_STATE_WORDS = re.compile(r"fsdp|deepspeed|megatron", re.IGNORECASE)
+# The backend packages and one-module backends (the rows' homes), which the seam may not import.
+_BACKEND_PACKAGES = {
+    "deepspeed",
+    "fsdp",
+    "parallel",
+    "pipeline",
+    "xla",
+    "ddp",
+    "megatron_lm",
+    "single_device",
+}
+_STATE_SEAM = ("state/run.py", "state/accelerator_state.py", "state/parallelism_env.py")
+
+
+def backend_names_in(source: str, words: re.Pattern[str], *, identifiers: bool) -> list[tuple[int, str]]:
+    """Where ``source`` names a backend in its code (comments and docstrings are free).
+
+    With ``identifiers`` every name, keyword and string counts, and any import of a backend package.
+    Without, only strings count that are not a keyword or attribute name (``"deepspeed_plugins"``),
+    outside functions named after the backend (upstream's ``select_deepspeed_plugin`` speaks of it).
+    """
+    tree = ast.parse(source)
+    found = [
+        (line, module)
+        for line, module in _imported(tree)
+        if module.startswith("accelerate.backends.") and module.split(".")[2] in _BACKEND_PACKAGES
+    ]
+    if identifiers:
+        return found + [(line, word) for line, word in _code_words(tree) if words.search(word)]
+    skip = _docstrings(tree)
+    for function in ast.walk(tree):
+        if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef) and words.search(function.name):
+            skip |= {id(node) for node in ast.walk(function)}
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Constant) and isinstance(node.value, str)) or id(node) in skip:
+            continue
+        keyword = node.value.isidentifier() and "_" in node.value
+        if words.search(node.value) and not keyword:
+            found.append((node.lineno, node.value))
+    return found
+
+
+def test_connect_and_the_run_state_name_no_backend() -> None:
+    found = [f"connector.py:{line}: {word!r}" for line, word in backend_names_in(
+        (SRC / "connector.py").read_text(), _CONNECT_WORDS, identifiers=True)]  # fmt: skip
+    for name in _STATE_SEAM:
+        found += [f"{name}:{line}: {word!r}" for line, word in backend_names_in(
+            (SRC / name).read_text(), _STATE_WORDS, identifiers=False)]  # fmt: skip
+    assert found == [], (
+        "the resolution seam names a backend; move the rule into the backend's row (backends/table.py "
+        f"and its package's spec) and pass the arguments through by name: {found}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("source", "identifiers"),
+    [
+        ("from accelerate.backends.fsdp.spec import resolve_fsdp_plugin\n", True),
+        ("def connect(*, deepspeed_plugin=None):\n    return deepspeed_plugin\n", True),
+        ("def f(x):\n    return x == 'xla'\n", True),
+        ("def f():\n    raise ValueError('fsdp_plugin and deepspeed_plugin cannot run together')\n", False),
+        ("def f(kind):\n    return kind == 'deepspeed'\n", False),
+    ],
+)
+def test_the_backend_name_guard_sees_a_planted_name(source: str, identifiers: bool) -> None:
+    assert backend_names_in(source, _CONNECT_WORDS, identifiers=identifiers)
+
+
+def test_the_backend_name_guard_lets_keywords_and_documentation_through() -> None:
+    source = (
+        '"""Mentions deepspeed and fsdp freely."""\n'
+        "def f(kwargs):\n    # fsdp in a comment\n    return kwargs.pop('deepspeed_plugins', None)\n"
+        "def select_deepspeed_plugin(name):\n    raise ValueError('no DeepSpeed plugin named ' + name)\n"
+    )
+    assert backend_names_in(source, _STATE_WORDS, identifiers=False) == []
+
+
+def test_the_table_imports_only_the_rows_a_run_asks_for() -> None:
+    """Resolving on one CPU process with no plugin loads the single-device row and no other backend."""
+    probe = (
+        "import sys, json\n"
+        "from accelerate.backends.resolve import backend_request, resolve_plugins, resolve_strategy\n"
+        "from accelerate.config.env import read_launch_env\n"
+        "from accelerate.state import PartialState\n"
+        "plugins = resolve_plugins(backend_request({}, read_launch_env({})))\n"
+        "strategy = resolve_strategy(PartialState(cpu=True), plugins=plugins)\n"
+        "print(json.dumps([strategy.name, plugins, sorted(m for m in sys.modules if m.startswith('accelerate.backends.'))]))"
+    )
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith(("ACCELERATE_", "FSDP_"))}
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    name, plugins, loaded = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (name, plugins) == ("single_device", {})
+    rows = {"deepspeed", "fsdp", "parallel", "xla", "ddp", "megatron_lm", "pipeline"}
+    assert [m for m in loaded if m.split(".")[2] in rows] == []
+
+
+def test_every_table_row_exports_a_spec() -> None:
+    from accelerate.backends.spec import BackendSpec
+    from accelerate.backends.table import TABLE
+
+    assert TABLE[-1].name == "single_device" and TABLE[-1].is_device_row
+    for row in TABLE:
+        assert isinstance(row.spec(), BackendSpec), row.name

@@ -18,10 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from accelerate.backends.base import Strategy
 from accelerate.backends.resolve import (
-    check_unavailable,
+    adjust_accumulation,
+    backend_request,
     describe_run,
-    resolve_fsdp_plugin,
+    fp8_refused_by,
     resolve_mixed_precision,
+    resolve_plugins,
     resolve_strategy,
 )
 from accelerate.config.dynamo import TorchDynamoPlugin
@@ -31,7 +33,6 @@ from accelerate.state import AcceleratorState, GradientState, PartialState
 from accelerate.state.accelerator_state import record_run
 from accelerate.state.gradient import adjusted_for_world_size
 from accelerate.state.parallelism import device_mesh_for
-from accelerate.state.parallelism_env import resolve_parallelism_config
 from accelerate.utils.dataclasses import (
     AutocastKwargs,
     DataLoaderConfiguration,
@@ -48,7 +49,6 @@ from accelerate.utils.kernel_check import check_os_kernel
 from accelerate.utils.records import frozen_record
 
 if TYPE_CHECKING:
-    from accelerate.backends.deepspeed.plugin import DeepSpeedPlugin
     from accelerate.precision.fp8.resolve import Fp8Setup
 
 
@@ -80,10 +80,6 @@ def connect(
     gradient_accumulation_steps: int,
     cpu: bool,
     dataloader_config: DataLoaderConfiguration | None,
-    deepspeed_plugin: Any,
-    fsdp_plugin: Any,
-    torch_tp_plugin: Any,
-    megatron_lm_plugin: Any,
     rng_types: Sequence[str] | None,
     log_with: Any,
     project_dir: str | None,
@@ -92,24 +88,19 @@ def connect(
     kwargs_handlers: Sequence[KwargsHandler] | None,
     dynamo_backend: str | None,
     dynamo_plugin: TorchDynamoPlugin | None,
-    deepspeed_plugins: Any,
-    parallelism_config: Any,
     even_batches: bool | None,
     use_seedable_sampler: bool | None,
     dispatch_batches: bool | None,
+    **backend_arguments: Any,
 ) -> Connection:
-    """Validates the arguments (before any process group is created) and builds the Connection."""
+    """Validates the arguments (before any process group is created) and builds the Connection.
+
+    ``backend_arguments`` are the Accelerator's backend arguments (the plugins, the ParallelismConfig),
+    passed through by name to the backend table (``backends/table.py``), which owns each of them.
+    """
     launch = read_launch_env()
-    # The script's ParallelismConfig, else torch_tp_plugin's, else the launcher's (--use_parallelism_config).
-    parallelism_config = resolve_parallelism_config(parallelism_config, torch_tp_plugin, launch)
-    check_unavailable(
-        deepspeed_plugin=deepspeed_plugin,
-        fsdp_plugin=fsdp_plugin,
-        megatron_lm_plugin=megatron_lm_plugin,
-        torch_tp_plugin=torch_tp_plugin,
-        deepspeed_plugins=deepspeed_plugins,
-        parallelism_config=parallelism_config,
-    )
+    # Every row the arguments or the launcher ask for, checked (and the run's ParallelismConfig).
+    request = backend_request(backend_arguments, launch)
     project = _project(project_dir, project_config)
     trackers = _trackers(log_with, project.logging_dir)
     # fp8 recipes (AORecipeKwargs, ...) configure the precision, not a torch object: resolved below.
@@ -124,15 +115,14 @@ def connect(
         # explicit different one raises below); the launcher's is not re-read.
         mixed_precision = earlier.mixed_precision
     mode = _mixed_precision(mixed_precision, launch, partial)
-    ds_plugins = _deepspeed_plugins(deepspeed_plugin, deepspeed_plugins, launch)
-    accumulation = accumulation_plugin(
-        gradient_accumulation_plugin, gradient_accumulation_steps, launch.gradient_accumulation_steps
+    plugins = resolve_plugins(request)
+    accumulation = adjust_accumulation(
+        plugins,
+        accumulation_plugin(
+            gradient_accumulation_plugin, gradient_accumulation_steps, launch.gradient_accumulation_steps
+        ),
+        mode,
     )
-    if ds_plugins:
-        from accelerate.backends.deepspeed.plugin import deepspeed_accumulation
-
-        # The DeepSpeed config's value wins (with a warning); its "auto" takes the Accelerator's.
-        accumulation = deepspeed_accumulation(ds_plugins, accumulation, mode)
     if earlier is not None:
         # Raises, naming both values, if an earlier Accelerator in this process chose differently.
         earlier.check_agrees(mixed_precision=mode, cpu=cpu)
@@ -141,19 +131,18 @@ def connect(
         partial.device,
         autocast_kwargs=handlers.get(AutocastKwargs),
         scaler_kwargs=handlers.get(GradScalerKwargs),
-        fp8=_fp8_setup(mode, fp8_recipes, launch, deepspeed=bool(ds_plugins)),
+        fp8=_fp8_setup(mode, fp8_recipes, launch, refused_by=fp8_refused_by(plugins)),
     )
     ddp_handler = handlers.get(DistributedDataParallelKwargs)
-    fsdp_plugin = resolve_fsdp_plugin(fsdp_plugin, ds_plugins or deepspeed_plugin)
     # Validated once (sizes x world); the strategy composes on this mesh.
-    mesh = device_mesh_for(parallelism_config, partial.num_processes, partial.device.type)
+    mesh = device_mesh_for(request.parallelism_config, partial.num_processes, partial.device.type)
     strategy = resolve_strategy(
         partial,
         ddp_kwargs=ddp_handler,
-        fsdp_plugin=fsdp_plugin,
         mixed_precision=mode,
-        deepspeed_plugins=ds_plugins,
-        parallelism_config=parallelism_config,
+        plugins=plugins,
+        parallelism_config=request.parallelism_config,
+        launch=launch,
     )
     gradient_state = GradientState(adjusted_for_world_size(accumulation, partial.num_processes))
     dynamo = _dynamo_plugin(dynamo_plugin, dynamo_backend, launch)
@@ -162,10 +151,9 @@ def connect(
         partial,
         strategy,
         mixed_precision=mode,
-        deepspeed_plugins=ds_plugins,
-        fsdp_plugin=fsdp_plugin,
+        plugins=plugins,
         dynamo_plugin=dynamo,
-        parallelism_config=parallelism_config,
+        parallelism_config=request.parallelism_config,
         device_mesh=mesh,
     )
     state = record_run(run, partial)
@@ -224,29 +212,19 @@ def _split_fp8_recipes(handlers: Sequence[Any] | None) -> tuple[list[Any], list[
     return split_recipes(handlers)
 
 
-def _fp8_setup(mode: str, recipes: list[Any], launch: LaunchEnv, *, deepspeed: bool) -> Fp8Setup | None:
+def _fp8_setup(
+    mode: str, recipes: list[Any], launch: LaunchEnv, *, refused_by: str | None
+) -> Fp8Setup | None:
     """The fp8 set-up (``precision/fp8/resolve.py``), loading the fp8 code only for fp8 or a recipe.
 
     Without either, ``resolve_fp8`` would return None too; a recipe without fp8 is its error to raise.
+    ``refused_by``: the backend that cannot train in fp8, if the run asks for one.
     """
     if mode != "fp8" and not recipes:
         return None
     from accelerate.precision.fp8.resolve import resolve_fp8
 
-    return resolve_fp8(mode, recipes, launch, deepspeed=deepspeed)
-
-
-def _deepspeed_plugins(plugin: Any, plugins: Any, launch: LaunchEnv) -> dict[str, DeepSpeedPlugin] | None:
-    """The run's DeepSpeed plugins (``resolve_deepspeed_plugins``), or None without DeepSpeed.
-
-    Nothing asks for DeepSpeed without a plugin argument or ``--use_deepspeed``: the DeepSpeed
-    package of ``backends/`` is then not imported at all (the resolver would return None too).
-    """
-    if plugin is None and plugins is None and not launch.use_deepspeed:
-        return None
-    from accelerate.backends.deepspeed.launch import resolve_deepspeed_plugins
-
-    return resolve_deepspeed_plugins(plugin, plugins, launched=bool(launch.use_deepspeed), launch_env=launch)
+    return resolve_fp8(mode, recipes, launch, refused_by=refused_by)
 
 
 def _mixed_precision(requested: str | None, launch: LaunchEnv, partial: PartialState) -> str:

@@ -10,7 +10,8 @@ from torch import nn
 
 from accelerate import Accelerator
 from accelerate.backends.fsdp.plugin import FullyShardedDataParallelPlugin
-from accelerate.backends.resolve import resolve_fsdp_plugin
+from accelerate.backends.fsdp.spec import resolve_fsdp_plugin
+from accelerate.config.env import read_launch_env
 from accelerate.utils import fsdp_utils
 from tests.backends.fsdp_models import make_model
 
@@ -24,10 +25,10 @@ def test_ram_efficient_loading_switches(monkeypatch: pytest.MonkeyPatch) -> None
         os.environ["FSDP_CPU_RAM_EFFICIENT_LOADING"] == "true" and os.environ["ACCELERATE_USE_FSDP"] == "true"
     )
     # The switches speak to the next Accelerator: its run resolution reads them (the plugin reads no env).
-    assert resolve_fsdp_plugin(None, None).cpu_ram_efficient_loading
-    assert resolve_fsdp_plugin(FullyShardedDataParallelPlugin(), None).cpu_ram_efficient_loading
+    assert resolve_fsdp_plugin(None, read_launch_env()).cpu_ram_efficient_loading
+    assert resolve_fsdp_plugin(FullyShardedDataParallelPlugin(), read_launch_env()).cpu_ram_efficient_loading
     fsdp_utils.disable_fsdp_ram_efficient_loading()
-    assert not resolve_fsdp_plugin(None, None).cpu_ram_efficient_loading
+    assert not resolve_fsdp_plugin(None, read_launch_env()).cpu_ram_efficient_loading
 
 
 def test_auto_wrap_policy_predicate() -> None:

@@ -8,9 +8,12 @@ from torch import nn
 
 from accelerate.backends.fsdp.launch import FSDPLaunchError, resolve_fsdp
 from accelerate.backends.fsdp.plugin import fsdp2_layout
+from accelerate.backends.fsdp.spec import resolve_fsdp_plugin
 from accelerate.backends.fsdp.wrap import modules_to_shard
-from accelerate.backends.resolve import resolve_fsdp_plugin
+from accelerate.backends.resolve import asked_rows
+from accelerate.backends.spec import BackendRequest
 from accelerate.config.config_file import LaunchConfig
+from accelerate.config.env import read_launch_env
 from accelerate.utils import FullyShardedDataParallelPlugin
 from tests.backends.fsdp_models import BertLayer, Block, make_model
 
@@ -44,7 +47,7 @@ _LAUNCHED = {
 
 def test_the_launcher_variables_fill_unset_fields_when_the_run_is_resolved() -> None:
     # The plugin is pure data; the run's resolution step (what Accelerator() calls) reads the launcher.
-    plugin = resolve_fsdp_plugin(None, None, _LAUNCHED)
+    plugin = resolve_fsdp_plugin(None, read_launch_env(_LAUNCHED))
     assert (plugin.fsdp_version, plugin.reshard_after_forward, plugin.auto_wrap_policy) == (
         2,
         False,
@@ -57,7 +60,7 @@ def test_the_launcher_variables_fill_unset_fields_when_the_run_is_resolved() -> 
     # An argument wins over the variable, and so does a field assigned after construction.
     given = FullyShardedDataParallelPlugin(reshard_after_forward=True)
     given.min_num_params = 3
-    resolved = resolve_fsdp_plugin(given, None, _LAUNCHED)
+    resolved = resolve_fsdp_plugin(given, read_launch_env(_LAUNCHED))
     assert resolved.reshard_after_forward is True and resolved.min_num_params == 3
     assert resolved.fsdp_version == 2 and resolved.state_dict_type == "FULL_STATE_DICT"
     # The caller's plugin is not changed (the run holds a copy).
@@ -65,10 +68,12 @@ def test_the_launcher_variables_fill_unset_fields_when_the_run_is_resolved() -> 
     assert given.activation_checkpointing is False
     # An FSDP2-only setting implies fsdp_version=2 unless the launcher (or the caller) says 1.
     with pytest.raises(ValueError, match="FSDP2 setting"):
-        resolve_fsdp_plugin(given, None, {**_LAUNCHED, "FSDP_VERSION": "1"})
+        resolve_fsdp_plugin(given, read_launch_env({**_LAUNCHED, "FSDP_VERSION": "1"}))
     # Without --use_fsdp (or with DeepSpeed) there is no plugin to resolve.
-    assert resolve_fsdp_plugin(None, None, {}) is None
-    assert resolve_fsdp_plugin(None, object(), _LAUNCHED) is None
+    assert resolve_fsdp_plugin(None, read_launch_env({})) is None
+    # The launcher's --use_fsdp steps aside for a deepspeed_plugin argument (the backend table's conflict).
+    request = BackendRequest(arguments={"deepspeed_plugin": object()}, launch=read_launch_env(_LAUNCHED))
+    assert [row.name for row in asked_rows(request)] == ["deepspeed"]
 
 
 def test_the_plugin_reads_no_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -80,7 +85,7 @@ def test_the_plugin_reads_no_environment(monkeypatch: pytest.MonkeyPatch) -> Non
         "FULL_STATE_DICT",
         None,
     )
-    assert resolve_fsdp_plugin(plugin, None).fsdp_version == 2  # os.environ, read once by the resolver
+    assert resolve_fsdp_plugin(plugin, read_launch_env()).fsdp_version == 2  # the launch settings, read once
 
 
 @pytest.mark.parametrize(

@@ -52,9 +52,13 @@ def test_direct_construction_describes_the_process() -> None:
     state = AcceleratorState(mixed_precision="fp16", cpu=True)
     assert state.run.strategy is None  # no Accelerator chose a strategy
     assert (state.mixed_precision, state.distributed_type) == ("fp16", PartialState().distributed_type)
+    # Recorded as given, as upstream's AcceleratorState: only an Accelerator checks it (the backend table).
+    AcceleratorState._reset_state()
+    given = object()
+    assert AcceleratorState(megatron_lm_plugin=given).megatron_lm_plugin is given
+    AcceleratorState._reset_state()
     with pytest.raises(NotAvailableYetError, match="megatron_lm_plugin"):
-        AcceleratorState._reset_state()
-        AcceleratorState(megatron_lm_plugin=object())
+        Accelerator(cpu=True, megatron_lm_plugin=given)
 
 
 def test_describe_process_with_deepspeed_plugins_is_a_deepspeed_run() -> None:

@@ -24,6 +24,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from accelerate.backends.base import Strategy
+from accelerate.backends.spec import BackendSpec, BuildContext
 from accelerate.diagnostics.watchdog import SLOT
 from accelerate.state.distributed_type import DistributedType
 from accelerate.state.teardown import release_at_exit
@@ -127,3 +128,13 @@ def release_process_group(ddp: DistributedDataParallel) -> None:
     """
     for name in ("logger", "reducer", "process_group"):
         ddp.__dict__.pop(name, None)
+
+
+class DDPSpec(BackendSpec):
+    """The table's row for several processes that no sharding backend claimed."""
+
+    def strategy(self, context: BuildContext) -> Strategy:
+        return DDPStrategy(context.partial.device, context.partial.distributed_type, context.ddp_kwargs)
+
+
+spec = DDPSpec()

@@ -12,9 +12,10 @@ from typing import Any
 
 import torch
 
+from accelerate.backends.spec import BackendRequest, BackendSpec
 from accelerate.optimizer import AcceleratedOptimizer
 from accelerate.scheduler import AcceleratedScheduler
-from accelerate.utils.errors import hardware_only
+from accelerate.utils.errors import NotAvailableYetError, hardware_only
 
 _megatron = hardware_only("Megatron-LM", "NVIDIA GPUs and `pip install megatron-core`")
 
@@ -154,3 +155,18 @@ megatron_lm_prepare_data_loader = prepare_data_loader
 megatron_lm_prepare_model_optimizer_scheduler = prepare_model_optimizer_scheduler
 megatron_lm_prepare_optimizer = prepare_optimizer
 megatron_lm_prepare_scheduler = prepare_scheduler
+
+
+class MegatronLMSpec(BackendSpec):
+    """The backend table's row: asked by ``megatron_lm_plugin``, which it refuses (not available yet)."""
+
+    label = "Megatron-LM"
+
+    def check(self, request: BackendRequest) -> None:
+        raise NotAvailableYetError(
+            "Accelerator(megatron_lm_plugin=...) is not available yet in this accelerate (--use_megatron_lm "
+            "likewise). Remove it to train with DistributedDataParallel, which needs no plugin."
+        )
+
+
+spec = MegatronLMSpec()

@@ -1,33 +1,39 @@
-"""The one place that maps (settings, environment) to a Strategy and a precision mode.
+"""The one place that maps (settings, environment) to a Strategy and a precision mode: a loop over the
+backend table (``backends/table.py``).
 
-Every compatibility rule lives here, so an unsupported combination fails with one clear message
-before any model is touched.
+Every compatibility rule lives in a row's spec (``BackendSpec.check``) or in a row's declared
+conflicts, checked here before any process group exists, so an unsupported combination fails with
+one clear message before any model is touched. Nothing here names a backend: a new one is a row.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from accelerate.backends.base import Strategy
+from accelerate.backends.spec import BackendRequest, BuildContext
+from accelerate.backends.table import BACKEND_ARGUMENTS, TABLE, Row, row
+from accelerate.config.env import LaunchEnv
 from accelerate.state.distributed_type import DistributedType
+from accelerate.state.parallelism_env import resolve_parallelism_config
 from accelerate.state.process import PartialState
-from accelerate.state.run import RunDescription, check_unavailable, describe_process
+from accelerate.state.run import RunDescription, describe_process
 from accelerate.utils.dataclasses import DistributedDataParallelKwargs, check_mixed_precision
 
-# ``accelerate.backends.fsdp.plugin.USE_FSDP_ENV``, spelled here so that a run the launcher did not
-# start with --use_fsdp never imports the FSDP package (a test keeps the two equal).
-_USE_FSDP_ENV = "ACCELERATE_USE_FSDP"
+if TYPE_CHECKING:
+    from accelerate.utils.dataclasses import GradientAccumulationPlugin
 
 __all__ = [
-    "check_unavailable",  # the plugin rules live beside the description (state/run.py): one copy
+    "adjust_accumulation",
+    "backend_request",
     "describe_run",
-    "resolve_fsdp_plugin",
+    "fp8_refused_by",
     "resolve_mixed_precision",
+    "resolve_plugins",
     "resolve_strategy",
 ]
 
@@ -48,92 +54,112 @@ def resolve_mixed_precision(requested: str | None, launched: str | None, device:
     return mode
 
 
+def backend_request(arguments: Mapping[str, Any], launch: LaunchEnv) -> BackendRequest:
+    """The run's request of the backends, checked: every row it asks for, and their conflicts.
+
+    ``arguments`` are the Accelerator's backend arguments by name (``BACKEND_ARGUMENTS``); the
+    ParallelismConfig is resolved here once (the script's, else ``torch_tp_plugin``'s, else the
+    launcher's). Raises before any process group exists.
+    """
+    unknown = sorted(set(arguments) - set(BACKEND_ARGUMENTS))
+    if unknown:
+        raise TypeError(
+            f"connect() got {unknown}, which no backend row owns; the rows own {list(BACKEND_ARGUMENTS)}."
+        )
+    given = {name: value for name, value in arguments.items() if value is not None}
+    config = resolve_parallelism_config(given.get("parallelism_config"), given.get("torch_tp_plugin"), launch)
+    request = BackendRequest(arguments=given, launch=launch, parallelism_config=config)
+    for asked in asked_rows(request):
+        asked.spec().check(request)
+    return request
+
+
+def asked_rows(request: BackendRequest) -> list[Row]:
+    """The rows the request asks for, in table order, after their conflicts (see ``Row.conflicts``)."""
+    asked = [candidate for candidate in TABLE if candidate.asked(request)]
+    kept = []
+    for candidate in asked:
+        steps_aside = False
+        for other, why in _conflicts(candidate, asked):
+            mine, theirs = candidate.given(request), other.given(request)
+            if mine and theirs:
+                first, second = sorted((candidate, other), key=lambda r: -len(r.conflicts))
+                raise ValueError(
+                    f"Accelerator got both {first.given(request)[0]} ({first.spec().label}) and "
+                    f"{second.given(request)[0]} ({second.spec().label}); {why}. Keep one (and drop "
+                    f"--use_{first.name} or --use_{second.name})."
+                )
+            # The code's argument wins over the launcher's setting; two launcher settings: the earlier row.
+            earlier = TABLE.index(other) < TABLE.index(candidate)
+            steps_aside = steps_aside or bool(theirs) or (not mine and earlier)
+        if not steps_aside:
+            kept.append(candidate)
+    return kept
+
+
+def _conflicts(candidate: Row, asked: list[Row]) -> list[tuple[Row, str]]:
+    """The asked rows that cannot run with ``candidate``, whichever of the two declares the conflict."""
+    found = []
+    for other in asked:
+        declared = dict(candidate.conflicts).get(other.name) or dict(other.conflicts).get(candidate.name)
+        if other is not candidate and declared:
+            found.append((other, declared))
+    return found
+
+
+def resolve_plugins(request: BackendRequest) -> dict[str, Any]:
+    """Each asked row's plugin, by row name (from the arguments, the launch settings for the rest)."""
+    return {asked.name: asked.spec().plugin(request) for asked in asked_rows(request)}
+
+
+def adjust_accumulation(
+    plugins: Mapping[str, Any], accumulation: GradientAccumulationPlugin, mixed_precision: str
+) -> GradientAccumulationPlugin:
+    """The run's gradient accumulation after each asked backend's adjustment (a config's own value)."""
+    for name, plugin in plugins.items():
+        accumulation = row(name).spec().adjust_accumulation(plugin, accumulation, mixed_precision)
+    return accumulation
+
+
+def fp8_refused_by(plugins: Mapping[str, Any]) -> str | None:
+    """The label of an asked backend that cannot train in fp8 (None when every one can)."""
+    for name, plugin in plugins.items():
+        spec = row(name).spec()
+        if plugin and not spec.runs_fp8:
+            return spec.label
+    return None
+
+
 def resolve_strategy(
     state: PartialState,
     *,
     ddp_kwargs: DistributedDataParallelKwargs | None = None,
-    fsdp_plugin: Any = None,
     mixed_precision: str = "no",
-    deepspeed_plugins: dict[str, Any] | None = None,
+    plugins: Mapping[str, Any] | None = None,
     parallelism_config: Any = None,
+    launch: LaunchEnv | None = None,
 ) -> Strategy:
-    """The strategy for this process: the N-D composition (tensor parallel, FSDP2/HSDP) when a
-    parallelism config shards or splits tensors, FSDP2 with a plugin, DeepSpeed when it has plugins,
-    XLA on an XLA device, DDP when there are several processes, else one device.
+    """The strategy for this process: the first row of the table whose spec runs.
 
-    ``parallelism_config`` must have its mesh built (``device_mesh_for``) when it is used here.
+    Rows asked by an argument or a launch setting (``plugins``) and the device rows that fit the
+    process (an XLA device, several processes, the single-device fallback) are asked in table
+    order; a row neither asked nor fitting is never imported. ``parallelism_config`` must have its
+    mesh built (``device_mesh_for``) when it is used here.
     """
-    if (
-        parallelism_config is not None
-        and parallelism_config.device_mesh is not None
-        and not deepspeed_plugins
-        and (parallelism_config.tp_enabled or parallelism_config.dp_shard_cp_dim_names)
-    ):
-        from accelerate.backends.parallel.strategy import ParallelStrategy
-
-        # fsdp_plugin (if any) carries the FSDP settings (mixed precision, resharding, AC); the
-        # mesh comes from the config.
-        return ParallelStrategy(
-            state.device,
-            parallelism_config,
-            fsdp_plugin,
-            mixed_precision=mixed_precision,
-            num_processes=state.num_processes,
-            num_processes_per_node=state.num_processes_per_node,
-            process_type=state.distributed_type,
-        )
-    if fsdp_plugin is not None and state.use_distributed:
-        from accelerate.backends.fsdp.strategy import FSDPStrategy
-
-        return FSDPStrategy(
-            state.device,
-            fsdp_plugin,
-            mixed_precision=mixed_precision,
-            num_processes=state.num_processes,
-            num_processes_per_node=state.num_processes_per_node,
-        )
-    if deepspeed_plugins:
-        from accelerate.backends.deepspeed.strategy import DeepSpeedStrategy
-
-        return DeepSpeedStrategy(state.device, deepspeed_plugins)
-    if state.device.type == "xla":
-        from accelerate.backends.xla.strategy import XLAStrategy
-        from accelerate.config.env import read_launch_env
-
-        # downcast_bf16 is a launch setting (--downcast_bf16, a config file's downcast_bf16).
-        downcast = bool(read_launch_env().downcast_bf16)
-        return XLAStrategy(
-            state.device, state.num_processes, mixed_precision=mixed_precision, downcast_bf16=downcast
-        )
-    if state.num_processes > 1:
-        from accelerate.backends.ddp import DDPStrategy
-
-        return DDPStrategy(state.device, state.distributed_type, ddp_kwargs)
-    from accelerate.backends.single_device import SingleDeviceStrategy
-
-    # DDP kwargs are not an error in one process: the same script runs on one process and several.
-    return SingleDeviceStrategy(state.device, state.distributed_type)
-
-
-def resolve_fsdp_plugin(plugin: Any, deepspeed_plugin: Any, environ: Mapping[str, str] | None = None) -> Any:
-    """The FSDP plugin this run uses: the argument, else one the launcher asked for (``--use_fsdp``),
-    with the launcher's ``FSDP_*`` variables filling the fields the caller left unset.
-
-    The result is a copy; the caller's plugin stays as they built it.
-    """
-    env = os.environ if environ is None else environ
-    if plugin is None and (deepspeed_plugin is not None or _USE_FSDP_ENV not in env):
-        return None  # nothing asks for FSDP: the FSDP package stays unloaded
-    from accelerate.backends.fsdp.launch import plugin_with_launch_env
-    from accelerate.backends.fsdp.plugin import FullyShardedDataParallelPlugin, use_fsdp_from_env
-
-    if plugin is None and not use_fsdp_from_env(env):
-        return None
-    if plugin is not None and not isinstance(plugin, FullyShardedDataParallelPlugin):
-        raise TypeError(
-            f"Accelerator(fsdp_plugin=...) needs a FullyShardedDataParallelPlugin, got {type(plugin).__name__}."
-        )
-    return plugin_with_launch_env(plugin if plugin is not None else FullyShardedDataParallelPlugin(), environ)
+    plugins = dict(plugins or {})
+    context = BuildContext(
+        partial=state,
+        mixed_precision=mixed_precision,
+        plugins=plugins,
+        parallelism_config=parallelism_config,
+        ddp_kwargs=ddp_kwargs,
+        launch=launch if launch is not None else LaunchEnv(),
+    )
+    for candidate in TABLE:
+        considered = candidate.name in plugins or (candidate.is_device_row and candidate.fits(state))
+        if considered and candidate.spec().runs(context):
+            return candidate.spec().strategy(context)
+    raise RuntimeError("the backend table's last row (single_device) always runs; the table lost it")
 
 
 def describe_run(
@@ -141,25 +167,25 @@ def describe_run(
     strategy: Strategy,
     *,
     mixed_precision: str,
-    deepspeed_plugins: dict[str, Any] | None,
-    fsdp_plugin: Any,
+    plugins: Mapping[str, Any],
     dynamo_plugin: Any,
     parallelism_config: Any,
     device_mesh: Any,
 ) -> RunDescription:
     """The Accelerator's run: the process's description plus what the chosen strategy decided.
 
-    One process with an FSDP plugin runs unsharded (single-device strategy): the plugin stays
-    readable and ``is_fsdp2`` is False. When FSDP shards, ``fsdp_plugin`` is the strategy's own
-    copy, so edits through ``AcceleratorState().fsdp_plugin`` reach the engine (as upstream).
+    Each asked row fills the fields of its plugin (``BackendSpec.describe``); one process with an
+    FSDP plugin runs unsharded (single-device strategy): the plugin stays readable and ``is_fsdp2``
+    is False.
     """
     sharded = strategy.distributed_type == DistributedType.FSDP
     replica, shard = strategy.data_parallel_ranks(partial.process_index)
+    fields: dict[str, Any] = {}
+    for name, plugin in plugins.items():
+        fields.update(row(name).spec().describe(plugin, strategy, sharded=sharded))
     process = describe_process(
         partial,
         mixed_precision=mixed_precision,
-        deepspeed_plugins=deepspeed_plugins,
-        fsdp_plugin=getattr(strategy, "plugin", fsdp_plugin) if sharded else fsdp_plugin,
         dynamo_plugin=dynamo_plugin,
         parallelism_config=parallelism_config,
         distributed_type=strategy.distributed_type,
@@ -179,9 +205,9 @@ def describe_run(
         process,
         strategy=strategy.name,
         composes_parallelism=strategy.composes_parallelism,
-        is_fsdp2=sharded,
         device_mesh=device_mesh,
         data_parallel_rank=replica,
         data_parallel_shard_rank=shard,
+        **fields,
         **coordinates,
     )

@@ -17,7 +17,7 @@ from typing import Any, Generic, TypeVar
 from accelerate.state.distributed_type import DistributedType
 from accelerate.state.parallelism_env import resolve_parallelism_config
 from accelerate.state.process import PartialState
-from accelerate.state.run import RunDescription, check_unavailable, describe_process
+from accelerate.state.run import RunDescription, describe_process
 from accelerate.state.shared import SharedStateView, adopt_held, mark_reset, was_reset
 
 _ACCEL_STATE: AcceleratorState | None = None
@@ -111,8 +111,9 @@ class AcceleratorState:
     ) -> None:
         """Direct construction (no Accelerator): describes this process with the settings given.
 
-        An Accelerator records its run through :func:`record_run` instead. ``distributed_type``
-        (ours) overrides the process's type; other keyword arguments go to ``PartialState``.
+        The settings are recorded as given, as upstream's ``AcceleratorState`` does: only an
+        Accelerator resolves and checks them (the backend table). An Accelerator records its run
+        through :func:`record_run` instead. ``distributed_type`` (ours) overrides the process's type; other keyword arguments go to ``PartialState``.
         """
         distributed_type: DistributedType | None = kwargs.pop("distributed_type", None)
         ds_plugins: dict[str, Any] | None = kwargs.pop("deepspeed_plugins", None)
@@ -121,27 +122,20 @@ class AcceleratorState:
             return
         # The older TP plugin means ParallelismConfig(tp_size=...); no launcher settings are read here.
         parallelism_config = resolve_parallelism_config(parallelism_config, torch_tp_plugin)
-        check_unavailable(
-            deepspeed_plugin=deepspeed_plugin,
-            fsdp_plugin=fsdp_plugin,
-            megatron_lm_plugin=megatron_lm_plugin,
-            torch_tp_plugin=torch_tp_plugin,
-            deepspeed_plugins=ds_plugins,
-            parallelism_config=parallelism_config,
-        )
         if ds_plugins is None and deepspeed_plugin is not None:
-            ds_plugins = _resolve_deepspeed(deepspeed_plugin)
+            ds_plugins = _named(deepspeed_plugin)
         self.partial_state = PartialState(cpu, **kwargs)
+        run = describe_process(
+            self.partial_state,
+            mixed_precision=mixed_precision,
+            deepspeed_plugins=ds_plugins,
+            fsdp_plugin=fsdp_plugin,
+            dynamo_plugin=dynamo_plugin,
+            parallelism_config=parallelism_config,
+            distributed_type=distributed_type,
+        )
         self._record(
-            describe_process(
-                self.partial_state,
-                mixed_precision=mixed_precision,
-                deepspeed_plugins=ds_plugins,
-                fsdp_plugin=fsdp_plugin,
-                dynamo_plugin=dynamo_plugin,
-                parallelism_config=parallelism_config,
-                distributed_type=distributed_type,
-            )
+            dataclasses.replace(run, torch_tp_plugin=torch_tp_plugin, megatron_lm_plugin=megatron_lm_plugin)
         )
 
     def check_agrees(self, *, mixed_precision: str | None, cpu: bool, **partial_kwargs: Any) -> None:
@@ -269,21 +263,17 @@ def record_run(run: RunDescription, partial: PartialState) -> AcceleratorState:
     return state
 
 
-def _resolve_deepspeed(given: Any) -> dict[str, Any] | None:
-    """The named plugins for ``AcceleratorState(deepspeed_plugin=...)`` built without an Accelerator.
+def _named(given: Any) -> dict[str, Any]:
+    """``AcceleratorState(deepspeed_plugin=...)``'s plugins by name, the first one selected (as upstream).
 
-    The plugin's class resolves them (the same function ``connect()`` runs), so ``state/`` asks the
-    object it was given instead of importing the DeepSpeed backend that sits above it.
+    Recorded as given: a direct AcceleratorState resolves nothing (no launch settings, no checks);
+    an Accelerator resolves its plugins through the backend table.
     """
-    sample = next(iter(given.values()), None) if isinstance(given, Mapping) else given
-    resolve = getattr(type(sample), "resolve_plugins", None)
-    if resolve is None:
-        raise TypeError(
-            f"AcceleratorState(deepspeed_plugin=...) takes a DeepSpeedPlugin or a dict of them; got "
-            f"{type(sample).__name__}."
-        )
-    plugins: dict[str, Any] | None = resolve(given)
-    return plugins
+    named = dict(given) if isinstance(given, Mapping) else {"default": given}
+    first = next(iter(named.values()), None)
+    if first is not None:
+        first.select(_from_accelerator_state=True)
+    return named
 
 
 def existing_accelerator_state() -> AcceleratorState | None:

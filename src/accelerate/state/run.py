@@ -16,7 +16,6 @@ import torch
 
 from accelerate.state.distributed_type import DistributedType, is_multi_device
 from accelerate.state.process import PartialState
-from accelerate.utils.errors import NotAvailableYetError
 from accelerate.utils.records import frozen_record
 
 
@@ -106,51 +105,6 @@ class RunDescription:
         return next((p for p in plugins.values() if p.selected), None) if plugins else None
 
 
-def check_unavailable(
-    *,
-    deepspeed_plugin: object,
-    fsdp_plugin: object,
-    megatron_lm_plugin: object,
-    torch_tp_plugin: object = None,
-    deepspeed_plugins: object = None,
-    parallelism_config: object = None,
-) -> None:
-    """Refuses plugin combinations no run can be described with, before anything starts.
-
-    Lives beside the description (not in ``backends/resolve.py``, which re-exports it) so that both
-    ways of describing a run, ``connect()`` and a direct ``AcceleratorState(...)``, apply the same
-    rules without state/ importing a backend.
-    """
-    if fsdp_plugin is not None and (deepspeed_plugin is not None or deepspeed_plugins is not None):
-        raise ValueError(
-            "Accelerator got both fsdp_plugin (FSDP) and deepspeed_plugin (DeepSpeed); they are two ways to shard "
-            "the same model and cannot run together. Keep one (and drop --use_fsdp or --use_deepspeed)."
-        )
-    if megatron_lm_plugin is not None:
-        raise NotAvailableYetError(
-            "Accelerator(megatron_lm_plugin=...) is not available yet in this accelerate (--use_megatron_lm "
-            "likewise). Remove it to train with DistributedDataParallel, which needs no plugin."
-        )
-    # torch_tp_plugin is not refused here: the caller turned it into parallelism_config (tp_size), which
-    # is checked below (state/parallelism_env.resolve_parallelism_config).
-    check_available = getattr(parallelism_config, "check_available", None)
-    if parallelism_config is not None and check_available is None:
-        raise TypeError(
-            f"Accelerator(parallelism_config=...) needs a ParallelismConfig, got {type(parallelism_config).__name__}."
-        )
-    if check_available is not None:
-        check_available()  # sequence parallelism raises; context parallelism is checked with the device
-        if getattr(parallelism_config, "tp_enabled", False) and (
-            deepspeed_plugin is not None or deepspeed_plugins is not None
-        ):
-            raise ValueError(
-                f"Accelerator got parallelism_config with tp_size={parallelism_config.tp_size} (tensor "  # type: ignore[attr-defined]
-                "parallelism) and deepspeed_plugin (DeepSpeed); DeepSpeed shards the model its own way and "
-                "cannot run on a tensor-parallel mesh. Drop one: tensor parallelism composes with FSDP "
-                "(parallelism_config's dp_shard_size), not with DeepSpeed."
-            )
-
-
 def describe_process(
     partial: PartialState,
     *,
@@ -163,8 +117,9 @@ def describe_process(
 ) -> RunDescription:
     """The run of a process without a strategy: ``AcceleratorState(...)`` called directly.
 
-    Its settings are recorded as given (the resolver's checks and plugin resolution happened in the
-    caller); with DeepSpeed plugins the run is a DeepSpeed one, else the process's own type.
+    Its settings are recorded as given: only an Accelerator resolves and checks them (the backend
+    table, ``backends/resolve.py``); with DeepSpeed plugins the run is a DeepSpeed one, else the
+    process's own type.
     ``describe_run`` in ``backends/resolve.py`` starts from this and adds the strategy's facts.
     """
     if distributed_type is None:

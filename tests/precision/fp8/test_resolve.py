@@ -36,7 +36,7 @@ def test_only_fp8_resolves_and_one_recipe_at_most() -> None:
 
 def test_fp8_with_deepspeed_is_named() -> None:
     with pytest.raises(ValueError, match="with DeepSpeed is not supported.*DDP or FSDP2"):
-        resolve_fp8("fp8", [AORecipeKwargs()], LaunchEnv(), deepspeed=True)
+        resolve_fp8("fp8", [AORecipeKwargs()], LaunchEnv(), refused_by="DeepSpeed")
 
 
 def test_the_launchers_settings_build_the_recipe() -> None:

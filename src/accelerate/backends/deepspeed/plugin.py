@@ -332,17 +332,6 @@ class DeepSpeedPlugin:
             )
         set_z3_leaf_modules(model, list(classes))
 
-    @classmethod
-    def resolve_plugins(cls, given: Any) -> dict[str, DeepSpeedPlugin] | None:
-        """The named plugins for ``given`` (one plugin or a dict), as ``connect()`` resolves them.
-
-        ``AcceleratorState(deepspeed_plugin=...)`` built without an Accelerator calls this on the
-        plugin it was handed: ``state/`` sits below the backends and cannot import this package.
-        """
-        from accelerate.backends.deepspeed.launch import resolve_deepspeed_plugins
-
-        return resolve_deepspeed_plugins(given, None, launched=False)
-
     def select(self, _from_accelerator_state: bool = False) -> None:
         """Makes this plugin the active one (see ``Accelerator.state.select_deepspeed_plugin``)."""
         if not _from_accelerator_state:

@@ -1,5 +1,5 @@
 """``--use_fsdp --fsdp_*`` and a config file's ``fsdp_config``: checked, turned into the ``FSDP_*`` variables,
-and read back into the run's plugin (:func:`plugin_with_launch_env`, the only reader of ``FSDP_*``).
+and read back into the run's plugin (:func:`plugin_with_launch_env`, from the ``fsdp_*`` fields of ``LaunchEnv``).
 
 Flags win over the file. Every value is checked here, before anything starts, and the plan notes what
 the settings become on FSDP2 (``--dry_run`` prints it). No torch import: the launcher stays light.
@@ -8,7 +8,6 @@ the settings become on FSDP2 (``--dry_run`` prints it). No torch import: the lau
 from __future__ import annotations
 
 import copy
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -27,6 +26,7 @@ from accelerate.backends.fsdp.plugin import (
 if TYPE_CHECKING:
     from accelerate.backends.fsdp.plugin import FullyShardedDataParallelPlugin
     from accelerate.config.config_file import LaunchConfig
+    from accelerate.config.env import LaunchEnv
 
 # Launch flags (besides --use_fsdp), each the config key of the same name.
 FLAG_HELP: dict[str, str] = {
@@ -175,17 +175,23 @@ def resolve_fsdp(
     return launch
 
 
+def launch_variables(launch: LaunchEnv) -> dict[str, str]:
+    """The launcher's ``FSDP_*`` values, by variable, as the plugin reads them (from the one launch table)."""
+    values = {variable: getattr(launch, f"fsdp_{key}") for key, variable in FSDP_ENV.items()}
+    return {variable: value for variable, value in values.items() if value is not None}
+
+
 def plugin_with_launch_env(
-    plugin: FullyShardedDataParallelPlugin, environ: Mapping[str, str] | None = None
+    plugin: FullyShardedDataParallelPlugin, launch: LaunchEnv
 ) -> FullyShardedDataParallelPlugin:
-    """A copy of ``plugin`` whose unset fields take the launcher's ``FSDP_*`` values (``environ``, default
-    ``os.environ``): the runtime half of the translation above, run once when the run is resolved.
+    """A copy of ``plugin`` whose unset fields take the launcher's ``FSDP_*`` values (``launch``, the
+    settings read once): the runtime half of the translation above, run once when the run is resolved.
 
     A field counts as unset when it was left ``None`` at construction and still holds the default it
     got then (a later assignment is the caller's choice, as an argument is). The caller's plugin is
     not changed.
     """
-    env = os.environ if environ is None else environ
+    env = launch_variables(launch)
     resolved = copy.copy(plugin)
     unset = plugin._defaulted_fields()
     if any(FIELD_ENV[name] in env for name in unset):

@@ -13,7 +13,6 @@ dataclass itself never reads ``os.environ``. No torch import at module level: th
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -77,12 +76,6 @@ def _choice(value: Any, choices: tuple[str, ...], what: str) -> str:
     if name not in choices:
         raise ValueError(f"{what}={value!r} is not one of {', '.join(choices)}.")
     return str(name)
-
-
-def use_fsdp_from_env(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether the launcher asked for FSDP (``ACCELERATE_USE_FSDP``)."""
-    env = os.environ if environ is None else environ
-    return as_bool(env.get(USE_FSDP_ENV, "false"), USE_FSDP_ENV)
 
 
 def fsdp2_layout(

@@ -1,0 +1,76 @@
+"""N-D parallelism's row in the backend table: the run's ``ParallelismConfig`` (the script's, the TP
+plugin's or the launcher's) is its plugin, and :class:`ParallelStrategy` runs when the config shards
+(``dp_shard``/``cp``) or splits tensors (``tp``); pure ``dp_replicate`` falls through to DDP.
+
+A new mesh dimension (sequence, expert, pipeline) is a size on ``ParallelismConfig``, a check here
+when it cannot run with another backend, and one ``apply_*`` step in the strategy's composition."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from accelerate.backends.spec import BackendRequest, BackendSpec, BuildContext
+
+if TYPE_CHECKING:
+    from accelerate.backends.base import Strategy
+
+
+class ParallelSpec(BackendSpec):
+    label = "ParallelismConfig"
+
+    def check(self, request: BackendRequest) -> None:
+        config = request.parallelism_config
+        check_available = getattr(config, "check_available", None)
+        if config is not None and check_available is None:
+            raise TypeError(
+                f"Accelerator(parallelism_config=...) needs a ParallelismConfig, got {type(config).__name__}."
+            )
+        if check_available is None:
+            return
+        check_available()  # sequence parallelism raises; context parallelism is checked with the device
+        if getattr(config, "tp_enabled", False) and (
+            request.given("deepspeed_plugin") is not None or request.given("deepspeed_plugins") is not None
+        ):
+            raise ValueError(
+                f"Accelerator got parallelism_config with tp_size={config.tp_size} (tensor parallelism) and "
+                "deepspeed_plugin (DeepSpeed); DeepSpeed shards the model its own way and cannot run on a "
+                "tensor-parallel mesh. Drop one: tensor parallelism composes with FSDP (parallelism_config's "
+                "dp_shard_size), not with DeepSpeed."
+            )
+
+    def plugin(self, request: BackendRequest) -> Any:
+        return request.parallelism_config
+
+    def runs(self, context: BuildContext) -> bool:
+        config = context.parallelism_config
+        return (
+            config is not None
+            and config.device_mesh is not None
+            and bool(config.tp_enabled or config.dp_shard_cp_dim_names)
+        )
+
+    def strategy(self, context: BuildContext) -> Strategy:
+        from accelerate.backends.parallel.strategy import ParallelStrategy
+
+        partial = context.partial
+        # The FSDP plugin (if any) carries the FSDP settings (mixed precision, resharding, AC); the
+        # mesh comes from the config.
+        return ParallelStrategy(
+            partial.device,
+            context.parallelism_config,
+            context.plugins.get("fsdp"),
+            mixed_precision=context.mixed_precision,
+            num_processes=partial.num_processes,
+            num_processes_per_node=partial.num_processes_per_node,
+            process_type=partial.distributed_type,
+        )
+
+    def describe(self, plugin: Any, strategy: Strategy, *, sharded: bool) -> dict[str, Any]:
+        # When FSDP2 shards on the mesh, the run's FSDP plugin is the strategy's (its defaults without one).
+        return {
+            "is_fsdp2": sharded,
+            **({"fsdp_plugin": getattr(strategy, "plugin", None)} if sharded else {}),
+        }
+
+
+spec = ParallelSpec()
