@@ -154,7 +154,7 @@ def test_plugin_and_steps_together_raise() -> None:
 
 
 def test_backend_plugins_of_the_wrong_type_raise_clearly() -> None:
-    # FSDP and DeepSpeed run (tests/backends/test_fsdp*, test_deepspeed*); Megatron-LM needs GPUs.
+    # FSDP and DeepSpeed run (tests/backends/fsdp/, tests/backends/deepspeed/); Megatron-LM needs GPUs.
     with pytest.raises(TypeError, match="needs a FullyShardedDataParallelPlugin, got object"):
         Accelerator(fsdp_plugin=object())
     with pytest.raises(TypeError, match="pass a DeepSpeedPlugin"):

@@ -62,8 +62,8 @@ AREAS: tuple[Area, ...] = (
         "tests/utils/test_cuda_memory.py",
     ), cap_s=45),
     Area("fsdp_one_process", "FSDP2 in one process (+ CPU offload)", (
-        "tests/backends/test_cuda_fsdp.py",
-        "tests/backends/test_fsdp_launch.py::test_cpu_offload_is_accepted_on_a_gpu",
+        "tests/backends/fsdp/test_cuda_fsdp.py",
+        "tests/backends/fsdp/test_fsdp_launch.py::test_cpu_offload_is_accepted_on_a_gpu",
     ), cap_s=60),
     Area("fp8", "fp8: torchao float8 matmuls; Transformer Engine / MS-AMP where installed", (
         "tests/precision/fp8/test_cuda_fp8.py",

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from tests.backends.fsdp_models import train_reference
+from tests.backends.fsdp.fsdp_models import train_reference
 
 VOCAB, WIDTH, HEADS, SEQ, OUT, DEPTH = 16, 16, 4, 6, 3, 2
 

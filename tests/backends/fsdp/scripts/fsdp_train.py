@@ -1,4 +1,4 @@
-"""Launched by tests/backends/test_fsdp_launch.py: trains the tiny transformer with whatever FSDP the
+"""Launched by tests/backends/fsdp/test_fsdp_launch.py: trains the tiny transformer with whatever FSDP the
 launcher configured (no plugin in the code) and writes one rank<N>.json per rank into the folder argv[1]."""
 
 from __future__ import annotations

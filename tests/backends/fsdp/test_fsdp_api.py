@@ -13,7 +13,7 @@ from accelerate.backends.fsdp.plugin import FullyShardedDataParallelPlugin
 from accelerate.backends.fsdp.spec import resolve_fsdp_plugin
 from accelerate.config.env import read_launch_env
 from accelerate.utils import fsdp_utils
-from tests.backends.fsdp_models import make_model
+from tests.backends.fsdp.fsdp_models import make_model
 
 
 def test_ram_efficient_loading_switches(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.backends import deepspeed_payloads as payloads
+from tests.backends.deepspeed import deepspeed_payloads as payloads
 from tests.helpers.pool import WorkerPool
 
 pytest.importorskip("deepspeed", reason="DeepSpeed tests need deepspeed (make test installs it)")

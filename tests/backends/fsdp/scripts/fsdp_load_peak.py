@@ -1,4 +1,4 @@
-"""Launched by tests/backends/test_fsdp_launch.py: how much host memory each rank gains while it builds a
+"""Launched by tests/backends/fsdp/test_fsdp_launch.py: how much host memory each rank gains while it builds a
 384 MB model and prepare() shards it under FSDP, with cpu_ram_efficient_loading as argv[2] says (the
 other ranks then build it on the meta device). Writes rank<N>.json into the folder argv[1]."""
 

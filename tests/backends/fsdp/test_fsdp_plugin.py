@@ -15,7 +15,7 @@ from accelerate.backends.spec import BackendRequest
 from accelerate.config.config_file import LaunchConfig
 from accelerate.config.env import read_launch_env
 from accelerate.utils import FullyShardedDataParallelPlugin
-from tests.backends.fsdp_models import BertLayer, Block, make_model
+from tests.backends.fsdp.fsdp_models import BertLayer, Block, make_model
 
 
 def test_defaults_follow_the_version() -> None:

@@ -11,7 +11,7 @@ from tests.commands.helpers import reserved_port, run_cli
 
 pytest.importorskip("deepspeed", reason="DeepSpeed tests need deepspeed (make test installs it)")
 
-FILES = Path(__file__).resolve().parent / "deepspeed_files"
+FILES = Path(__file__).resolve().parent / "files"
 
 
 def _config(tmp_path: Path) -> Path:

@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from accelerate import Accelerator
 from accelerate.utils import FullyShardedDataParallelPlugin
-from tests.backends.fsdp_models import Block, TiedNet, dataset, make_model, reference_run
+from tests.backends.fsdp.fsdp_models import Block, TiedNet, dataset, make_model, reference_run
 from tests.helpers.pool import WorkerPool
 
 STEPS, ACCUM, PER_RANK, MAX_NORM = 3, 2, 4, 0.5
