@@ -1,7 +1,8 @@
 """The per-rank memory of a training run, from the model's shape and the run's layout (no torch).
 
-Each rank holds its share of five things, all live together at the peak of a step (the backward
-pass starts with every activation saved and produces the gradients; the optimizer states persist):
+Each rank holds its share of five things. Parameters, optimizer states and communication buffers
+persist; backward starts with every activation saved and frees them block by block as it makes the
+gradients, so the step peaks at the persistent part plus the larger of activations and gradients:
 
 * parameters: fp32 (the optimizer's master copy under mixed precision), split by tensor
   parallelism and, with FSDP / ZeRO-3, over the ``dp_shard x cp`` group;
@@ -11,7 +12,8 @@ pass starts with every activation saved and produces the gradients; the optimize
 * activations: what autograd saves for backward, per token and per decoder block (measured on
   decoder blocks with SDPA attention: ``8h + 2kv + 4i`` elements plus a few per head and token, of
   which ``4h`` are not split by tensor parallelism), plus the logits in fp32; activation
-  checkpointing keeps each block's input and one block's activations at a time;
+  checkpointing keeps each block's input and one block's activations at a time; the loss's
+  backward adds two fp32 copies of the logits (their gradient and the softmax's);
 * communication buffers: with FSDP the gathered parameters of two blocks (the one that runs and the
   one prefetched) in the compute precision and one block's unsharded gradients; with DDP the
   gradient buckets (a second copy of the gradients).
@@ -46,8 +48,10 @@ class RankMemory:
 
     @property
     def total(self) -> int:
-        return (self.parameters + self.gradients + self.optimizer_states + self.activations
-                + self.communication_buffers)  # fmt: skip
+        """The step's peak: backward frees each block's activations as it makes its gradients, so only
+        the larger of the two counts on top of what persists."""
+        persistent = self.parameters + self.optimizer_states + self.communication_buffers
+        return persistent + max(self.activations, self.gradients)
 
 
 @dataclass(frozen=True)
@@ -124,8 +128,9 @@ def activation_bytes(model: ModelShape, layout: RunLayout) -> int:
     per_token = block + layers * hidden if layout.activation_checkpointing else layers * block
     per_token += 3 * hidden + 5  # embeddings' output, the final norm
     element = _compute_bytes(layout)
-    # The loss upcasts the logits to fp32 (a second copy when the head computes in half precision).
-    logits = (model.vocab_size or 0) / layout.tp * (_FP32 + (0 if element == _FP32 else element))
+    # The loss upcasts the logits to fp32 (a second copy when the head computes in half precision);
+    # the start of backward adds their gradient and the softmax's, both fp32.
+    logits = (model.vocab_size or 0) / layout.tp * (3 * _FP32 + (0 if element == _FP32 else element))
     return int(tokens * (per_token * element + logits))
 
 
