@@ -869,6 +869,7 @@ _LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "facade delegates",
         ("accelerator_checkpoints", "accelerator_facts", "connector", "preparation", "local_sgd"),
     ),
+    ("planning", ("planning",)),  # the memory estimate and the plan checker: the launcher and CLI ask it
     ("backends", ("backends",)),
     ("optimizer/scheduler", ("optimizer", "scheduler")),
     ("precision", ("precision",)),

@@ -4,6 +4,8 @@ The model is built from its config on the meta device (``init_empty_weights``), 
 the config is read; sizes come from the parameters' shapes. Upstream's functions are here under their
 names (``estimate_command_parser``, ``gather_data``, ``estimate_command``, ``create_empty_model``, ...).
 Besides a model id on the Hub, a local folder holding a ``config.json`` (or that file) works offline.
+The run options (world size, parallel sizes, precision, optimizer, batch...) print the per-rank
+estimate of :mod:`accelerate.planning` instead (see :mod:`accelerate.commands.estimate_run`).
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ def estimate_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     else:
         parser = argparse.ArgumentParser(prog="accelerate estimate-memory", description=description)
     parser.add_argument("model_name", type=str, help="A model id on the Hub (needs the network), a local folder "
-                        "holding its config.json, or that config.json itself.")  # fmt: skip
+                        "holding its config.json, that config.json itself, a .safetensors checkpoint (or a folder "
+                        "of them), or module:function returning a model built on the meta device.")  # fmt: skip
     parser.add_argument("--library_name", "--library-name", dest="library_name", type=str,
                         choices=["timm", "transformers"], default=None,
                         help="Library the model belongs to, needed when the Hub does not record it "
@@ -51,6 +54,9 @@ def estimate_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     parser.add_argument("--trust_remote_code", "--trust-remote-code", dest="trust_remote_code",
                         action="store_true", default=False,
                         help="Allow a transformers model defined by code in its repository.")  # fmt: skip
+    from accelerate.commands.estimate_run import add_run_arguments
+
+    add_run_arguments(parser)
     if subparsers is not None:
         parser.set_defaults(func=run)
     return parser
@@ -334,8 +340,14 @@ def estimate_command(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """The CLI: ``estimate_command``, with a failure reported as one line and exit code 2."""
+    """The CLI: ``estimate_command`` (or the per-rank estimate, given a run option), with a failure
+    reported as one line and exit code 2."""
+    from accelerate.commands.estimate_run import run_estimate, wants_run_estimate
+
     try:
+        if wants_run_estimate(args):
+            print(run_estimate(args))
+            return 0
         estimate_command(args)
     except (EstimateError, ImportError, OSError, RuntimeError, ValueError) as error:
         print(f"accelerate estimate-memory: error: {error}", file=sys.stderr)
@@ -345,7 +357,7 @@ def run(args: argparse.Namespace) -> int:
 
 def main() -> None:
     """``python -m accelerate.commands.estimate MODEL``."""
-    estimate_command(estimate_command_parser().parse_args())
+    raise SystemExit(run(estimate_command_parser().parse_args()))
 
 
 if __name__ == "__main__":

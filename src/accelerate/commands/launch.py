@@ -304,6 +304,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                        help="SCRIPT is an executable; run it without the Python interpreter.")  # fmt: skip
     group.add_argument("--dry_run", "--dry-run", dest="dry_run", action="store_true",
                        help="Print every resolved setting with its source and the command; run nothing.")  # fmt: skip
+    group.add_argument("--check_plan", "--check-plan", dest="check_plan", action="store_true",
+                       help="With --dry_run: run every rank's set-up (device mesh, data sharding) on torch's fake "
+                       "process group for --num_processes ranks, in this one process.")  # fmt: skip
     group.add_argument("-q", "--quiet", action="store_true", help="Do not print which config file was read.")
     parser.add_argument(
         "training_script", metavar="SCRIPT", help="The script, module (-m) or executable to run."
@@ -337,7 +340,7 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print("accelerate launch --dry_run: nothing was started.\n")
         print(plan.describe())
-        return 0
+        return _check_plan(plan) if args.check_plan else 0
     for note in plan.notes:
         print(f"accelerate launch: {note}", file=sys.stderr)
     for warning in plan.warnings:
@@ -345,6 +348,19 @@ def run(args: argparse.Namespace) -> int:
     from accelerate.launch.runner import run_plan
 
     return run_plan(plan)
+
+
+def _check_plan(plan: Any) -> int:
+    """``--dry_run --check_plan``: the plan checker over the plan's sizes (plain data parallelism without
+    a ParallelismConfig); 1 when it finds a problem."""
+    from accelerate.launch import parallelism
+    from accelerate.planning.check import check_plan
+
+    world = int(plan.value("num_processes"))
+    sizes = parallelism.sizes(plan.settings) if parallelism.in_use(plan.settings) else {"dp_replicate": world}
+    check = check_plan(sizes, world)
+    print("\n" + check.summary())
+    return 0 if check.ok else 1
 
 
 def make_plan(args: argparse.Namespace, environ: Any, *, quiet: bool | None = None) -> Any:

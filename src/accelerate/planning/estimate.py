@@ -1,0 +1,211 @@
+"""The per-rank memory of a training run, from the model's shape and the run's layout (no torch).
+
+Each rank holds its share of five things. Parameters, optimizer states and communication buffers
+persist; backward starts with every activation saved and frees them block by block as it makes the
+gradients, so the step peaks at the persistent part plus the larger of activations and gradients:
+
+* parameters: fp32 (the optimizer's master copy under mixed precision), split by tensor
+  parallelism and, with FSDP / ZeRO-3, over the ``dp_shard x cp`` group;
+* gradients: fp32, as the parameters, sharded from ZeRO-2 on;
+* optimizer states: bytes per parameter from the optimizer (Adam 8, 8-bit Adam 2, SGD 0 or 4),
+  sharded from ZeRO-1 on;
+* activations: what autograd saves for backward, per token and per decoder block (measured on
+  decoder blocks with SDPA attention: ``8h + 2kv + 4i`` elements plus a few per head and token, of
+  which ``4h`` are not split by tensor parallelism), plus the logits in fp32; activation
+  checkpointing keeps each block's input and one block's activations at a time; the loss's
+  backward adds two fp32 copies of the logits (their gradient and the softmax's);
+* communication buffers: with FSDP the gathered parameters of two blocks (the one that runs and the
+  one prefetched) in the compute precision and one block's unsharded gradients; with DDP the
+  gradient buckets (a second copy of the gradients).
+
+CPU offload moves parameters, gradients and optimizer states to host memory (reported apart).
+The figures are checked against measured peaks in ``tests/planning/test_validation.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from accelerate.planning.layout import OPTIMIZER_STATE_BYTES, RunLayout
+from accelerate.planning.shapes import ModelShape
+
+_FP32 = 4
+# DeepSpeed's default reduce bucket (elements) bounds ZeRO-1/2's gradient buffer.
+_ZERO_BUCKET = 500_000_000
+
+
+@dataclass(frozen=True)
+class RankMemory:
+    """Bytes one rank needs on its accelerator (``cpu``: host memory, with CPU offload)."""
+
+    parameters: int
+    gradients: int
+    optimizer_states: int
+    activations: int
+    communication_buffers: int
+    cpu: int = 0
+
+    @property
+    def total(self) -> int:
+        """The step's peak: backward frees each block's activations as it makes its gradients, so only
+        the larger of the two counts on top of what persists."""
+        persistent = self.parameters + self.optimizer_states + self.communication_buffers
+        return persistent + max(self.activations, self.gradients)
+
+
+@dataclass(frozen=True)
+class RankGroup:
+    """Ranks that need the same memory (FSDP gives the first ranks of a shard group one more element)."""
+
+    ranks: tuple[int, ...]
+    memory: RankMemory
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """The estimate for one model and layout: each group of ranks, the peak, and the notes that qualify it."""
+
+    model: ModelShape
+    layout: RunLayout
+    groups: tuple[RankGroup, ...]
+    communication_per_step: int  # bytes each rank sends per optimizer step (for ranking layouts)
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def peak(self) -> int:
+        """The most loaded rank's bytes."""
+        return max(group.memory.total for group in self.groups)
+
+    @property
+    def peak_rank(self) -> int:
+        return max(self.groups, key=lambda group: group.memory.total).ranks[0]
+
+    def fits(self, max_memory: int) -> bool:
+        return self.peak <= max_memory
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for ``--json``: the model, the layout, each rank group, the peak."""
+        return {
+            "model": asdict(self.model),
+            "layout": asdict(self.layout),
+            "ranks": [
+                {"ranks": rank_span(group.ranks), **asdict(group.memory), "total": group.memory.total}
+                for group in self.groups
+            ],  # fmt: skip
+            "peak": self.peak,
+            "peak_rank": self.peak_rank,
+            "communication_per_step": self.communication_per_step,
+            "notes": list(self.notes),
+        }
+
+
+def rank_span(ranks: tuple[int, ...]) -> str:
+    """``0-7`` for a contiguous run, else the ranks listed (shortened past 8)."""
+    if len(ranks) > 1 and ranks[-1] - ranks[0] == len(ranks) - 1:
+        return f"{ranks[0]}-{ranks[-1]}"
+    listed = ",".join(str(rank) for rank in ranks[:8])
+    return listed + (f",... ({len(ranks)} ranks)" if len(ranks) > 8 else "")
+
+
+def _compute_bytes(layout: RunLayout) -> int:
+    return _FP32 if layout.mixed_precision == "no" else 2
+
+
+def activation_bytes(model: ModelShape, layout: RunLayout) -> int:
+    """Bytes autograd saves for backward in one micro-batch on one rank (0 when the model's dimensions
+    are unknown)."""
+    if not model.knows_activations or model.hidden_size is None or model.num_layers is None:
+        return 0
+    hidden, layers = model.hidden_size, model.num_layers
+    inner = model.intermediate_size or 4 * hidden
+    heads = model.num_heads or 1
+    tokens = layout.micro_batch_size * layout.sequence_length // layout.cp
+    # Per token: norms' inputs and outputs stay whole under tensor parallelism; projections split.
+    whole = 4 * hidden + 2
+    split = (4 * hidden + 2 * model.kv_size + 4 * inner + heads) / layout.tp
+    block = whole + split
+    per_token = block + layers * hidden if layout.activation_checkpointing else layers * block
+    per_token += 3 * hidden + 5  # embeddings' output, the final norm
+    element = _compute_bytes(layout)
+    # The loss upcasts the logits to fp32 (a second copy when the head computes in half precision);
+    # the start of backward adds their gradient and the softmax's, both fp32.
+    logits = (model.vocab_size or 0) / layout.tp * (3 * _FP32 + (0 if element == _FP32 else element))
+    return int(tokens * (per_token * element + logits))
+
+
+def _communication(model: ModelShape, layout: RunLayout) -> int:
+    """Bytes one rank sends per step: parameter gathers, gradient reductions, tensor/context-parallel traffic."""
+    params = model.parameters / layout.tp
+    element = _compute_bytes(layout)
+    shard, replicate = layout.shard_group, layout.dp_replicate
+    sent = 0.0
+    if layout.zero_stage == 3 and shard > 1:
+        sent += 3 * params * element * (shard - 1) / shard  # gather for forward and backward, reduce-scatter
+    elif layout.zero_stage in (1, 2) and shard > 1:
+        sent += 2 * params * element * (shard - 1) / shard
+    elif shard > 1:
+        sent += 2 * params * element * (shard - 1) / shard  # all-reduce
+    if replicate > 1:
+        kept = params / shard if layout.zero_stage >= 2 else params
+        sent += 2 * kept * element * (replicate - 1) / replicate
+    tokens = layout.micro_batch_size * layout.sequence_length / layout.cp
+    hidden, layers = model.hidden_size or 0, model.num_layers or 0
+    if layout.tp > 1:  # two all-reduces per block forward, two backward
+        sent += 4 * layers * 2 * tokens * hidden * element * (layout.tp - 1) / layout.tp
+    if layout.cp > 1:  # ring attention passes keys and values round the ring, forward and backward
+        sent += 2 * layers * 2 * tokens * model.kv_size * element * (layout.cp - 1)
+    return int(sent)
+
+
+def _rank_memory(model: ModelShape, layout: RunLayout, shard_params: int, activations: int) -> RankMemory:
+    whole = -(-model.parameters // layout.tp)
+    parameters = (shard_params if layout.zero_stage >= 3 else whole) * _FP32
+    gradients = (shard_params if layout.zero_stage >= 2 else whole) * _FP32
+    optimizer = int(
+        (shard_params if layout.zero_stage >= 1 else whole) * OPTIMIZER_STATE_BYTES[layout.optimizer]
+    )
+    buffers = 0
+    block = -(-model.largest_layer // layout.tp)
+    if layout.zero_stage == 3 and layout.shard_group > 1:
+        buffers = 2 * block * _compute_bytes(layout) + block * _FP32
+    elif layout.zero_stage in (1, 2) and layout.shard_group > 1:
+        buffers = min(whole, _ZERO_BUCKET) * _FP32
+    elif layout.data_parallel > 1:
+        buffers = gradients  # DDP's buckets: a second copy of the gradients
+    if layout.cpu_offload:
+        return RankMemory(0, 0, 0, activations, buffers, cpu=parameters + gradients + optimizer)
+    return RankMemory(parameters, gradients, optimizer, activations, buffers)
+
+
+def estimate_memory(model: ModelShape, layout: RunLayout) -> MemoryEstimate:
+    """Each rank's memory for training ``model`` with ``layout`` (see the module docstring for the model).
+
+    Example:
+        >>> from accelerate.planning.shapes import shape_from_config
+        >>> shape = shape_from_config({"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
+        ...     "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256})
+        >>> plan = estimate_memory(shape, RunLayout(world_size=16, tp=2, mixed_precision="bf16",
+        ...     micro_batch_size=4, sequence_length=4096))
+        >>> plan.fits(80 * 10**9)
+        True
+    """
+    layout = layout.resolved()
+    activations = activation_bytes(model, layout)
+    whole = -(-model.parameters // layout.tp)
+    shard = layout.shard_group if layout.zero_stage >= 1 else 1
+    base, extra = divmod(whole, shard)
+    by_memory: dict[RankMemory, list[int]] = {}
+    for rank in range(layout.world_size):
+        # Rank order is row-major over (dp_replicate, dp_shard, cp, tp): the index in the shard group
+        # is the (dp_shard, cp) coordinate, and the first `extra` shards hold one element more.
+        index = (rank // layout.tp) % shard
+        memory = _rank_memory(model, layout, base + (1 if index < extra else 0), activations)
+        by_memory.setdefault(memory, []).append(rank)
+    groups = tuple(RankGroup(tuple(ranks), memory) for memory, ranks in by_memory.items())
+    notes = []
+    if not model.knows_activations:
+        notes.append("activations not counted: the model's hidden size and layer count are unknown")
+    if layout.mixed_precision == "fp8":
+        notes.append("fp8: activations counted at 2 bytes (the matmul inputs in fp8 save less)")
+    return MemoryEstimate(model, layout, groups, _communication(model, layout), tuple(notes))

@@ -1,0 +1,59 @@
+"""``accelerate estimate-memory`` with run options: the per-rank table, --json, --max_memory, offline sources."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from accelerate.commands.accelerate_cli import main
+
+LLAMA_8B = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+            "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+            "tie_word_embeddings": False}  # fmt: skip
+QUESTION = ["--dp_shard_size", "8", "--tp_size", "2", "--mixed_precision", "bf16", "--micro_batch_size", "4",
+            "--sequence_length", "4096", "--max_memory", "80GB"]  # fmt: skip
+
+
+@pytest.fixture
+def llama(tmp_path: Path) -> str:
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA_8B))
+    return str(tmp_path)
+
+
+def test_the_issue_question_gets_a_table_and_the_layouts_that_fit(
+    llama: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["estimate-memory", llama, *QUESTION]) == 0
+    out = capsys.readouterr().out
+    assert "8.03B parameters" in out and "dp_shard=8 x tp=2 (FSDP/ZeRO-3) on 16 rank(s)" in out
+    for column in ("parameters", "gradients", "optimizer states", "activations", "comm. buffers", "total"):
+        assert column in out
+    assert "Peak: " in out and "Fits: fits in 80.0 GB per rank" in out
+    assert "Layouts of 16 ranks that fit, least communication per step first:" in out
+
+
+def test_json_output_carries_each_rank_group_and_the_verdict(
+    llama: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["estimate-memory", llama, *QUESTION, "--json", "--max_memory", "20GB"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["layout"]["dp_shard"] == 8 and data["ranks"][0]["ranks"] == "0-15"
+    assert data["fits"] is False and data["margin"] < 0
+    assert all(fit["peak"] <= 20 * 10**9 for fit in data["layouts_that_fit"])
+
+
+def test_without_run_options_the_upstream_table_is_printed(
+    llama: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["estimate-memory", llama, "--dtypes", "float32"]) == 0
+    out = capsys.readouterr().out
+    assert "Memory Usage for loading" in out and "Training using Adam" in out and "Peak" not in out
+
+
+def test_sizes_that_do_not_divide_are_an_error_naming_them(
+    llama: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["estimate-memory", llama, "--world_size", "8", "--tp_size", "3"]) == 2
+    assert "tp=3" in capsys.readouterr().err
