@@ -32,6 +32,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -45,7 +46,7 @@ from accelerate.checkpointing.rng import (
 from accelerate.checkpointing.run_identity import run_id
 from accelerate.collectives.agreement import agree_on_failure, agree_on_outcome
 from accelerate.storage.atomic import AtomicCheckpoint, read_manifest
-from accelerate.storage.durable_io import FileRecord, SyncGroup, save_torch
+from accelerate.storage.durable_io import FileRecord, SyncGroup, save_torch, write_all
 from accelerate.storage.errors import CheckpointError, DiskFullError
 from accelerate.storage.model_files import (
     prepare_state_dict,
@@ -117,21 +118,24 @@ def _write_shared(
     parts: SaveParts | None = None,
     host_copy: Callable[[Any], Any] | None = None,
 ) -> dict[str, FileRecord]:
-    records: dict[str, FileRecord] = {}
     to_host = host_copy if host_copy is not None else _as_is
     # The strategy's own parts (sharded models, their optimizers) are written by every process.
     skip_models = set(parts.models) if parts is not None else set()
     skip_optimizers = set(parts.optimizers) if parts is not None else set()
+    # Every state is taken here, in the caller's thread and in this order (a state_dict() may not be
+    # safe to call from another thread); only the files are written at once, one writer each.
+    jobs: list[tuple[str, Callable[[], FileRecord]]] = []
 
     def put(name: str, obj: Any) -> None:
-        records[name] = save_torch(to_host(obj), ckpt.path(name), sync=sync)
+        state = to_host(obj)
+        jobs.append((name, lambda: save_torch(state, ckpt.path(name), sync=sync)))
 
     for i, state_dict in enumerate(models_state_dicts):
         if i in skip_models:
             continue
         name = model_names(i)[0 if safe_serialization else 1]
         prepared = prepare_state_dict(to_host(state_dict), safetensors=safe_serialization)
-        records[name] = write_weights_file(ckpt.path(name), prepared, sync=sync)
+        jobs.append((name, partial(write_weights_file, ckpt.path(name), prepared, sync=sync)))
     for i, optimizer in enumerate(optimizers):
         if i in skip_optimizers:
             continue
@@ -145,7 +149,8 @@ def _write_shared(
         put(SCALER_NAME, scaler.state_dict())
     for i, obj in enumerate(custom_objects):
         put(custom_name(i), obj.state_dict())
-    return records
+    records = write_all([job for _, job in jobs])
+    return {name: record for (name, _), record in zip(jobs, records, strict=True)}
 
 
 def _estimate_bytes(objects: Sequence[Any]) -> int:
