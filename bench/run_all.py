@@ -17,6 +17,7 @@ from bench import (
     big_modeling,
     bnb_loading,
     checkpoint_io,
+    checkpoint_large,
     collectives,
     data_loading,
     ddp_two_proc,
@@ -32,7 +33,8 @@ from bench import (
 from bench.common import ROOT, Row, format_table, guarded, write_results
 
 BENCHMARKS = [
-    startup, step_overhead, ddp_two_proc, deepspeed_zero2, data_loading, collectives, checkpoint_io, big_modeling,
+    startup, step_overhead, ddp_two_proc, deepspeed_zero2, data_loading, collectives, checkpoint_io, checkpoint_large,
+    big_modeling,
 ]  # fmt: skip
 BENCHMARKS += [fsdp_two_proc, fsdp_checkpoint, bnb_loading, parallel_nd, fp8_ao, elastic]
 

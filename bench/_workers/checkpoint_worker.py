@@ -48,6 +48,9 @@ def main() -> None:
     parser.add_argument("--scratch", required=True, help="folder on the disk to measure")
     parser.add_argument("--out", required=True)
     parser.add_argument("--t0", type=float, default=0.0)
+    parser.add_argument("--width", type=int, default=WIDTH)
+    parser.add_argument("--layers", type=int, default=LAYERS)
+    parser.add_argument("--only", default="", help="comma-separated pairs to run (default: all)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     from safetensors.torch import load_file, save_file
@@ -56,10 +59,10 @@ def main() -> None:
     from accelerate.checkpointing.accelerator_io import wait_for_async_save
 
     accelerator = Accelerator(cpu=True)
-    model = torch.nn.Sequential(*[torch.nn.Linear(WIDTH, WIDTH) for _ in range(LAYERS)])
+    model = torch.nn.Sequential(*[torch.nn.Linear(args.width, args.width) for _ in range(args.layers)])
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     model, optimizer = accelerator.prepare(model, optimizer)
-    model(torch.randn(4, WIDTH)).sum().backward()
+    model(torch.randn(4, args.width)).sum().backward()
     optimizer.step()  # creates the optimizer state: exp_avg and exp_avg_sq
     optimizer.zero_grad()
     nbytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
@@ -139,7 +142,10 @@ def main() -> None:
     }
     model_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
     result: dict[str, object] = {"bytes": nbytes, "model_bytes": model_bytes}
+    only = [name for name in args.only.split(",") if name]
     for name, (raw, accel) in pairs.items():
+        if only and name not in only:
+            continue
         if name == "load":
             raw_save()
             accel_save()

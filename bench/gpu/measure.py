@@ -40,10 +40,13 @@ class Size:
     steps: int  # optimizer steps per timed block
     repeats: int  # timed blocks / repetitions per metric
     warmup: int  # untimed steps of each loop before the step-time blocks
+    big_width: int = 8192  # the save/load of a big model: big_layers square Linear layers
+    big_layers: int = 4  # 8192 x 8192 x 4 = 268 M fp32 parameters: 1.07 GB, 3.2 GB with AdamW's moments
 
 
 FULL = Size(dim=768, layers=12, heads=12, vocab=8192, batch=8, seq=512, steps=10, repeats=5, warmup=3)
-TINY = Size(dim=32, layers=1, heads=2, vocab=64, batch=2, seq=8, steps=1, repeats=2, warmup=1)
+TINY = Size(dim=32, layers=1, heads=2, vocab=64, batch=2, seq=8, steps=1, repeats=2, warmup=1,
+            big_width=32, big_layers=1)  # fmt: skip
 
 
 def build_model(size: Size, seed: int = 0) -> Any:
@@ -149,6 +152,7 @@ def run_side(bench: Bench) -> None:
     steps: list[tuple[str, Callable[[], None]]] = [
         ("step_bf16", lambda: _step_time(bench, accelerator, state)),
         ("save_state", lambda: _save_load(bench, accelerator, state, workdir)),
+        ("save_state_1gb", lambda: _save_load_big(bench, accelerator, workdir)),
         ("prepare_first_step", lambda: _prepare_latency(bench, accelerator)),
         ("load_checkpoint_and_dispatch", lambda: _dispatch(bench, workdir)),
     ]
@@ -160,7 +164,7 @@ def run_side(bench: Bench) -> None:
                 traceback.print_exc()
                 reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
                 bench.write({"metric": metric, "status": "error", "reason": reason})
-            if metric == "save_state":
+            if metric in ("save_state", "save_state_1gb"):
                 state.clear()
                 accelerator.free_memory()
                 if dev.type == "cuda":
@@ -245,6 +249,88 @@ def _save_load(bench: Bench, accelerator: Any, state: dict[str, Any], workdir: P
     raw_save(), acc_save()  # warm-up (first writes of each kind)
     bench.pairs("save_state", "s", 1.0, raw_save, acc_save, repeats)
     bench.pairs("load_state", "s", 1.0, raw_load, acc_load, repeats)
+
+
+def _fsynced_save(obj: Any, path: Path) -> None:
+    import os
+
+    import torch
+
+    with open(path, "wb") as file:
+        torch.save(obj, file)
+        file.flush()
+        os.fsync(file.fileno())
+
+
+def _save_load_big(bench: Bench, accelerator: Any, workdir: Path) -> None:
+    """A >= 1 GB fp32 model + AdamW: save_state vs torch.save + fsync of the same two state dicts
+    (the price of durability on its own: upstream's save_state, measured the same way on the upstream
+    side, does not fsync), then load_state vs torch.load + load_state_dict of those files."""
+    import os
+
+    torch, dev, size = bench.torch, bench.device, bench.size
+    layers = [torch.nn.Linear(size.big_width, size.big_width) for _ in range(size.big_layers)]
+    model = torch.nn.Sequential(*layers).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    model(torch.randn(2, size.big_width, device=dev)).sum().backward()
+    opt.step()  # the optimizer's moments exist from here on
+    opt.zero_grad(set_to_none=True)
+    model, opt = accelerator.prepare(model, opt)
+    counter = iter(range(1000))
+    last: dict[str, Path] = {}
+
+    def raw_save() -> float:
+        folder = workdir / f"big-raw-{next(counter)}"
+        folder.mkdir()
+
+        def save() -> None:
+            _fsynced_save(model.state_dict(), folder / "model.bin")
+            _fsynced_save(opt.state_dict(), folder / "optimizer.bin")
+            fd = os.open(folder, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+        took = bench.timed(save)
+        _replace(last, "raw", folder)
+        return took
+
+    def acc_save() -> float:
+        folder = workdir / f"big-acc-{next(counter)}"
+        took = bench.timed(lambda: accelerator.save_state(str(folder)))
+        _replace(last, "acc", folder)
+        return took
+
+    def raw_load() -> float:
+        folder = last["raw"]
+
+        def load() -> None:
+            model.load_state_dict(torch.load(folder / "model.bin", map_location=dev, weights_only=True))
+            opt.load_state_dict(torch.load(folder / "optimizer.bin", map_location=dev, weights_only=True))
+
+        return bench.timed(load)
+
+    def acc_load() -> float:
+        return bench.timed(lambda: accelerator.load_state(str(last["acc"])))
+
+    repeats = max(1, bench.size.repeats - 2)
+    raw_save(), acc_save()  # warm-up (first writes of each kind; pinned host memory)
+    gb = sum(t.numel() * t.element_size() for t in model.state_dict().values()) / 1e9
+    bench.pairs("save_state_1gb", "s", 1.0, raw_save, acc_save, repeats)
+    bench.pairs("load_state_1gb", "s", 1.0, raw_load, acc_load, repeats)
+    print(f"big model: {gb:.2f} GB of fp32 parameters", flush=True)
+    accelerator.free_memory()
+    for folder in last.values():
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _replace(last: dict[str, Path], key: str, folder: Path) -> None:
+    """Keeps only the newest folder of each side (a few GB each)."""
+    old = last.get(key)
+    last[key] = folder
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def _prepare_latency(bench: Bench, accelerator: Any) -> None:

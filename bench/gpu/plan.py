@@ -2,7 +2,7 @@
 
 Every area is a separate pytest invocation over explicit files / test ids, restricted to the tests
 marked ``cuda`` (and not ``multi_gpu``), with a per-test timeout (pytest-timeout) and a wall-clock cap
-for the whole invocation. The global budget keeps the whole check under 8 minutes.
+for the whole invocation. The global budget keeps the whole check under 9 minutes.
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 MEASURE = Path(__file__).resolve().parent / "measure.py"
 
-# The whole check, areas and benchmark together (the device call allows ~8 minutes).
-GLOBAL_BUDGET_S = 450.0
+# The whole check, areas and benchmark together (a device call allows 10 minutes; 1 minute is kept
+# for the machine to start and the files to come back).
+GLOBAL_BUDGET_S = 540.0
 # Kept back from the areas for the benchmark (both sides).
-BENCH_RESERVE_S = 165.0
+BENCH_RESERVE_S = 270.0
 # An area is not started with less than this left (it would only time out).
 MIN_AREA_S = 15.0
 MARKER = "cuda and not multi_gpu"
@@ -98,12 +99,14 @@ class BenchSide:
     cap_s: float
 
 
-BENCH_SIDES: tuple[BenchSide, ...] = (BenchSide("ours", 80.0), BenchSide("upstream", 80.0))
+BENCH_SIDES: tuple[BenchSide, ...] = (BenchSide("ours", 130.0), BenchSide("upstream", 130.0))
 BENCH_METRICS: tuple[tuple[str, str], ...] = (
     ("step_bf16", "bf16 training step of a ~100M-parameter transformer (ms/step)"),
     ("prepare_first_step", "prepare(model, optimizer) + first step (s)"),
     ("save_state", "save_state of that model + AdamW (s)"),
     ("load_state", "load_state of that checkpoint (s)"),
+    ("save_state_1gb", "save_state of a 1.07 GB fp32 model + AdamW (3.2 GB), raw: torch.save + fsync (s)"),
+    ("load_state_1gb", "load_state of that checkpoint, raw: torch.load + load_state_dict (s)"),
     ("load_checkpoint_and_dispatch", "load_checkpoint_and_dispatch of a 4-shard safetensors checkpoint (s)"),
 )
 

@@ -133,7 +133,8 @@ def test_bench_core_tiny_on_cpu_writes_well_formed_rows_for_ours(tmp_path: Path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = report.read_jsonl(out)
     assert [r["metric"] for r in rows] == [
-        "step_bf16", "save_state", "load_state", "prepare_first_step", "load_checkpoint_and_dispatch"]  # fmt: skip
+        "step_bf16", "save_state", "load_state", "save_state_1gb", "load_state_1gb", "prepare_first_step",
+        "load_checkpoint_and_dispatch"]  # fmt: skip
     for row in rows:
         assert row["status"] == "ok", row
         assert (

@@ -32,6 +32,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -45,8 +46,9 @@ from accelerate.checkpointing.rng import (
 from accelerate.checkpointing.run_identity import run_id
 from accelerate.collectives.agreement import agree_on_failure, agree_on_outcome
 from accelerate.storage.atomic import AtomicCheckpoint, read_manifest
-from accelerate.storage.durable_io import FileRecord, SyncGroup, save_torch
+from accelerate.storage.durable_io import FileRecord, SyncGroup, save_torch, write_all
 from accelerate.storage.errors import CheckpointError, DiskFullError
+from accelerate.storage.host_staging import HostStaging
 from accelerate.storage.model_files import (
     prepare_state_dict,
     write_weights_file,
@@ -117,35 +119,51 @@ def _write_shared(
     parts: SaveParts | None = None,
     host_copy: Callable[[Any], Any] | None = None,
 ) -> dict[str, FileRecord]:
-    records: dict[str, FileRecord] = {}
     to_host = host_copy if host_copy is not None else _as_is
     # The strategy's own parts (sharded models, their optimizers) are written by every process.
     skip_models = set(parts.models) if parts is not None else set()
     skip_optimizers = set(parts.optimizers) if parts is not None else set()
+    # Every state is taken here, in the caller's thread and in this order (a state_dict() may not be
+    # safe to call from another thread), and its CUDA tensors' copies to pinned host memory queued
+    # in the same order; the files are then written at once, one writer each, every writer waiting
+    # only for the copies of what it writes next.
+    jobs: list[tuple[str, Callable[[], FileRecord]]] = []
+    with HostStaging() as staging:
 
-    def put(name: str, obj: Any) -> None:
-        records[name] = save_torch(to_host(obj), ckpt.path(name), sync=sync)
+        def put(name: str, obj: Any) -> None:
+            state = staging.stage(to_host(obj))
 
-    for i, state_dict in enumerate(models_state_dicts):
-        if i in skip_models:
-            continue
-        name = model_names(i)[0 if safe_serialization else 1]
-        prepared = prepare_state_dict(to_host(state_dict), safetensors=safe_serialization)
-        records[name] = write_weights_file(ckpt.path(name), prepared, sync=sync)
-    for i, optimizer in enumerate(optimizers):
-        if i in skip_optimizers:
-            continue
-        put(indexed_name(OPTIMIZER_NAME, i, "bin"), optimizer.state_dict())
-    for i, scheduler in enumerate(schedulers):
-        put(indexed_name(SCHEDULER_NAME, i, "bin"), scheduler.state_dict())
-    for i, loader in enumerate(dataloaders):
-        if callable(getattr(loader, "state_dict", None)):
-            put(indexed_name(DATALOADER_STATE_NAME, i, "bin"), loader.state_dict())
-    if scaler is not None:
-        put(SCALER_NAME, scaler.state_dict())
-    for i, obj in enumerate(custom_objects):
-        put(custom_name(i), obj.state_dict())
-    return records
+            def job() -> FileRecord:
+                staging.wait_for(state)
+                return save_torch(state, ckpt.path(name), sync=sync)
+
+            jobs.append((name, job))
+
+        for i, state_dict in enumerate(models_state_dicts):
+            if i in skip_models:
+                continue
+            name = model_names(i)[0 if safe_serialization else 1]
+            prepared = prepare_state_dict(
+                staging.weights(to_host(state_dict)), safetensors=safe_serialization
+            )
+            jobs.append(
+                (name, partial(write_weights_file, ckpt.path(name), prepared, sync=sync, ready=staging.ready))
+            )
+        for i, optimizer in enumerate(optimizers):
+            if i in skip_optimizers:
+                continue
+            put(indexed_name(OPTIMIZER_NAME, i, "bin"), optimizer.state_dict())
+        for i, scheduler in enumerate(schedulers):
+            put(indexed_name(SCHEDULER_NAME, i, "bin"), scheduler.state_dict())
+        for i, loader in enumerate(dataloaders):
+            if callable(getattr(loader, "state_dict", None)):
+                put(indexed_name(DATALOADER_STATE_NAME, i, "bin"), loader.state_dict())
+        if scaler is not None:
+            put(SCALER_NAME, scaler.state_dict())
+        for i, obj in enumerate(custom_objects):
+            put(custom_name(i), obj.state_dict())
+        records = write_all([job for _, job in jobs])
+    return {name: record for (name, _), record in zip(jobs, records, strict=True)}
 
 
 def _estimate_bytes(objects: Sequence[Any]) -> int:

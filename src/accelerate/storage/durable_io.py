@@ -1,7 +1,8 @@
 """Durable single files: written through a checksumming sink and fsynced (read back: verified_read.py).
 
 Files are hashed while they stream out (XXH3, or CRC-32 without the xxhash package) on a helper
-thread, so checksums cost almost no wall time; fsyncs can be deferred to overlap with the next file.
+thread, so checksums cost almost no wall time; fsyncs can be deferred to overlap with the next file,
+and several files can be written at once (:func:`write_all`), one writer thread each.
 """
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ import io
 import os
 import threading
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_for_futures
 from dataclasses import dataclass
 from typing import IO, Any, TypeVar, cast
 
@@ -41,15 +43,22 @@ _EXECUTOR_LOCK = threading.Lock()
 # Deferred fsyncs mostly wait on the disk, not the CPU: several in flight at once are committed
 # together by the filesystem's journal instead of one after another.
 _SYNC_THREADS = 4
+# Files written at once by write_all(): serialising one file (torch.save's pickling, holding the GIL)
+# overlaps with another's bytes going to the OS and being hashed (both release the GIL).
+_WRITER_THREADS = 4
+_WRITERS: ThreadPoolExecutor | None = None
 T = TypeVar("T")
 
 
 def _helper() -> ThreadPoolExecutor:
-    """Two long-lived threads for checksums that overlap with I/O (created on first use)."""
+    """Long-lived threads for checksums that overlap with I/O (created on first use): one per
+    writer that may hash at the same time, so a writer never waits for another file's checksum."""
     global _EXECUTOR
     with _EXECUTOR_LOCK:
         if _EXECUTOR is None:
-            _EXECUTOR = ThreadPoolExecutor(max_workers=2, thread_name_prefix="accelerate-checksum")
+            _EXECUTOR = ThreadPoolExecutor(
+                max_workers=_WRITER_THREADS, thread_name_prefix="accelerate-checksum"
+            )
             on_shutdown(shutdown_helper)
         return _EXECUTOR
 
@@ -65,12 +74,23 @@ def _syncer() -> ThreadPoolExecutor:
         return _SYNCER
 
 
+def _writers() -> ThreadPoolExecutor:
+    """Threads that write whole files for :func:`write_all` (apart from the checksum threads, which
+    a writer waits on, so the two never queue behind each other)."""
+    global _WRITERS
+    _helper()  # registers the shutdown of every pool here
+    with _EXECUTOR_LOCK:
+        if _WRITERS is None:
+            _WRITERS = ThreadPoolExecutor(max_workers=_WRITER_THREADS, thread_name_prefix="accelerate-writer")
+        return _WRITERS
+
+
 def _forget_parent_threads() -> None:
     """In a forked child: the parent's pools came along without their threads (fork copies only the
     forking thread), so work handed to them would wait forever; the next use here starts new ones.
     The lock is made anew too, in case another parent thread held it at the fork."""
-    global _EXECUTOR, _SYNCER, _EXECUTOR_LOCK
-    _EXECUTOR = _SYNCER = None
+    global _EXECUTOR, _SYNCER, _WRITERS, _EXECUTOR_LOCK
+    _EXECUTOR = _SYNCER = _WRITERS = None
     _EXECUTOR_LOCK = threading.Lock()
 
 
@@ -95,9 +115,10 @@ def shutdown_helper() -> None:
     Called before the process group is destroyed (``end_training()``, exit), so no library thread
     outlives it.
     """
-    global _EXECUTOR, _SYNCER
+    global _EXECUTOR, _SYNCER, _WRITERS
     with _EXECUTOR_LOCK:
-        executors, _EXECUTOR, _SYNCER = (_EXECUTOR, _SYNCER), None, None
+        # Writers first: a file still being written hands its checksums and fsync to the others.
+        executors, _EXECUTOR, _SYNCER, _WRITERS = (_WRITERS, _EXECUTOR, _SYNCER), None, None, None
     for executor in executors:
         if executor is not None:
             executor.shutdown(wait=True)
@@ -260,12 +281,16 @@ class SyncGroup:
 
     def __init__(self) -> None:
         self._pending: list[Future[None]] = []
+        self._lock = threading.Lock()  # files written at once (write_all) submit from several threads
 
     def submit(self, fd: int, path: str | os.PathLike[str] = "<file>") -> None:
-        self._pending.append(_syncer().submit(_fsync_close, fd, path))
+        future = _syncer().submit(_fsync_close, fd, path)
+        with self._lock:
+            self._pending.append(future)
 
     def wait(self) -> None:
-        pending, self._pending = self._pending, []
+        with self._lock:
+            pending, self._pending = self._pending, []
         errors = [f.exception() for f in pending]
         for error in errors:
             if error is not None:
@@ -302,6 +327,24 @@ def write_file(
     else:
         _fsync_close(fd, path)
     return sink.record()
+
+
+def write_all(jobs: Sequence[Callable[[], T]]) -> list[T]:
+    """Runs every job (each writes one file), several at once; their results in ``jobs``' order.
+
+    Every job has ended when this returns or raises, so a caller that cleans up after a failure
+    never races a writer. A failure raises the exception of the first failed job in ``jobs``' order
+    (the one a one-by-one writer would have hit first), after the others have finished.
+    """
+    if len(jobs) <= 1:
+        return [job() for job in jobs]
+    futures = [_writers().submit(job) for job in jobs]
+    wait_for_futures(futures)
+    for future in futures:
+        error = future.exception()
+        if error is not None:
+            raise error
+    return [future.result() for future in futures]
 
 
 def write_bytes(path: str | os.PathLike[str], data: bytes, *, sync: SyncGroup | None = None) -> FileRecord:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -139,8 +139,12 @@ def write_weights_file(
     *,
     sync: SyncGroup | None = None,
     checksum: bool = True,
+    ready: Callable[[torch.Tensor], None] | None = None,
 ) -> FileRecord:
-    """Writes (a subset of) a prepared state dict as safetensors or ``torch.save`` by ``path``'s suffix."""
+    """Writes (a subset of) a prepared state dict as safetensors or ``torch.save`` by ``path``'s suffix.
+
+    ``ready``: called with each tensor before its bytes are needed (``HostStaging.ready``).
+    """
     keys = list(prepared.tensors) if names is None else names
     tensors = {name: prepared.tensors[name] for name in keys}
     if str(path).endswith(".safetensors"):
@@ -148,13 +152,19 @@ def write_weights_file(
         if names is None and prepared.aliases:
             metadata[ALIASES_KEY] = json.dumps(prepared.aliases, sort_keys=True)
         return write_file(
-            path, lambda sink: write_safetensors(sink.write, tensors, metadata), sync=sync, checksum=checksum
+            path,
+            lambda sink: write_safetensors(sink.write, tensors, metadata, ready),
+            sync=sync,
+            checksum=checksum,
         )
     payload: dict[str, Any] = dict(tensors)
     if names is None:
         # One pickle keeps sharing natively: alias entries point at the same tensor, stored once.
         payload.update({alias: tensors[target] for alias, target in prepared.aliases.items()})
         payload.update(prepared.others)
+    if ready is not None:
+        for tensor in tensors.values():
+            ready(tensor)
     return save_torch(payload, path, sync=sync, checksum=checksum)
 
 

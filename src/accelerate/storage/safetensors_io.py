@@ -69,8 +69,12 @@ def write_safetensors(
     write: Callable[[memoryview | bytes], Any],
     tensors: Mapping[str, torch.Tensor],
     metadata: Mapping[str, str] | None = None,
+    ready: Callable[[torch.Tensor], None] | None = None,
 ) -> None:
     """Streams ``tensors`` in safetensors format through ``write``.
+
+    ``ready(tensor)``, when given, is called just before a tensor's bytes are written (a host copy
+    still landing: ``HostStaging.ready``), so the header and earlier tensors go out meanwhile.
 
     Tensors must be on the CPU and contiguous (see ``model_files.prepare_state_dict``). They are laid
     out by decreasing element size, then name, so every offset stays aligned for its dtype and a reader
@@ -99,6 +103,8 @@ def write_safetensors(
     write(struct.pack("<Q", len(encoded)))
     write(encoded)
     for name in order:
+        if ready is not None:
+            ready(tensors[name])
         data = tensor_bytes(tensors[name])
         if len(data):
             write(data)
