@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import torch
 
+from accelerate.storage import host_staging
 from accelerate.storage.durable_io import save_torch
 from accelerate.storage.host_staging import _ORIGINS, HostStaging
 from accelerate.storage.model_files import prepare_state_dict, write_weights_file
@@ -33,7 +34,7 @@ class CpuStaging(HostStaging):
     def _origin(self, tensor: torch.Tensor) -> str | None:
         return "cuda:0"
 
-    def _pinned(self) -> bool:
+    def _pinned(self, nbytes: int) -> bool:
         return False
 
 
@@ -102,3 +103,15 @@ def test_weights_are_compact_copies_with_ties_kept(tmp_path: Path) -> None:
     assert sorted(ready) == ["bias", "embed", "t"]  # each tensor waited for before its bytes
     tensors, _ = read_safetensors(bytearray((tmp_path / "m.safetensors").read_bytes()), source="m")
     assert torch.equal(tensors["t"], state["t"]) and torch.equal(tensors["embed"], shared)
+
+
+def test_one_save_pins_at_most_its_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the budget, copies go to pageable memory: the caching host allocator never gives pinned
+    memory back, so a big optimizer state must not stay page-locked after its save."""
+    monkeypatch.setattr(host_staging, "PINNED_BUDGET_BYTES", 100)
+    staging = HostStaging()
+    staging._enabled = True  # as on a CUDA machine; only the accounting runs here
+    assert staging._pinned(60)
+    assert not staging._pinned(60)  # would pass the budget: pageable
+    assert staging._pinned(40)  # what still fits is pinned
+    assert not staging._pinned(1)

@@ -16,8 +16,11 @@ Two ways to stage, matching what the writers did with device tensors before:
   file are unchanged and ``torch.load`` without ``map_location`` still puts them back on the device.
 
 Pinned memory comes from torch's caching host allocator: after a save it stays cached for the next
-one (pinning fresh memory costs about as much as the copy it speeds up). Without CUDA, or for a
-state with no CUDA tensor, both return their argument unchanged and nothing else happens.
+one (pinning fresh memory costs about as much as the copy it speeds up), and torch offers no public
+call to give it back. So one save pins at most ``PINNED_BUDGET_BYTES``; the copies past it land in
+ordinary pageable memory (the copy then blocks, as every copy did before), which a big model's
+optimizer states would otherwise hold page-locked for the rest of the process. Without CUDA, or for
+a state with no CUDA tensor, both return their argument unchanged and nothing else happens.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ _ORIGINS_LOCK = threading.Lock()
 _REGISTERED = False
 # Before torch's own taggers (cpu is 10, cuda 20): a staged host storage reports its device.
 _TAG_PRIORITY = 1
+# Page-locked bytes one save may take from the caching host allocator (kept cached afterwards).
+PINNED_BUDGET_BYTES = 1 << 30
 
 
 def _origin_tag(storage: Any) -> str | None:
@@ -68,6 +73,7 @@ class HostStaging:
         self._origins: list[int] = []
         self._stream: Any = None
         self._enabled = torch.cuda.is_available()
+        self._pinned_bytes = 0  # taken from the budget so far
 
     # --- what is staged, and how (tests stage CPU tensors by overriding these) -------------------
     def _stages(self, tensor: torch.Tensor) -> bool:
@@ -77,8 +83,12 @@ class HostStaging:
         """The location tag ``torch.save`` would write for ``tensor``'s storage."""
         return f"cuda:{tensor.device.index}" if tensor.device.type == "cuda" else None
 
-    def _pinned(self) -> bool:
-        return self._enabled
+    def _pinned(self, nbytes: int) -> bool:
+        """Whether the next ``nbytes`` of host copy can be page-locked within the save's budget."""
+        if not self._enabled or self._pinned_bytes + nbytes > PINNED_BUDGET_BYTES:
+            return False
+        self._pinned_bytes += nbytes
+        return True
 
     # --- staging ----------------------------------------------------------------------------------
     def weights(self, state_dict: Any) -> Any:
@@ -115,7 +125,8 @@ class HostStaging:
                tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype)  # fmt: skip
         host = self._by_tensor.get(key)
         if host is None:
-            host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=self._pinned())
+            pinned = self._pinned(tensor.numel() * tensor.element_size())
+            host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=pinned)
             self._copy(host, tensor)
             self._by_tensor[key] = host
         return host
@@ -127,7 +138,7 @@ class HostStaging:
         key = (tensor.device, source.data_ptr())
         host = self._by_storage.get(key)
         if host is None:
-            flat = torch.empty(source.nbytes(), dtype=torch.uint8, pin_memory=self._pinned())
+            flat = torch.empty(source.nbytes(), dtype=torch.uint8, pin_memory=self._pinned(source.nbytes()))
             self._copy(flat, torch.empty(0, dtype=torch.uint8, device=tensor.device).set_(source))
             host = flat.untyped_storage()
             self._by_storage[key] = host
@@ -143,7 +154,8 @@ class HostStaging:
         return view.requires_grad_(False)
 
     def _copy(self, host: torch.Tensor, source: torch.Tensor) -> None:
-        if source.device.type != "cuda":
+        if source.device.type != "cuda" or not host.is_pinned():
+            # A pageable destination: a non-blocking copy would block anyway; copy now, no event.
             host.copy_(source)
             return
         if self._stream is None:
