@@ -237,29 +237,30 @@ class AcceleratorFacts:
         """Whether the script passed an fp8 recipe in ``kwargs_handlers``."""
         return self.precision.fp8 is not None and self.precision.fp8.given is not None
 
-    def _fp8_recipe(self, kind: str) -> Any:
+    def _fp8_recipe(self, handler_property: str) -> Any:
+        """The run's fp8 recipe when ``handler_property`` is the one that shows its library's recipe."""
         fp8 = self.precision.fp8
         if fp8 is None:
             return None
-        if kind == "fp8":  # upstream's older FP8RecipeKwargs, only when the script passed one
+        if handler_property == "fp8_recipe_handler":  # upstream's older FP8RecipeKwargs, only when passed
             return fp8.given if type(fp8.given).__name__ == "FP8RecipeKwargs" else None
-        return fp8.recipe if fp8.backend.value == kind else None
+        return fp8.recipe if fp8.library.handler_property == handler_property else None
 
     @property
     def fp8_recipe_handler(self) -> Any:
-        return self._fp8_recipe("fp8")
+        return self._fp8_recipe("fp8_recipe_handler")
 
     @property
     def te_recipe_handler(self) -> Any:
-        return self._fp8_recipe("TE")
+        return self._fp8_recipe("te_recipe_handler")
 
     @property
     def msamp_recipe_handler(self) -> Any:
-        return self._fp8_recipe("MSAMP")
+        return self._fp8_recipe("msamp_recipe_handler")
 
     @property
     def ao_recipe_handler(self) -> Any:
-        return self._fp8_recipe("AO")
+        return self._fp8_recipe("ao_recipe_handler")
 
     @property
     def has_lomo_optimizer(self) -> bool:

@@ -22,6 +22,8 @@ class Fp8Library:
 
     backend: FP8BackendType
     recipe_type: type[Recipe]
+    # The Accelerator property (upstream's name) that shows this library's recipe.
+    handler_property: str
 
     def recipe_from_launch(self, launch: Any) -> Recipe:
         """The recipe the launcher's ``ACCELERATE_FP8_*`` settings describe (unset ones keep the defaults)."""
@@ -44,6 +46,7 @@ class Fp8Library:
 
 class TorchAO(Fp8Library):
     backend = FP8BackendType.AO
+    handler_property = "ao_recipe_handler"
     recipe_type = AORecipeKwargs
 
     def recipe_from_launch(self, launch: Any) -> Recipe:
@@ -64,6 +67,7 @@ class TorchAO(Fp8Library):
 
 class TransformerEngine(Fp8Library):
     backend = FP8BackendType.TE
+    handler_property = "te_recipe_handler"
     recipe_type = TERecipeKwargs
 
     def recipe_from_launch(self, launch: Any) -> Recipe:
@@ -91,6 +95,7 @@ class TransformerEngine(Fp8Library):
 
 class MSAMP(Fp8Library):
     backend = FP8BackendType.MSAMP
+    handler_property = "msamp_recipe_handler"
     recipe_type = MSAMPRecipeKwargs
 
     def recipe_from_launch(self, launch: Any) -> Recipe:
