@@ -1,0 +1,41 @@
+"""Ulysses sequence parallelism (sp) on gloo CPU processes: a tiny Llama trains to the one-process parameters."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.backends.parallel import sp_workers as w
+from tests.conftest import get_pool
+
+
+@pytest.mark.parametrize("kv_heads", [2, 1])
+def test_sp2_trains_to_the_one_process_parameters(kv_heads: int) -> None:
+    results = get_pool(2).run(w.train, {"sp_size": 2}, kv_heads, timeout=300)
+    expected, losses, norms = w.reference(1, kv_heads)
+    for result in results:
+        assert result["widths"] == [(w.PER_RANK, w.SEQ // 2)] * (w.STEPS * w.ACCUM)  # each rank its slice
+        assert result["losses"] == pytest.approx(losses, rel=1e-5)  # the whole sequence's loss on each rank
+        assert result["norms"] == pytest.approx(norms, rel=1e-5)
+        assert result["attn"] == "accelerate_ulysses"
+    for key, value in expected.items():
+        torch.testing.assert_close(results[0]["state"][key], value, rtol=1e-5, atol=1e-5, msg=key)
+
+
+def test_dp_shard2_x_sp2_trains_to_the_one_process_parameters() -> None:
+    results = get_pool(4).run(w.train, {"dp_shard_size": 2, "sp_size": 2}, timeout=300)
+    expected, losses, norms = w.reference(2)
+    for rank, result in enumerate(results):
+        shard = result["shard"]
+        assert shard == rank // 2  # the two ranks of one sp group read the same data shard
+        assert result["losses"] == pytest.approx(losses[shard::2], rel=1e-5)
+        assert result["norms"] == pytest.approx(norms, rel=1e-5)
+    assert "Ulysses sequence parallel on sp, FSDP2 over dp_shard_sp" in results[0]["describe"]
+    for key, value in expected.items():
+        torch.testing.assert_close(results[0]["state"][key], value, rtol=1e-5, atol=1e-5, msg=key)
+
+
+def test_heads_and_sequence_lengths_that_do_not_divide_are_errors_naming_both() -> None:
+    messages = get_pool(2).run(w.refusals, timeout=300)[0]
+    assert "sp_size=2" in messages["heads"] and "num_attention_heads=3" in messages["heads"]
+    assert "sequence length is 7 (not divisible by 2)" in messages["length"]
