@@ -6,12 +6,44 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.nn.functional as F
+from torch import nn
 from torch.utils.data import DataLoader
 
 from accelerate import Accelerator
 from accelerate.state.parallelism import ParallelismConfig
+from accelerate.utils import ulysses_attention
 
 SEQ, PER_RANK, STEPS, ACCUM, MAX_NORM, LR = 8, 2, 2, 2, 0.5, 0.5
+
+
+class OwnLM(nn.Module):
+    """A causal LM of one's own: its attention calls the documented hook, its loss reads the sliced batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed, self.position = nn.Embedding(32, 16), nn.Embedding(SEQ, 16)
+        self.qkv, self.out, self.head = nn.Linear(16, 48, bias=False), nn.Linear(16, 16), nn.Linear(16, 32)
+
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None, position_ids: Any = None,
+                shift_labels: Any = None, num_items_in_batch: Any = None) -> dict[str, torch.Tensor]:  # fmt: skip
+        if position_ids is None:
+            position_ids = torch.arange(input_ids.shape[1]).expand_as(input_ids)
+        x = self.embed(input_ids) + self.position(position_ids)
+        b, s, _ = x.shape
+        q, k, v = (t.view(b, s, 4, 4).transpose(1, 2) for t in self.qkv(x).chunk(3, dim=-1))
+        attend = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)  # noqa: E731
+        x = x + self.out(ulysses_attention(q, k, v, attend).transpose(1, 2).reshape(b, s, 16))
+        logits = self.head(x)
+        if shift_labels is None and labels is not None:
+            shift_labels = F.pad(labels[:, 1:], (0, 1), value=-100)
+        loss = F.cross_entropy(
+            logits.flatten(0, 1), shift_labels.flatten(), ignore_index=-100, reduction="sum"
+        )
+        count = num_items_in_batch if num_items_in_batch is not None else (shift_labels != -100).sum()
+        # A dict, not an object FSDP2 cannot look into: it finds the output tensors to hook its backward.
+        return {"loss": loss / count, "logits": logits}
 
 
 def make_llama(kv_heads: int = 2) -> Any:
@@ -36,11 +68,15 @@ def samples(count: int) -> list[dict[str, torch.Tensor]]:
     return [{"input_ids": ids[i], "labels": labels[i]} for i in range(count)]
 
 
+def _model(kind: str | int) -> Any:
+    return OwnLM() if kind == "own" else make_llama(int(kind))
+
+
 def reference(
-    shards: int, kv_heads: int = 2, steps: int = STEPS, accum: int = ACCUM
+    shards: int, kv_heads: str | int = 2, steps: int = STEPS, accum: int = ACCUM
 ) -> tuple[dict[str, torch.Tensor], list[float], list[float]]:
     """One process: each micro-step is the mean of the data shards' (whole-sequence) losses."""
-    model = make_llama(kv_heads)
+    model = _model(kv_heads)
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
     data = samples(steps * accum * PER_RANK * shards)
     losses, norms = [], []
@@ -51,7 +87,7 @@ def reference(
             for shard in range(shards):
                 chunk = data[start + shard * PER_RANK : start + (shard + 1) * PER_RANK]
                 batch = {key: torch.stack([s[key] for s in chunk]) for key in chunk[0]}
-                parts.append(model(**batch).loss)
+                parts.append(model(**batch)["loss"])
             losses += [float(p.detach()) for p in parts]
             (torch.stack(parts).mean() / accum).backward()
         norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)))
@@ -60,11 +96,11 @@ def reference(
     return {k: v.detach().clone() for k, v in model.state_dict().items()}, losses, norms
 
 
-def train(sizes: dict[str, int], kv_heads: int = 2) -> dict[str, Any]:
+def train(sizes: dict[str, int], kv_heads: str | int = 2) -> dict[str, Any]:
     """Trains STEPS steps of ACCUM micro-batches under ``sizes``; reports the state, losses and norms."""
     config = ParallelismConfig(**sizes)  # type: ignore[arg-type]
     accelerator = Accelerator(cpu=True, parallelism_config=config, gradient_accumulation_steps=ACCUM)
-    model = make_llama(kv_heads)
+    model = _model(kv_heads)
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
     shards = accelerator.state.run.data_shards[0]
     loader = DataLoader(samples(STEPS * ACCUM * PER_RANK * shards), batch_size=PER_RANK)
@@ -73,7 +109,7 @@ def train(sizes: dict[str, int], kv_heads: int = 2) -> dict[str, Any]:
     for batch in loader:
         widths.append(tuple(batch["input_ids"].shape))
         with accelerator.accumulate(model):
-            loss = model(**batch).loss
+            loss = model(**batch)["loss"]
             losses.append(float(loss.detach()))
             accelerator.backward(loss)
             if accelerator.sync_gradients:
@@ -86,7 +122,7 @@ def train(sizes: dict[str, int], kv_heads: int = 2) -> dict[str, Any]:
         "norms": norms,
         "widths": widths,
         "shard": accelerator.state.run.data_shards[1],
-        "attn": model.config._attn_implementation,
+        "attn": getattr(getattr(model, "config", None), "_attn_implementation", None),
         "describe": accelerator.strategy.describe(),
     }
 

@@ -9,15 +9,17 @@ from tests.backends.parallel import sp_workers as w
 from tests.conftest import get_pool
 
 
-@pytest.mark.parametrize("kv_heads", [2, 1])
-def test_sp2_trains_to_the_one_process_parameters(kv_heads: int) -> None:
+# 2 key/value heads (one per rank), 1 (repeated for the query heads first), and a model of one's own
+# whose attention calls accelerate.utils.ulysses_attention.
+@pytest.mark.parametrize("kv_heads", [2, 1, "own"])
+def test_sp2_trains_to_the_one_process_parameters(kv_heads: int | str) -> None:
     results = get_pool(2).run(w.train, {"sp_size": 2}, kv_heads, timeout=300)
     expected, losses, norms = w.reference(1, kv_heads)
     for result in results:
         assert result["widths"] == [(w.PER_RANK, w.SEQ // 2)] * (w.STEPS * w.ACCUM)  # each rank its slice
         assert result["losses"] == pytest.approx(losses, rel=1e-5)  # the whole sequence's loss on each rank
         assert result["norms"] == pytest.approx(norms, rel=1e-5)
-        assert result["attn"] == "accelerate_ulysses"
+        assert result["attn"] == (None if kv_heads == "own" else "accelerate_ulysses")
     for key, value in expected.items():
         torch.testing.assert_close(results[0]["state"][key], value, rtol=1e-5, atol=1e-5, msg=key)
 

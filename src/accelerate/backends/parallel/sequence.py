@@ -17,7 +17,7 @@ slice's, because FSDP2 averages gradients over the sp ranks where they must be s
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 import torch
@@ -98,7 +98,8 @@ def whole_sequence_loss(
 
     Only for batches :class:`SequenceSlicer` made (they carry ``shift_labels``); anything else passes.
     """
-    loss = getattr(output, "loss", None)
+    # transformers' ModelOutput is both; a model of one's own may return either.
+    loss = output.get("loss") if isinstance(output, Mapping) else getattr(output, "loss", None)
     if not isinstance(loss, torch.Tensor) or "shift_labels" not in kwargs:
         return output
     n = dist.get_world_size(group)
@@ -106,7 +107,11 @@ def whole_sequence_loss(
     dist.all_reduce(total, group=group)  # the slices' sums over the same count: the whole sequence's mean
     # FSDP2 averages gradients over the sp ranks (it shards over them like data-parallel ranks), but
     # the slices' gradients add up to the sequence's: scale by n so the average is that sum.
-    output.loss = loss * n + (total - loss.detach() * n)
+    whole = loss * n + (total - loss.detach() * n)
+    if isinstance(output, MutableMapping):
+        output["loss"] = whole  # ModelOutput keeps its attribute and its key in step
+    else:
+        output.loss = whole
     return output
 
 

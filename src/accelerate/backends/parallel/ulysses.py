@@ -21,8 +21,6 @@ import torch.distributed as dist
 
 # The name the transformers attention function is registered under (config._attn_implementation).
 ATTENTION_NAME = "accelerate_ulysses"
-# The sp group the registered attention function exchanges over: one per process (the mesh's "sp").
-_GROUP: list[Any] = [None]
 
 
 class _AllToAll(torch.autograd.Function):
@@ -87,13 +85,24 @@ def heads_to_sequence(tensor: torch.Tensor, group: Any) -> torch.Tensor:
     return got.transpose(0, 1).reshape(b, n * h_local, s // n, d)
 
 
+def sequence_parallel_group() -> Any:
+    """The current run's ``sp`` process group (its Accelerator's mesh), or None without one."""
+    from accelerate.state.accelerator_state import existing_accelerator_state
+
+    state = existing_accelerator_state()
+    config = state.parallelism_config if state is not None else None
+    if config is None or not config.sp_enabled or config.device_mesh is None:
+        return None
+    return config.device_mesh["sp"].get_group()
+
+
 def ulysses_attention(
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
     attention: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
     *,
-    group: Any,
+    group: Any = None,
 ) -> torch.Tensor:
     """Runs ``attention`` over the whole sequence although this rank holds only its slice.
 
@@ -103,11 +112,16 @@ def ulysses_attention(
     over ``(batch, heads / N, seq, head_dim)`` tensors (causal masking over the *whole* sequence is
     the function's job: ``is_causal=True`` does it). Returns ``(batch, heads, seq / N, head_dim)``.
 
+    ``group`` defaults to the run's ``sp`` group; without sequence parallelism (no Accelerator, or
+    ``sp_size`` 1) this is ``attention(query, key, value)``, so the module runs unchanged anywhere.
+
     Example:
-        >>> group = accelerator.torch_device_mesh["sp"].get_group()
-        >>> out = ulysses_attention(q, k, v, lambda q, k, v: F.scaled_dot_product_attention(
-        ...     q, k, v, is_causal=True), group=group)
+        >>> from accelerate.utils import ulysses_attention
+        >>> out = ulysses_attention(q, k, v, lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True))
     """
+    group = group if group is not None else sequence_parallel_group()
+    if group is None or _size(group) == 1:
+        return attention(query, key, value)
     q, k, v = (sequence_to_heads(t, group) for t in (query, key, value))
     return heads_to_sequence(attention(q, k, v), group)
 
@@ -136,8 +150,8 @@ def _transformers_attention(
     ``attention_mask`` is ignored: transformers built it for this rank's slice, while attention runs
     over the whole sequence, where ``is_causal`` masks (padding masks are refused when batches are sliced).
     """
-    group = _GROUP[0]
-    n = _size(group)
+    group = sequence_parallel_group()
+    n = _size(group) if group is not None else 1
     if key.shape[1] % n:
         # Fewer key/value heads than ranks (grouped-query attention): repeat them first, so that each
         # rank's share of the query heads comes with the key/value heads they read.
@@ -179,5 +193,4 @@ def apply_ulysses(model: torch.nn.Module, group: Any) -> None:
     from transformers import AttentionInterface
 
     AttentionInterface.register(ATTENTION_NAME, _transformers_attention)
-    _GROUP[0] = group
     set_impl(ATTENTION_NAME)
