@@ -14,7 +14,7 @@ from accelerate import Accelerator
 from accelerate.state.parallelism import ParallelismConfig
 from accelerate.utils import ulysses_attention
 
-SEQ, PER_RANK, STEPS, ACCUM, MAX_NORM, LR = 8, 2, 2, 2, 0.5, 0.5
+SEQ, PER_RANK, STEPS, ACCUM, MAX_NORM, LR, MOMENTUM = 8, 2, 2, 2, 0.5, 0.5, 0.9
 
 
 class OwnLM(nn.Module):
@@ -77,7 +77,7 @@ def reference(
 ) -> tuple[dict[str, torch.Tensor], list[float], list[float]]:
     """One process: each micro-step is the mean of the data shards' (whole-sequence) losses."""
     model = _model(kv_heads)
-    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
     data = samples(steps * accum * PER_RANK * shards)
     losses, norms = [], []
     for step in range(steps):
@@ -96,12 +96,12 @@ def reference(
     return {k: v.detach().clone() for k, v in model.state_dict().items()}, losses, norms
 
 
-def train(sizes: dict[str, int], kv_heads: str | int = 2) -> dict[str, Any]:
+def train(sizes: dict[str, int], kv_heads: str | int = 2, save_to: str | None = None) -> dict[str, Any]:
     """Trains STEPS steps of ACCUM micro-batches under ``sizes``; reports the state, losses and norms."""
     config = ParallelismConfig(**sizes)  # type: ignore[arg-type]
     accelerator = Accelerator(cpu=True, parallelism_config=config, gradient_accumulation_steps=ACCUM)
     model = _model(kv_heads)
-    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
     shards = accelerator.state.run.data_shards[0]
     loader = DataLoader(samples(STEPS * ACCUM * PER_RANK * shards), batch_size=PER_RANK)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
@@ -116,6 +116,8 @@ def train(sizes: dict[str, int], kv_heads: str | int = 2) -> dict[str, Any]:
                 norms.append(float(accelerator.clip_grad_norm_(model.parameters(), MAX_NORM)))
             optimizer.step()
             optimizer.zero_grad()
+    if save_to is not None:
+        accelerator.save_state(save_to)
     return {
         "state": accelerator.get_state_dict(model),
         "losses": losses,
@@ -125,6 +127,25 @@ def train(sizes: dict[str, int], kv_heads: str | int = 2) -> dict[str, Any]:
         "attn": getattr(getattr(model, "config", None), "_attn_implementation", None),
         "describe": accelerator.strategy.describe(),
     }
+
+
+def resume(sizes: dict[str, int], folder: str, global_batch: int = 4) -> dict[str, Any]:
+    """Loads a state saved under another topology, then one step on a fixed global batch."""
+    config = ParallelismConfig(**sizes)  # type: ignore[arg-type]
+    accelerator = Accelerator(cpu=True, parallelism_config=config)
+    model = make_llama()
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+    shards = accelerator.state.run.data_shards[0]
+    loader = DataLoader(samples(global_batch), batch_size=global_batch // shards)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    accelerator.load_state(folder)
+    loaded = {key: value.clone() for key, value in accelerator.get_state_dict(model).items()}
+    for batch in loader:
+        accelerator.backward(model(**batch).loss)
+        accelerator.clip_grad_norm_(model.parameters(), MAX_NORM)
+        optimizer.step()
+        optimizer.zero_grad()
+    return {"loaded": loaded, "state": accelerator.get_state_dict(model)}
 
 
 def refusals() -> dict[str, str]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -41,3 +43,25 @@ def test_heads_and_sequence_lengths_that_do_not_divide_are_errors_naming_both() 
     messages = get_pool(2).run(w.refusals, timeout=300)[0]
     assert "sp_size=2" in messages["heads"] and "num_attention_heads=3" in messages["heads"]
     assert "sequence length is 7 (not divisible by 2)" in messages["length"]
+
+
+def test_a_dp_shard2_x_sp2_state_resumes_under_1_2_and_4_processes(tmp_path: Path) -> None:
+    folder = str(tmp_path / "ckpt")
+    saved = get_pool(4).run(w.train, {"dp_shard_size": 2, "sp_size": 2}, 2, folder, timeout=300)[0]["state"]
+    after = {
+        "one_process": w.resume({}, folder),
+        "sp2": get_pool(2).run(w.resume, {"sp_size": 2}, folder, timeout=300)[0],
+        # sp with replication: FSDP2's HSDP over (dp_replicate, sp).
+        "dp_replicate2_sp2": get_pool(4).run(
+            w.resume, {"dp_replicate_size": 2, "sp_size": 2}, folder, timeout=300
+        )[0],
+    }
+    for name, result in after.items():
+        for key, value in saved.items():
+            torch.testing.assert_close(result["loaded"][key], value, rtol=0, atol=0, msg=f"{name}: {key}")
+    # One more step (momentum restored from the checkpoint) on the same global batch: the same result.
+    for name in ("sp2", "dp_replicate2_sp2"):
+        for key, value in after["one_process"]["state"].items():
+            torch.testing.assert_close(
+                after[name]["state"][key], value, rtol=1e-5, atol=1e-5, msg=f"{name}: {key}"
+            )
