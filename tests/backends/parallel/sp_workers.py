@@ -68,8 +68,45 @@ def samples(count: int) -> list[dict[str, torch.Tensor]]:
     return [{"input_ids": ids[i], "labels": labels[i]} for i in range(count)]
 
 
+def make_qwen3() -> Any:
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    config = Qwen3Config(
+        vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=4, max_position_embeddings=32, tie_word_embeddings=False,
+    )  # fmt: skip
+    config._attn_implementation = "sdpa"
+    return Qwen3ForCausalLM(config)
+
+
 def _model(kind: str | int) -> Any:
-    return OwnLM() if kind == "own" else make_llama(int(kind))
+    if kind == "own":
+        return OwnLM()
+    return make_qwen3() if kind == "qwen3" else make_llama(int(kind))
+
+
+def saved_bytes(sizes: dict[str, int], length: int) -> int:
+    """Bytes of activations one forward keeps for backward on this rank (distinct storages), for a
+    batch of one ``length``-token sequence: what sequence parallelism divides."""
+    config = ParallelismConfig(**sizes)  # type: ignore[arg-type]
+    accelerator = Accelerator(cpu=True, parallelism_config=config)
+    model = accelerator.prepare(make_llama())
+    ids = torch.randint(0, 32, (1, length), generator=torch.Generator().manual_seed(0))
+    loader = accelerator.prepare(DataLoader([{"input_ids": ids[0], "labels": ids[0]}], batch_size=1))
+    params = {p.data_ptr() for p in model.parameters()}
+    seen: dict[tuple[int, int], int] = {}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in params:  # activations only, not the (unsharded) weights
+            seen[(storage.data_ptr(), storage.nbytes())] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        loss = model(**next(iter(loader))).loss
+    loss.backward()
+    return sum(seen.values())
 
 
 def reference(
