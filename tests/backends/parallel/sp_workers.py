@@ -195,6 +195,12 @@ def refusals() -> dict[str, str]:
         accelerator.prepare(model)
     except ValueError as error:
         messages["heads"] = str(error)
+    model = make_llama()
+    model.accepts_loss_kwargs = False  # its loss would be each slice's own mean
+    try:
+        accelerator.prepare(model)
+    except ValueError as error:
+        messages["loss_kwargs"] = str(error)
     loader = accelerator.prepare(DataLoader(samples(4)[:2], batch_size=2, collate_fn=_odd_length))
     try:
         next(iter(loader))

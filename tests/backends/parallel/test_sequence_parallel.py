@@ -43,6 +43,10 @@ def test_heads_and_sequence_lengths_that_do_not_divide_are_errors_naming_both() 
     messages = get_pool(2).run(w.refusals, timeout=300)[0]
     assert "sp_size=2" in messages["heads"] and "num_attention_heads=3" in messages["heads"]
     assert "sequence length is 7 (not divisible by 2)" in messages["length"]
+    assert (
+        "num_items_in_batch" in messages["loss_kwargs"]
+        and "accepts_loss_kwargs is False" in messages["loss_kwargs"]
+    )
 
 
 def test_a_dp_shard2_x_sp2_state_resumes_under_1_2_and_4_processes(tmp_path: Path) -> None:

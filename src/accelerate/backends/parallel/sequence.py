@@ -121,6 +121,14 @@ def apply_sequence_parallel(model: torch.nn.Module, config: Any) -> None:
 
     from accelerate.backends.parallel.ulysses import apply_ulysses
 
+    if getattr(model, "accepts_loss_kwargs", True) is False:
+        # Its loss would be each slice's own mean, and the sum of those is not the sequence's mean.
+        raise ValueError(
+            f"ParallelismConfig(sp_size={config.sp_size}) needs the model's loss to divide by the whole "
+            f"sequence's target count (num_items_in_batch), but {type(model).__name__}.accepts_loss_kwargs is "
+            "False. Use a model whose loss takes num_items_in_batch (transformers' causal LMs do), or leave "
+            "sp_size unset."
+        )
     group = config.device_mesh["sp"].get_group()
     apply_ulysses(model, group)
     model.register_forward_hook(functools.partial(whole_sequence_loss, group=group), with_kwargs=True)
