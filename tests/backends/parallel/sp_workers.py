@@ -196,6 +196,12 @@ def refusals() -> dict[str, str]:
     except ValueError as error:
         messages["heads"] = str(error)
     model = make_llama()
+    model.model.layers[1].self_attn.is_causal = False  # an encoder's attention
+    try:
+        accelerator.prepare(model)
+    except ValueError as error:
+        messages["causal"] = str(error)
+    model = make_llama()
     model.accepts_loss_kwargs = False  # its loss would be each slice's own mean
     try:
         accelerator.prepare(model)

@@ -39,10 +39,12 @@ def test_dp_shard2_x_sp2_trains_to_the_one_process_parameters() -> None:
         torch.testing.assert_close(results[0]["state"][key], value, rtol=1e-5, atol=1e-5, msg=key)
 
 
-def test_heads_and_sequence_lengths_that_do_not_divide_are_errors_naming_both() -> None:
+def test_what_sp_cannot_run_is_an_error_naming_why() -> None:
+    # Heads or a sequence length not divisible by sp_size, an encoder, a loss that ignores the count.
     messages = get_pool(2).run(w.refusals, timeout=300)[0]
     assert "sp_size=2" in messages["heads"] and "num_attention_heads=3" in messages["heads"]
     assert "sequence length is 7 (not divisible by 2)" in messages["length"]
+    assert "non-causal attention" in messages["causal"]
     assert (
         "num_items_in_batch" in messages["loss_kwargs"]
         and "accepts_loss_kwargs is False" in messages["loss_kwargs"]

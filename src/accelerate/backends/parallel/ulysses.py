@@ -190,6 +190,14 @@ def apply_ulysses(model: torch.nn.Module, group: Any) -> None:
             f"{type(model).__name__} has num_attention_heads={heads}, not divisible by {n}. Use an sp_size that "
             f"divides {heads}."
         )
+    causal = [m.is_causal for m in model.modules() if isinstance(getattr(m, "is_causal", None), bool)]
+    if not all(causal):
+        # The prepared loader shifts labels for next-token prediction, and attention masks causally.
+        raise ValueError(
+            f"ParallelismConfig(sp_size={n}) trains causal language models (labels shifted to the next token, "
+            f"causal attention over the whole sequence), but {type(model).__name__} has non-causal attention "
+            "(is_causal=False). Leave sp_size unset for this model."
+        )
     from transformers import AttentionInterface
 
     AttentionInterface.register(ATTENTION_NAME, _transformers_attention)
