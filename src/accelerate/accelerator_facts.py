@@ -291,7 +291,8 @@ class AcceleratorFacts:
         return maybe_context_parallel(config, buffers, buffer_seq_dims, no_restore_buffers)
 
     def deepspeed_ulysses_dl_adapter(self, dl: Any, model: Any) -> Any:
-        """Sequence parallelism's dataloader adapter; without it enabled (always, here) ``dl`` comes back."""
+        """DeepSpeed Ulysses' dataloader adapter: ``dl`` comes back. The native Ulysses
+        (``sp_backend="torch"``) slices batches in ``prepare()`` itself, and DeepSpeed's is not available."""
         return dl
 
     def verify_device_map(self, model: torch.nn.Module) -> bool:

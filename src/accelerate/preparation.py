@@ -240,6 +240,7 @@ def shard_data_loader(
         use_stateful_dataloader=config.use_stateful_dataloader,
         gradient_state=gradient_state,
     )
+    prepared = strategy.transform_batches(prepared)
     return strategy.wrap_dataloader(prepared) if place else prepared
 
 

@@ -336,7 +336,12 @@ def test_dry_run_gives_the_same_warning_for_gpu_flags_without_gpus(
 
 
 @pytest.mark.parametrize(
-    "sizes", [("--parallelism_config_tp_size", "2"), ("--parallelism_config_dp_replicate_size", "2")]
+    "sizes",
+    [
+        ("--parallelism_config_tp_size", "2"),
+        ("--parallelism_config_dp_replicate_size", "2"),
+        ("--parallelism_config_sp_size", "2"),  # the native Ulysses: no DeepSpeed
+    ],
 )
 def test_two_processes_get_the_launchers_parallelism_config(tmp_path: Path, sizes: tuple[str, str]) -> None:
     # Upstream ties these flags to FSDP2; on CPU processes tensor parallelism alone must launch.
@@ -358,3 +363,4 @@ def test_two_processes_get_the_launchers_parallelism_config(tmp_path: Path, size
             assert dim == "tp" and "tp_size=2" in report["accelerator"], report["accelerator"]
         else:
             assert report["accelerator"] == expected and report["state_tp_size"] == expected["tp"]
+            assert report["sp_backend"] == ("torch" if dim == "sp" else "deepspeed")

@@ -82,7 +82,15 @@ def test_sizes_must_multiply_to_the_process_count() -> None:
         ({"parallelism_config_cp_size": 2}, "no CPU kernel"),
         ({"parallelism_config_tp_size": 0, "parallelism_config_dp_shard_size": 2}, "at least 1"),
         ({"parallelism_config_tp_size": 2, "use_deepspeed": True}, "not with DeepSpeed"),
-        ({"parallelism_config_sp_size": 2}, "Add --use_deepspeed"),
+        (
+            {"parallelism_config_sp_size": 2, "parallelism_config_tp_size": 2},
+            "both split the attention heads",
+        ),
+        (
+            {"parallelism_config_sp_size": 2, "parallelism_config_sp_backend": "deepspeed"},
+            "sp_backend=deepspeed \\(from flag.*DeepSpeed is off.*sp_backend torch",
+        ),
+        ({"parallelism_config_sp_size": 2, "parallelism_config_sp_backend": "ring"}, "deepspeed, torch"),
         (
             {"parallelism_config_tp_size": 2, "parallelism_config_cp_comm_strategy": "ring"},
             "allgather, alltoall",
@@ -136,3 +144,18 @@ def test_dry_run_names_the_machine_of_each_process() -> None:
               "parallelism_config_dp_replicate_size": 2, "parallelism_config_tp_size": 2})  # fmt: skip
     rows = [line.split() for line in p.describe().splitlines() if line.strip().startswith(("rank", "2 "))]
     assert rows[0][:2] == ["rank", "machine"] and rows[1][:3] == ["2", "1", "1"]
+
+
+def test_sequence_parallelism_runs_natively_on_cpu_from_the_flag_or_the_config_file() -> None:
+    p = cpu_plan(2, **ON, parallelism_config_sp_size=2)
+    assert p.child_env["PARALLELISM_CONFIG_SP_SIZE"] == "2"
+    assert p.child_env["PARALLELISM_CONFIG_SP_BACKEND"] == "torch"  # unset: follows the engine (no DeepSpeed)
+    assert p.settings["parallelism_config_sp_backend"].source == "default (follows use_deepspeed)"
+    config = LaunchConfig(use_cpu=True, num_processes=4, parallelism_config={
+        "parallelism_config_dp_shard_size": 2, "parallelism_config_sp_size": 2})  # fmt: skip
+    p = plan({}, config)
+    assert (
+        p.child_env["PARALLELISM_CONFIG_SP_SIZE"] == "2"
+        and p.child_env["PARALLELISM_CONFIG_SP_BACKEND"] == "torch"
+    )
+    assert "dp_replicate=1  dp_shard=2  cp=1  sp=2  tp=1  ->  mesh dims: dp_shard, sp" in p.describe()

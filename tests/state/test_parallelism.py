@@ -78,11 +78,11 @@ def test_invalid_values_are_errors_naming_them(kwargs: dict[str, object], match:
         ParallelismConfig(**kwargs)  # type: ignore[arg-type]
 
 
-def test_sequence_parallelism_and_cpu_context_parallelism_are_refused_with_the_reason() -> None:
-    with pytest.raises(NotAvailableYetError, match="sp_size=2"):
-        ParallelismConfig(sp_size=2).build_device_mesh("cpu")
-    with pytest.raises(NotAvailableYetError, match="sp_size=2"):
-        Accelerator(cpu=True, parallelism_config=ParallelismConfig(sp_size=2))
+def test_deepspeed_ulysses_and_cpu_context_parallelism_are_refused_with_the_reason() -> None:
+    with pytest.raises(NotAvailableYetError, match="sp_size=2, sp_backend='deepspeed'"):
+        ParallelismConfig(sp_size=2, sp_backend="deepspeed").build_device_mesh("cpu")
+    with pytest.raises(NotAvailableYetError, match="sp_size=2, sp_backend='deepspeed'"):
+        Accelerator(cpu=True, parallelism_config=ParallelismConfig(sp_size=2), deepspeed_plugin=_deepspeed())
     with pytest.raises(NotAvailableYetError, match="cp_size=2.*no CPU kernel"):
         ParallelismConfig(cp_size=2).build_device_mesh("cpu")
     with pytest.raises(NotAvailableYetError, match=r"cp_size=2\) on cpu"):
@@ -192,3 +192,40 @@ def test_dimensions_in_use_get_upstreams_default_handlers() -> None:
     assert plain.tp_handler is None and plain.cp_handler is None
     mine = TorchTensorParallelConfig(enable_async_tp=True)
     assert ParallelismConfig(tp_size=2, tp_handler=mine).tp_handler is mine
+
+
+def _deepspeed() -> object:
+    from accelerate.utils import DeepSpeedPlugin
+
+    return DeepSpeedPlugin(zero_stage=2)
+
+
+def test_an_unset_sp_backend_follows_the_engine_and_a_given_one_must_match_it() -> None:
+    config = ParallelismConfig(sp_size=2)
+    assert (
+        config.sp_backend == "torch" and ParallelismConfig().sp_backend == "deepspeed"
+    )  # upstream's default at 1
+    config.resolve_sp_backend(deepspeed_engine=True)
+    assert config.sp_backend == "deepspeed"  # upstream's meaning where DeepSpeed is the engine
+    config = ParallelismConfig(sp_size=2, sp_backend="deepspeed")
+    with pytest.raises(ValueError, match="sp_backend='deepspeed'.*no DeepSpeed engine.*sp_backend='torch'"):
+        config.resolve_sp_backend(deepspeed_engine=False)
+    with pytest.raises(ValueError, match="sp_backend='deepspeed'.*no DeepSpeed engine"):
+        Accelerator(cpu=True, parallelism_config=ParallelismConfig(sp_size=2, sp_backend="deepspeed"))
+    with pytest.raises(ValueError, match="sp_backend='torch'.*DeepSpeed engine"):
+        ParallelismConfig(sp_size=2, sp_backend="torch").resolve_sp_backend(deepspeed_engine=True)
+
+
+def test_native_sequence_parallelism_is_a_mesh_dimension_fsdp_shards_over() -> None:
+    config = ParallelismConfig(dp_shard_size=2, sp_size=2)
+    assert config.active_mesh_dims == ["dp_shard", "sp"] and config.total_size == 4
+    assert config.shard_dim_names == ["dp_shard", "sp"] and config.dp_shard_cp_dim_names == ["dp_shard"]
+    assert config.non_data_parallel_size == 2 and config.data_parallel_size == 2
+    assert config.coordinates(3) == {"dp_replicate": 0, "dp_shard": 1, "cp": 0, "sp": 1, "tp": 0}
+    assert config.data_parallel_index(2) == config.data_parallel_index(3) == 1  # one sp group, one data shard
+    with pytest.raises(ValueError, match="sp_size=2, tp_size=2.*both split the attention heads"):
+        ParallelismConfig(sp_size=2, tp_size=2)
+    with pytest.raises(ValueError, match="sp_backend='ring'"):
+        ParallelismConfig(sp_size=2, sp_backend="ring")
+    with pytest.raises(ValueError, match=r"sp_size=2, tp_size=1.*this run has 1"):
+        Accelerator(cpu=True, parallelism_config=ParallelismConfig(sp_size=2))

@@ -172,6 +172,11 @@ class Strategy:
     # Whether prepared dataloaders leave batches on the host for wrap_dataloader to move (XLA).
     loader_moves_batches = False
 
+    def transform_batches(self, dataloader: Any) -> Any:
+        """The prepared loader with the per-batch transform the backend needs (sets the loader's
+        ``batch_transform``; unchanged by default). Runs whether or not batches are placed."""
+        return dataloader
+
     def wrap_dataloader(self, dataloader: Any) -> Any:
         """The prepared loader as the backend feeds it to its device (unchanged by default)."""
         return dataloader

@@ -155,8 +155,8 @@ PARALLELISM_FLAGS: dict[str, tuple[dict[str, Any], str]] = {
     "parallelism_config_cp_size": ({"type": int, "metavar": "N"}, "Context-parallel degree (GPUs only: ring attention has no CPU kernel). Default 1."),
     "parallelism_config_cp_backend": ({"choices": ("torch",)}, "Context-parallel backend. Default torch."),
     "parallelism_config_cp_comm_strategy": ({"metavar": "allgather|alltoall"}, "How ring attention exchanges keys and values. Default allgather."),
-    "parallelism_config_sp_size": ({"type": int, "metavar": "N"}, "Sequence-parallel degree (DeepSpeed Ulysses, with --use_deepspeed). Default 1."),
-    "parallelism_config_sp_backend": ({"choices": ("deepspeed",)}, "Sequence-parallel backend. Default deepspeed."),
+    "parallelism_config_sp_size": ({"type": int, "metavar": "N"}, "Sequence-parallel (Ulysses) degree: each process holds 1/N of every sequence. Default 1."),
+    "parallelism_config_sp_backend": ({"choices": ("deepspeed", "torch")}, "Sequence-parallel backend: torch (native Ulysses) without DeepSpeed, deepspeed with --use_deepspeed. Default: follows --use_deepspeed."),
     "parallelism_config_sp_seq_length": ({"metavar": "N"}, "Sequence length under sequence parallelism."),
     # Text, read as a boolean by the plan: a False here would read as "not given" (flags_of).
     "parallelism_config_sp_seq_length_is_variable": ({"metavar": "BOOL"}, "Sequence lengths vary between batches. Default true."),

@@ -265,13 +265,13 @@ ENV_CONTRACT: tuple[EnvVar, ...] = (
         "PARALLELISM_CONFIG_SP_SIZE",
         "parallelism_config_sp_size",
         "int",
-        "sequence-parallel degree (DeepSpeed Ulysses)",
+        "sequence-parallel (Ulysses) degree: each process holds 1/N of every sequence",
     ),
     EnvVar(
         "PARALLELISM_CONFIG_SP_BACKEND",
         "parallelism_config_sp_backend",
         "str",
-        "sequence-parallel backend: deepspeed",
+        "sequence-parallel backend: torch (native Ulysses) | deepspeed (with DeepSpeed)",
     ),
     EnvVar(
         "PARALLELISM_CONFIG_SP_SEQ_LENGTH",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -173,6 +173,7 @@ class PreparedLoaderMixin(DataLoaderStateMixin):
         self._step_base_batches = 0
         # Moving a CPU batch "to the CPU" still walks the structure; skip it on the hot path.
         self._moves_batches = self.device is not None and self.device.type != "cpu"
+        self.batch_transform: Callable[[Any], Any] | None = None
 
     # --- to be provided by the loader ---------------------------------------------------------
     @property
@@ -276,8 +277,9 @@ class PreparedLoaderMixin(DataLoaderStateMixin):
 
     def _to_device(self, batch: Any) -> Any:
         if self._moves_batches:
-            return send_to_device(batch, self.device, non_blocking=self._non_blocking)  # type: ignore[arg-type]
-        return batch
+            batch = send_to_device(batch, self.device, non_blocking=self._non_blocking)  # type: ignore[arg-type]
+        # A backend's per-batch step (sequence parallelism keeps this rank's slice of each sequence).
+        return self.batch_transform(batch) if self.batch_transform is not None else batch
 
     # --- randomness -------------------------------------------------------------------------------
     def _is_distributed(self) -> bool:

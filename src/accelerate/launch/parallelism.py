@@ -43,7 +43,7 @@ SETTINGS = ("use_parallelism_config", *DEFAULTS)
 _CHOICES = {
     "parallelism_config_cp_backend": ("torch",),
     "parallelism_config_cp_comm_strategy": ("allgather", "alltoall"),
-    "parallelism_config_sp_backend": ("deepspeed",),
+    "parallelism_config_sp_backend": ("deepspeed", "torch"),
 }
 _CPU_CP = (
     "context parallelism shards attention with torch's ring attention, which has no CPU kernel (its CPU "
@@ -127,6 +127,14 @@ def check_parallelism(settings: dict[str, Setting]) -> None:
 
 def _check_combinations(settings: dict[str, Setting]) -> None:
     size = sizes(settings)
+    cp, sp, tp = (settings[size_name(dim)] for dim in ("cp", "sp", "tp"))
+    # A pair that cannot compose at any process count is named first.
+    if size["sp"] > 1 and size["tp"] > 1:
+        raise LaunchError(
+            f"{_where(sp)} and {_where(tp)}: sequence parallelism (Ulysses) and tensor parallelism both split the "
+            "attention heads and do not compose here; set one of them to 1 (give the processes to "
+            "parallelism_config_dp_shard_size instead)."
+        )
     procs = settings["num_processes"]
     total = 1
     for value in size.values():
@@ -138,7 +146,6 @@ def _check_combinations(settings: dict[str, Setting]) -> None:
             f"(from {procs.source}). Their product must be the number of processes: change a size, or launch "
             f"{total} processes with --num_processes {total}."
         )
-    cp, sp, tp = (settings[size_name(dim)] for dim in ("cp", "sp", "tp"))
     cpu = settings["cpu"]
     if size["cp"] > 1 and cpu.value:
         raise LaunchError(
@@ -151,17 +158,31 @@ def _check_combinations(settings: dict[str, Setting]) -> None:
             "dimension; set one of them to 1."
         )
     deepspeed = settings["use_deepspeed"]
-    if size["sp"] > 1 and not deepspeed.value:
-        raise LaunchError(
-            f"{_where(sp)}: sequence parallelism runs on DeepSpeed (Ulysses, parallelism_config_sp_backend "
-            "deepspeed), which is off. Add --use_deepspeed, or set parallelism_config_sp_size to 1."
-        )
+    if size["sp"] > 1:
+        _settle_sp_backend(settings, sp, deepspeed)
     if size["tp"] > 1 and deepspeed.value:
         raise LaunchError(
             f"{_where(tp)} with DeepSpeed (use_deepspeed, from {deepspeed.source}): tensor parallelism composes "
             "with FSDP on one device mesh, not with DeepSpeed's ZeRO. Drop --use_deepspeed (use "
             "--parallelism_config_dp_shard_size with --use_fsdp to shard as well), or set "
             "parallelism_config_tp_size to 1."
+        )
+
+
+def _settle_sp_backend(settings: dict[str, Setting], sp: Setting, deepspeed: Setting) -> None:
+    """Which Ulysses runs ``sp``: an unset backend follows the engine (DeepSpeed's own with
+    --use_deepspeed, as upstream; the native one otherwise); one that was set must match it."""
+    backend = settings["parallelism_config_sp_backend"]
+    wanted = "deepspeed" if deepspeed.value else "torch"
+    if backend.source == "default":
+        settings[backend.name] = dataclasses.replace(
+            backend, value=wanted, source="default (follows use_deepspeed)"
+        )
+    elif backend.value != wanted:
+        engine = "DeepSpeed is on" if deepspeed.value else "DeepSpeed is off"
+        raise LaunchError(
+            f"{_where(backend)} with {_where(sp)}, but {engine} (use_deepspeed, from {deepspeed.source}). Use "
+            f"parallelism_config_sp_backend {wanted}, or leave it unset to follow the engine."
         )
 
 

@@ -3,11 +3,13 @@
 One value object describes the topology: data-parallel replication (``dp_replicate``, what DDP
 does), data-parallel sharding (``dp_shard``, FSDP), context (``cp``), sequence (``sp``) and tensor
 (``tp``) parallelism. Unset sizes mean 1, except ``dp_shard_size``, which takes the processes the
-other sizes leave. The mesh is one named N-D ``DeviceMesh`` (dims dp_replicate, dp_shard, cp, tp,
-those above 1) with the flattened sub-meshes ``dp``, ``dp_shard_cp`` and ``dp_cp``;
-``backends/parallel/`` composes tensor parallelism, FSDP2/HSDP and replication on it. Sequence
-parallelism is not available, and context parallelism needs CUDA (torch's ring attention has no CPU
-kernel); both raise saying so.
+other sizes leave. The mesh is one named N-D ``DeviceMesh`` (dims dp_replicate, dp_shard, cp, sp, tp,
+those above 1) with the flattened sub-meshes ``dp``, ``dp_shard_cp``, ``dp_cp`` (and ``dp_shard_sp``);
+``backends/parallel/`` composes tensor parallelism, FSDP2/HSDP, replication and sequence parallelism
+on it. Sequence parallelism (``sp``) is DeepSpeed's Ulysses in upstream; here ``sp_backend="torch"``
+(the default unless DeepSpeed is the engine) runs a native Ulysses (``backends/parallel/ulysses.py``)
+and ``"deepspeed"`` (DeepSpeed's own) is not available yet. Context parallelism needs CUDA (torch's
+ring attention has no CPU kernel); it raises saying so.
 
 Pure data apart from :meth:`ParallelismConfig.build_device_mesh`, and, as upstream, the sizes and
 backends left unset come from the launcher's ``PARALLELISM_CONFIG_*`` variables (read through the env
@@ -73,7 +75,11 @@ class ParallelismConfig:
                     f"ParallelismConfig({name}={value!r}) must be an integer >= 1 (or None for 1)."
                 )
         self.cp_backend = self.cp_backend or "torch"
-        self.sp_backend = self.sp_backend or "deepspeed"
+        # Upstream's default is "deepspeed" (its only sequence-parallel engine). Here an unset backend
+        # runs the native Ulysses; the resolver switches it to "deepspeed" when DeepSpeed is the engine
+        # (resolve_sp_backend), so upstream's users keep upstream's meaning.
+        self._sp_backend_given = self.sp_backend is not None
+        self.sp_backend = self.sp_backend or ("torch" if self._size("sp") > 1 else "deepspeed")
         # As upstream: a dimension in use gets its default handler (what the user sees on the config).
         from accelerate.utils.parallel_configs import TorchContextParallelConfig, TorchTensorParallelConfig
 
@@ -83,12 +89,23 @@ class ParallelismConfig:
             self.cp_handler = TorchContextParallelConfig()
         if self.cp_backend != "torch":
             raise ValueError(f"ParallelismConfig(cp_backend={self.cp_backend!r}) must be 'torch'.")
-        if self.sp_backend != "deepspeed":
-            raise ValueError(f"ParallelismConfig(sp_backend={self.sp_backend!r}) must be 'deepspeed'.")
+        if self.sp_backend not in ("torch", "deepspeed"):
+            raise ValueError(
+                f"ParallelismConfig(sp_backend={self.sp_backend!r}) must be 'torch' (native Ulysses) or "
+                "'deepspeed' (DeepSpeed's Ulysses, with a DeepSpeed engine)."
+            )
         if self.cp_enabled and self.sp_enabled:
             raise ValueError(
                 f"ParallelismConfig(cp_size={self.cp_size}, sp_size={self.sp_size}): context and sequence "
                 "parallelism split the same sequence dimension; use one of them."
+            )
+        if self.tp_enabled and self.sp_enabled:
+            # Both would split the attention heads (tp by its column-parallel projections, Ulysses by
+            # its all-to-all); splitting the already-split heads again is not implemented.
+            raise ValueError(
+                f"ParallelismConfig(sp_size={self.sp_size}, tp_size={self.tp_size}): sequence parallelism "
+                "(Ulysses) and tensor parallelism both split the attention heads and do not compose here. Use "
+                "one of them, and give the other processes to dp_shard_size (FSDP) or dp_replicate_size."
             )
 
     def _size(self, dim: str) -> int:
@@ -156,6 +173,33 @@ class ParallelismConfig:
         return self._enabled("dp_replicate", "dp_shard", "cp")
 
     @property
+    def shard_dim_names(self) -> list[str]:
+        """The dimensions whose ranks FSDP2 shards parameters over: ``dp_shard`` and the dimensions that
+        split one batch's sequence (``cp``, ``sp``), whose ranks hold the same weights."""
+        return self._enabled("dp_shard", "cp", "sp")
+
+    def resolve_sp_backend(self, *, deepspeed_engine: bool) -> None:
+        """Settles which Ulysses runs ``sp``, once the engine is known (before any process group).
+
+        An unset ``sp_backend`` follows the engine: DeepSpeed's own with DeepSpeed, the native one
+        otherwise. A backend given explicitly must match the engine.
+
+        Raises:
+            ValueError: ``sp_backend`` names an engine the run does not use.
+        """
+        if not self.sp_enabled:
+            return
+        wanted = "deepspeed" if deepspeed_engine else "torch"
+        if not self._sp_backend_given:
+            self.sp_backend = wanted
+        elif self.sp_backend != wanted:
+            engine = "a DeepSpeed engine (deepspeed_plugin)" if deepspeed_engine else "no DeepSpeed engine"
+            raise ValueError(
+                f"ParallelismConfig(sp_size={self.sp_size}, sp_backend={self.sp_backend!r}) but the run has "
+                f"{engine}. Use sp_backend={wanted!r}, or leave sp_backend unset to follow the engine."
+            )
+
+    @property
     def fsdp_dim_names(self) -> list[str]:
         """The dimensions FSDP shards (or replicates, for HSDP) parameters over."""
         return self._enabled("dp_replicate", "dp_shard", "cp")
@@ -170,13 +214,13 @@ class ParallelismConfig:
         return tuple(dims), tuple(self._size(dim) for dim in dims)
 
     def check_available(self, device_type: str | None = None) -> None:
-        """Raises NotAvailableYetError for what cannot run: sequence parallelism (DeepSpeed Ulysses),
+        """Raises NotAvailableYetError for what cannot run: DeepSpeed's Ulysses (``sp_backend="deepspeed"``),
         and context parallelism off CUDA (checked once ``device_type`` is known)."""
-        if self.sp_enabled:
+        if self.sp_enabled and self.sp_backend == "deepspeed":
             raise NotAvailableYetError(
-                f"ParallelismConfig(sp_size={self.sp_size}): sequence parallelism (DeepSpeed Ulysses) is not "
-                "available in this version of accelerate. Leave sp_size unset; context parallelism "
-                "(cp_size, on CUDA) splits the sequence instead."
+                f"ParallelismConfig(sp_size={self.sp_size}, sp_backend='deepspeed'): DeepSpeed's Ulysses sequence "
+                "parallelism is not available in this version of accelerate. Use the native Ulysses instead: "
+                "sp_backend='torch' without DeepSpeed (FSDP2 through dp_shard_size shards the model)."
             )
         if self.cp_enabled and device_type is not None and device_type != "cuda":
             raise NotAvailableYetError(
@@ -229,7 +273,8 @@ class ParallelismConfig:
         """The named N-D ``torch.distributed.DeviceMesh`` over the current process group.
 
         Dimensions (those above 1) in the order dp_replicate, dp_shard, cp, sp, tp, plus the flattened
-        sub-meshes ``dp`` (replicate x shard), ``dp_shard_cp`` (what FSDP shards over) and ``dp_cp``:
+        sub-meshes ``dp`` (replicate x shard), ``dp_shard_cp`` (what FSDP shards over), ``dp_cp`` and, with
+        sequence parallelism, ``dp_shard_sp`` (what FSDP shards over then):
         ``mesh["tp"]`` is the group a tensor-parallel plan runs on.
 
         Raises:
@@ -254,8 +299,10 @@ class ParallelismConfig:
             ("dp", self.dp_dim_names),
             ("dp_shard_cp", self.dp_shard_cp_dim_names),
             ("dp_cp", self.dp_cp_dim_names),
+            ("dp_shard_sp", self._enabled("dp_shard", "sp")),
         ):
-            if dims:
+            # dp_shard_sp only when both are there (what FSDP2 shards over with sp; one alone needs no flattening).
+            if dims and (flat != "dp_shard_sp" or len(dims) == 2):
                 # Kept here too: slicing a flattened name from the root mesh is deprecated in torch.
                 self._flattened[flat] = mesh[tuple(dims)]._flatten(flat)
         return mesh

@@ -155,6 +155,8 @@ _register(
     "TorchTensorParallelPlugin", "get_module_class_from_name",
 )  # fmt: skip
 _register("accelerate.state.parallelism", "ParallelismConfig")
+# Beyond upstream: the hook that runs an attention module of one's own under native sequence parallelism.
+_register("accelerate.backends.parallel.ulysses", "ulysses_attention")
 _register("accelerate.utils.modeling", "is_peft_model")
 _register("accelerate.precision.helpers", "get_grad_scaler", "get_mixed_precision_context_manager")
 _register(

@@ -33,5 +33,6 @@ except NotAvailableYetError as exc:
 else:
     report["accelerator"] = sizes(accelerator.parallelism_config)
     report["state_tp_size"] = accelerator.state.parallelism_config.tp_size
+    report["sp_backend"] = accelerator.parallelism_config.sp_backend
     accelerator.wait_for_everyone()
 Path(sys.argv[1], f"rank{report['rank']}.json").write_text(json.dumps(report))

@@ -1,7 +1,7 @@
 """N-D parallelism: tensor parallelism, FSDP2 / HSDP and replication composed on one device mesh.
 
 ``ParallelismConfig`` (``state/parallelism.py``) builds the named mesh once, dimensions
-``dp_replicate x dp_shard x cp x tp`` (those above 1) with the flattened sub-meshes ``dp``,
+``dp_replicate x dp_shard x cp x sp x tp`` (those above 1) with the flattened sub-meshes ``dp``,
 ``dp_shard_cp`` and ``dp_cp``. The resolver picks :class:`ParallelStrategy` when the config shards
 (``dp_shard``/``cp``) or splits tensors (``tp``); pure ``dp_replicate`` stays plain DDP.
 
@@ -17,6 +17,10 @@ runs over: ``dp_shard_cp``, or ``(dp_replicate, dp_shard_cp)`` for HSDP; then FS
 :class:`accelerate.backends.fsdp.strategy.FSDPStrategy` (blocks, root, mixed precision, optimizer
 shards, ``no_sync``, global-norm clipping), reused rather than copied. ``strategy``: the composition.
 ``context``: ``maybe_context_parallel`` (CUDA only: torch's ring attention has no CPU kernel).
+``ulysses`` and ``sequence``: sequence parallelism (``sp``, native Ulysses): before FSDP2, the model's
+attention becomes an all-to-all exchange around unchanged attention, and its loss the whole
+sequence's; the prepared loader gives each sp rank its slice of every sequence. FSDP2 shards over
+``dp_shard x sp``.
 
 Checkpoints go through :class:`accelerate.backends.dtensor_io.ShardedCheckpointIO` (DCP folders, which reshard
 on load across topologies). Nothing here is imported by ``import accelerate``.
@@ -29,6 +33,7 @@ _EXPORTS = {
     "check_tensor_parallel": "accelerate.backends.parallel.tp",
     "fsdp_mesh": "accelerate.backends.parallel.fsdp",
     "maybe_context_parallel": "accelerate.backends.parallel.context",
+    "ulysses_attention": "accelerate.backends.parallel.ulysses",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,7 +1,8 @@
 """Step 4, FSDP2 / HSDP: the mesh ``fully_shard`` runs over.
 
 Parameters are sharded over ``dp_shard_cp`` (context-parallel ranks hold different sequence pieces
-of the same batch, so they shard parameters like data-parallel ranks); with ``dp_replicate`` too,
+of the same batch, so they shard parameters like data-parallel ranks), or ``dp_shard_sp`` with
+sequence (Ulysses) parallelism, for the same reason; with ``dp_replicate`` too,
 over the 2-D ``(dp_replicate, dp_shard_cp)`` mesh, which FSDP2 runs as HSDP (replicate across the
 first dimension, shard within the second). Step 5, replication alone (``dp_replicate`` and nothing
 sharded) is plain DDP, chosen by the resolver before this package is involved; replication of a
@@ -45,13 +46,15 @@ def replicate_mesh(config: Any) -> Any:
 def fsdp_mesh(config: Any) -> Any:
     """The (sub-)mesh of ``config.device_mesh`` that FSDP2 shards over, or None for nothing to shard."""
     mesh = config.device_mesh
-    shard_dims = config.dp_shard_cp_dim_names
+    shard_dims = config.shard_dim_names
     if not shard_dims:
         if config.dp_replicate_enabled:  # dp_replicate x tp (the resolver sends pure replication to DDP)
             return replicate_mesh(config)
         return None  # tensor parallelism alone: every parameter is already split or replicated by the plan
     # One dimension needs no flattening: use it directly (slicing a flattened name is deprecated).
-    shard = shard_dims[0] if len(shard_dims) == 1 else "dp_shard_cp"
+    # cp and sp never come together (ParallelismConfig refuses it), so two dimensions are one of two pairs.
+    flat = "dp_shard_sp" if "sp" in shard_dims else "dp_shard_cp"
+    shard = shard_dims[0] if len(shard_dims) == 1 else flat
     if config.dp_replicate_enabled:
         return mesh[("dp_replicate", shard)]
-    return mesh[shard] if len(shard_dims) == 1 else config.submesh("dp_shard_cp")
+    return mesh[shard] if len(shard_dims) == 1 else config.submesh(flat)

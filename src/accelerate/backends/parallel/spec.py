@@ -1,6 +1,7 @@
 """N-D parallelism's row in the backend table: the run's ``ParallelismConfig`` (the script's, the TP
 plugin's or the launcher's) is its plugin, and :class:`ParallelStrategy` runs when the config shards
-(``dp_shard``/``cp``) or splits tensors (``tp``); pure ``dp_replicate`` falls through to DDP.
+(``dp_shard``/``cp``), splits sequences (``sp``, whose ranks FSDP2 shards over like ``dp_shard``'s) or
+splits tensors (``tp``); pure ``dp_replicate`` falls through to DDP.
 
 A new mesh dimension (sequence, expert, pipeline) is a size on ``ParallelismConfig``, a check here
 when it cannot run with another backend, and one ``apply_*`` step in the strategy's composition."""
@@ -27,7 +28,15 @@ class ParallelSpec(BackendSpec):
             )
         if check_available is None:
             return
-        check_available()  # sequence parallelism raises; context parallelism is checked with the device
+        deepspeed = (
+            request.given("deepspeed_plugin") is not None
+            or request.given("deepspeed_plugins") is not None
+            or bool(request.launch.use_deepspeed)
+        )
+        resolve_sp = getattr(config, "resolve_sp_backend", None)
+        if resolve_sp is not None:
+            resolve_sp(deepspeed_engine=deepspeed)  # an unset sp_backend follows the engine, as upstream
+        check_available()  # DeepSpeed's Ulysses raises; context parallelism is checked with the device
         if getattr(config, "tp_enabled", False) and (
             request.given("deepspeed_plugin") is not None or request.given("deepspeed_plugins") is not None
         ):
@@ -46,7 +55,7 @@ class ParallelSpec(BackendSpec):
         return (
             config is not None
             and config.device_mesh is not None
-            and bool(config.tp_enabled or config.dp_shard_cp_dim_names)
+            and bool(config.tp_enabled or config.shard_dim_names)
         )
 
     def strategy(self, context: BuildContext) -> Strategy:

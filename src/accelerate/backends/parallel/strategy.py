@@ -19,12 +19,14 @@ from accelerate.backends.fsdp.plugin import FullyShardedDataParallelPlugin
 from accelerate.backends.fsdp.strategy import FSDPStrategy
 from accelerate.backends.parallel.activation import apply_activation_checkpointing
 from accelerate.backends.parallel.fsdp import REPLICATE_DIMS, fsdp_mesh
+from accelerate.backends.parallel.sequence import apply_sequence_parallel
 from accelerate.backends.parallel.tp import check_tensor_parallel
 from accelerate.state.distributed_type import DistributedType
 
 
 class ParallelStrategy(FSDPStrategy):
-    """Composes a ``ParallelismConfig``'s dimensions: tp (applied by the user) -> AC -> FSDP2/HSDP.
+    """Composes a ``ParallelismConfig``'s dimensions: tp (applied by the user) or sp (Ulysses attention)
+    -> AC -> FSDP2/HSDP (over ``dp_shard`` and ``sp``).
 
     Example:
         >>> accelerator = Accelerator(parallelism_config=ParallelismConfig(dp_shard_size=2, tp_size=2))
@@ -72,6 +74,15 @@ class ParallelStrategy(FSDPStrategy):
         coords = self.config.coordinates(process_index)
         return coords["dp_replicate"], coords["dp_shard"]
 
+    def transform_batches(self, dataloader: Any) -> Any:
+        """With ``sp``: each batch becomes this rank's slice of its sequence (see ``sequence.py``)."""
+        if self.config.sp_enabled:
+            from accelerate.backends.parallel.sequence import SequenceSlicer
+
+            sp = self.config.device_mesh["sp"]
+            dataloader.batch_transform = SequenceSlicer(sp.get_local_rank(), sp.size())
+        return dataloader
+
     def describe(self) -> str:
         shape, names = self.mesh_shape()
         mesh = " x ".join(f"{n}={s}" for n, s in zip(names, shape, strict=True))
@@ -81,10 +92,13 @@ class ParallelStrategy(FSDPStrategy):
             fsdp = "replicated over dp_replicate by FSDP2 (HSDP with shard size 1)"
         else:
             fsdp = "FSDP2 over " + "x".join(self._mesh.mesh_dim_names)
-        return f"parallelism mesh [{mesh}]: tensor parallel on tp, {fsdp}"
+        split = "Ulysses sequence parallel on sp" if self.config.sp_enabled else "tensor parallel on tp"
+        return f"parallelism mesh [{mesh}]: {split}, {fsdp}"
 
     def setup_module(self, model: nn.Module, *, device_placement: bool) -> nn.Module:
         check_tensor_parallel(model, self.config)  # step 1: a plan on the tp mesh, applied before prepare
+        if self.config.sp_enabled:
+            apply_sequence_parallel(model, self.config)  # step 1b: Ulysses attention, whole-sequence loss
         if self._mesh is not None:
             # Steps 2 and 4: activation checkpointing then fully_shard of blocks and root, on the sub-mesh.
             return super().setup_module(model, device_placement=device_placement)
