@@ -1,7 +1,8 @@
 """``make bench``: every benchmark in one run, one table on stdout, JSON and Markdown beside it.
 
 Writes bench/results/latest.json (every row plus the machine) and bench/results/latest.md (the
-table as the README shows it). Each benchmark also runs alone: ``python bench/<name>.py``.
+table as docs/benchmarks.md shows it; the README repeats it without the notes). Each benchmark
+also runs alone: ``python bench/<name>.py``.
 """
 
 from __future__ import annotations
