@@ -7,7 +7,9 @@ its flattened sub-meshes, the parallel backend picks the mesh FSDP2 shards over 
 and ``prepare_data_loader`` shards an epoch with the rank's data-parallel coordinate. The checker
 compares each rank's mesh coordinate and groups with the row-major layout, and the epoch across
 ranks: every sample read by exactly one data-parallel group, and the same samples within a tensor-
-or context-parallel group.
+or context-parallel group. It lists the checkpoint files each rank's ``save_state`` writes (no two
+ranks the same path) and, given another layout, which saved shards each of its ranks would read
+(:mod:`accelerate.planning.checkpoint_plan`).
 
 A mesh costs each rank time in proportion to the world size (torch builds every sub-group on every
 rank), so all ranks' meshes cost its square: past ``setup_limit`` ranks (256), that many ranks spread
@@ -21,6 +23,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from accelerate.planning.checkpoint_plan import ReshardPlan, rank_files, reshard_plan
 from accelerate.planning.estimate import MemoryEstimate
 
 _DIMS = ("dp_replicate", "dp_shard", "cp", "sp", "tp")
@@ -35,6 +38,7 @@ class RankSetup:
     data_parallel_index: int
     fsdp_group_size: int  # ranks FSDP2 shards (or replicates) this rank's parameters over; 1 without FSDP
     samples: tuple[int, ...]  # the sample indices this rank reads in the epoch, in order
+    files: tuple[str, ...] = ()  # what save_state writes from this rank (FSDP2's sharded state dict)
 
 
 @dataclass
@@ -47,6 +51,7 @@ class PlanCheck:
     set_up: list[int] = field(default_factory=list)  # the ranks whose whole set-up ran
     problems: list[str] = field(default_factory=list)
     estimate: MemoryEstimate | None = None
+    reshard: ReshardPlan | None = None
 
     @property
     def ok(self) -> bool:
@@ -63,6 +68,14 @@ class PlanCheck:
             f"epoch of {sum(len(s.samples) for s in self.ranks if s.coordinate.get('tp', 0) == 0 and s.coordinate.get('cp', 0) == 0)} "
             "samples sharded",
         ]  # fmt: skip
+        if self.ranks:
+            files = sum(len(setup.files) for setup in self.ranks)
+            lines.append(
+                f"  checkpoint: {files} files, {len(self.ranks[-1].files)} from each rank (rank 0 adds "
+                f"{len(self.ranks[0].files) - len(self.ranks[-1].files)} shared ones)"
+            )
+        if self.reshard is not None:
+            lines.append(f"  {self.reshard.summary()}")
         if self.estimate is not None:
             lines.append(
                 f"  memory: peak {self.estimate.peak / 1e9:.2f} GB per rank (rank {self.estimate.peak_rank})"
@@ -205,7 +218,7 @@ def _check_epoch(check: PlanCheck, dataset_size: int) -> None:
 
 def check_plan(sizes: dict[str, int], world_size: int | None = None, *, dataset_size: int | None = None,
                batch_size: int = 2, seed: int = 0, estimate: MemoryEstimate | None = None,
-               setup_limit: int = 256) -> PlanCheck:  # fmt: skip
+               setup_limit: int = 256, reshard_to: dict[str, int] | None = None) -> PlanCheck:  # fmt: skip
     """Runs every rank's set-up for ``sizes`` (``ParallelismConfig`` sizes by dimension name) on the
     fake process group and reports what disagrees with the layout.
 
@@ -220,6 +233,8 @@ def check_plan(sizes: dict[str, int], world_size: int | None = None, *, dataset_
             process group; past it that many, spread evenly, run it and every rank is checked against
             the mesh torch built (a mesh costs each rank time in proportion to the world size).
             Every rank's data sharding runs either way.
+        reshard_to: another layout's sizes: plan which saved shards each of its ranks reads of the
+            checkpoint this layout writes (:func:`~accelerate.planning.checkpoint_plan.reshard_plan`).
 
     Example:
         >>> check = check_plan({"dp_replicate": 2, "dp_shard": 2, "tp": 2})
@@ -250,6 +265,14 @@ def check_plan(sizes: dict[str, int], world_size: int | None = None, *, dataset_
         _placed_ranks(full_mesh, config, full, check.problems)
     for rank in range(world):
         dp_index, samples = _samples(rank, config, dataset_size, batch_size, seed)
-        check.ranks.append(RankSetup(rank, config.coordinates(rank), dp_index, fsdp_size, samples))
+        check.ranks.append(
+            RankSetup(rank, config.coordinates(rank), dp_index, fsdp_size, samples, rank_files(rank))
+        )
     _check_epoch(check, dataset_size)
+    written = [path for setup in check.ranks for path in setup.files]
+    if len(written) != len(set(written)):
+        check.problems.append("two ranks would write the same checkpoint file")
+    if reshard_to is not None:
+        check.reshard = reshard_plan(full, reshard_to)
+        check.problems += check.reshard.problems
     return check
