@@ -57,3 +57,24 @@ def test_the_summary_carries_the_memory_estimate() -> None:
         and "memory: peak" in summary
         and "no problems found" in summary
     )
+
+
+def test_past_the_setup_limit_a_spread_of_ranks_runs_the_set_up_and_every_rank_is_placed() -> None:
+    check = check_plan({"dp_shard": 4, "tp": 4}, setup_limit=5)
+    assert check.ok and check.set_up == [0, 4, 8, 11, 15] and len(check.ranks) == 16
+    assert "built on 5 of 16 ranks" in check.summary()
+
+
+def test_a_mesh_that_misplaces_a_rank_is_reported() -> None:
+    import torch
+
+    from accelerate.planning.check import _config, _placed_ranks
+
+    sizes = {"dp_replicate": 1, "dp_shard": 2, "cp": 1, "sp": 1, "tp": 2}
+    problems: list[str] = []
+    swapped = torch.tensor([[0, 2], [1, 3]])  # tp neighbours across the dp_shard dimension
+    _placed_ranks(swapped, _config(sizes, 4), sizes, problems)
+    assert (
+        problems[0]
+        == "rank 2: the device mesh puts it at {'dp_shard': 0, 'tp': 1}, the layout at {'dp_shard': 1, 'tp': 0}"
+    )

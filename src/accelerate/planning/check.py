@@ -7,7 +7,14 @@ its flattened sub-meshes, the parallel backend picks the mesh FSDP2 shards over 
 and ``prepare_data_loader`` shards an epoch with the rank's data-parallel coordinate. The checker
 compares each rank's mesh coordinate and groups with the row-major layout, and the epoch across
 ranks: every sample read by exactly one data-parallel group, and the same samples within a tensor-
-or context-parallel group. 1,024 ranks take seconds.
+or context-parallel group. It lists the checkpoint files each rank's ``save_state`` writes (no two
+ranks the same path) and, given another layout, which saved shards each of its ranks would read
+(:mod:`accelerate.planning.checkpoint_plan`).
+
+A mesh costs each rank time in proportion to the world size (torch builds every sub-group on every
+rank), so all ranks' meshes cost its square: past ``setup_limit`` ranks (256), that many ranks spread
+over the world run the whole set-up, and every rank's place is checked in the mesh torch built.
+1,024 ranks take a few seconds.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from accelerate.planning.checkpoint_plan import ReshardPlan, rank_files, reshard_plan
 from accelerate.planning.estimate import MemoryEstimate
 
 _DIMS = ("dp_replicate", "dp_shard", "cp", "sp", "tp")
@@ -30,6 +38,7 @@ class RankSetup:
     data_parallel_index: int
     fsdp_group_size: int  # ranks FSDP2 shards (or replicates) this rank's parameters over; 1 without FSDP
     samples: tuple[int, ...]  # the sample indices this rank reads in the epoch, in order
+    files: tuple[str, ...] = ()  # what save_state writes from this rank (FSDP2's sharded state dict)
 
 
 @dataclass
@@ -39,8 +48,10 @@ class PlanCheck:
     sizes: dict[str, int]
     world_size: int
     ranks: list[RankSetup] = field(default_factory=list)
+    set_up: list[int] = field(default_factory=list)  # the ranks whose whole set-up ran
     problems: list[str] = field(default_factory=list)
     estimate: MemoryEstimate | None = None
+    reshard: ReshardPlan | None = None
 
     @property
     def ok(self) -> bool:
@@ -51,11 +62,20 @@ class PlanCheck:
         named = " x ".join(f"{dim}={size}" for dim, size in self.sizes.items() if size > 1) or "one process"
         dp = len({setup.data_parallel_index for setup in self.ranks})
         lines = [
-            f"Plan check: {named} on {self.world_size} ranks (fake process group, every rank's set-up run)",
-            f"  device mesh and sub-meshes built on {len(self.ranks)} ranks; {dp} data-parallel groups; "
+            f"Plan check: {named} on {self.world_size} ranks (fake process group)",
+            f"  device mesh and sub-meshes built on {len(self.set_up)} of {self.world_size} ranks (every rank's place "
+            f"checked in it); {dp} data-parallel groups; "
             f"epoch of {sum(len(s.samples) for s in self.ranks if s.coordinate.get('tp', 0) == 0 and s.coordinate.get('cp', 0) == 0)} "
             "samples sharded",
         ]  # fmt: skip
+        if self.ranks:
+            files = sum(len(setup.files) for setup in self.ranks)
+            lines.append(
+                f"  checkpoint: {files} files, {len(self.ranks[-1].files)} from each rank (rank 0 adds "
+                f"{len(self.ranks[0].files) - len(self.ranks[-1].files)} shared ones)"
+            )
+        if self.reshard is not None:
+            lines.append(f"  {self.reshard.summary()}")
         if self.estimate is not None:
             lines.append(
                 f"  memory: peak {self.estimate.peak / 1e9:.2f} GB per rank (rank {self.estimate.peak_rank})"
@@ -71,23 +91,20 @@ def _expected_group(rank: int, dim: str, sizes: dict[str, int]) -> list[int]:
     return [start + i * stride for i in range(sizes[dim])]
 
 
-def _one_rank(rank: int, world_size: int, sizes: dict[str, int], dataset_size: int, batch_size: int,
-              seed: int, problems: list[str]) -> RankSetup:  # fmt: skip
+def _real_setup(rank: int, world_size: int, sizes: dict[str, int], problems: list[str]) -> tuple[Any, int]:
+    """Rank ``rank``'s own set-up on the fake process group: its mesh coordinate, its group along every
+    dimension and its place in the flattened ``dp`` mesh, checked against the row-major layout.
+
+    Returns the full mesh (every rank's place, as torch laid it out) and the FSDP2 group's size.
+    """
     import torch.distributed as dist
     from torch.testing._internal.distributed.fake_pg import FakeStore
-    from torch.utils.data import DataLoader
 
     from accelerate.backends.parallel.fsdp import fsdp_mesh
-    from accelerate.data.prepare import prepare_data_loader
-    from accelerate.state.parallelism import ParallelismConfig
 
     dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
     try:
-        config = ParallelismConfig(
-            dp_replicate_size=sizes["dp_replicate"], dp_shard_size=sizes["dp_shard"], tp_size=sizes["tp"],
-            cp_size=sizes["cp"], sp_size=sizes["sp"],
-        )  # fmt: skip
-        config.validate(world_size)
+        config = _config(sizes, world_size)
         mesh = config.get_device_mesh("cpu")
         expected = config.coordinates(rank)
         names = tuple(mesh.mesh_dim_names or ()) if mesh is not None else ()
@@ -112,14 +129,70 @@ def _one_rank(rank: int, world_size: int, sizes: dict[str, int], dataset_size: i
         )
         if want is not None and fsdp_size != want:
             problems.append(f"rank {rank}: FSDP2 shards over {fsdp_size} ranks, the layout says {want}")
-        loader: DataLoader[int] = DataLoader(range(dataset_size), batch_size=batch_size)  # type: ignore[arg-type]
-        prepared = prepare_data_loader(loader, device="cpu", num_processes=config.data_parallel_size,
-                                       process_index=dp_index, data_seed=seed)  # fmt: skip
-        batches: Any = prepared.batch_sampler  # the rank's BatchSamplerShard: index lists, no data loaded
-        samples = tuple(int(i) for batch in batches for i in batch)
+        full = mesh.mesh.clone() if mesh is not None else None
     finally:
         dist.destroy_process_group()
-    return RankSetup(rank, expected, dp_index, fsdp_size, samples)
+    return full, fsdp_size
+
+
+def _config(sizes: dict[str, int], world_size: int) -> Any:
+    from accelerate.state.parallelism import ParallelismConfig
+
+    config = ParallelismConfig(
+        dp_replicate_size=sizes["dp_replicate"], dp_shard_size=sizes["dp_shard"], tp_size=sizes["tp"],
+        cp_size=sizes["cp"], sp_size=sizes["sp"],
+    )  # fmt: skip
+    config.validate(world_size)
+    return config
+
+
+def _placed_ranks(full_mesh: Any, config: Any, sizes: dict[str, int], problems: list[str]) -> None:
+    """Every rank's coordinate in the mesh torch built, against the layout's (the ranks not set up)."""
+    if full_mesh is None:
+        return
+    names = [dim for dim in _DIMS if sizes[dim] > 1]
+    world_size = math.prod(sizes.values())
+    flat = full_mesh.reshape(-1).tolist()
+    if sorted(flat) != list(range(world_size)):
+        problems.append(
+            f"the device mesh holds ranks {sorted(set(flat))[:8]}..., not each of 0-{world_size - 1} once"
+        )
+        return
+    shape = [sizes[dim] for dim in names]
+    for position, rank in enumerate(flat):
+        coordinate, rest = {}, position
+        for dim, size in zip(reversed(names), reversed(shape), strict=True):
+            coordinate[dim], rest = rest % size, rest // size
+        placed = {dim: coordinate[dim] for dim in names}
+        expected = {dim: config.coordinates(rank)[dim] for dim in names}
+        if placed != expected:
+            problems.append(f"rank {rank}: the device mesh puts it at {placed}, the layout at {expected}")
+
+
+def _samples(
+    rank: int, config: Any, dataset_size: int, batch_size: int, seed: int
+) -> tuple[int, tuple[int, ...]]:
+    from torch.utils.data import DataLoader
+
+    from accelerate.data.prepare import prepare_data_loader
+
+    dp_index = config.data_parallel_index(rank)
+    loader: DataLoader[int] = DataLoader(range(dataset_size), batch_size=batch_size)  # type: ignore[arg-type]
+    prepared = prepare_data_loader(loader, device="cpu", num_processes=config.data_parallel_size,
+                                   process_index=dp_index, data_seed=seed)  # fmt: skip
+    batches: Any = prepared.batch_sampler  # the rank's BatchSamplerShard: index lists, no data loaded
+    return dp_index, tuple(int(i) for batch in batches for i in batch)
+
+
+def setup_ranks(world_size: int, limit: int) -> list[int]:
+    """The ranks whose whole set-up runs: all of them up to ``limit``, else ``limit`` spread evenly
+    (the first and last included). torch builds every sub-group on every rank, so one rank's mesh
+    costs time in proportion to the world size and all of them its square; the others are checked
+    against the mesh torch built (:func:`_placed_ranks`)."""
+    if world_size <= limit:
+        return list(range(world_size))
+    step = (world_size - 1) / (limit - 1)
+    return sorted({round(i * step) for i in range(limit)})
 
 
 def _check_epoch(check: PlanCheck, dataset_size: int) -> None:
@@ -144,7 +217,8 @@ def _check_epoch(check: PlanCheck, dataset_size: int) -> None:
 
 
 def check_plan(sizes: dict[str, int], world_size: int | None = None, *, dataset_size: int | None = None,
-               batch_size: int = 2, seed: int = 0, estimate: MemoryEstimate | None = None) -> PlanCheck:  # fmt: skip
+               batch_size: int = 2, seed: int = 0, estimate: MemoryEstimate | None = None,
+               setup_limit: int = 256, reshard_to: dict[str, int] | None = None) -> PlanCheck:  # fmt: skip
     """Runs every rank's set-up for ``sizes`` (``ParallelismConfig`` sizes by dimension name) on the
     fake process group and reports what disagrees with the layout.
 
@@ -155,6 +229,12 @@ def check_plan(sizes: dict[str, int], world_size: int | None = None, *, dataset_
         batch_size: the per-rank batch size of the loader.
         seed: the shuffling seed every rank's sampler shares.
         estimate: a memory estimate to report with the check.
+        setup_limit: ranks whose whole set-up (device mesh, sub-meshes, FSDP2 mesh) runs on the fake
+            process group; past it that many, spread evenly, run it and every rank is checked against
+            the mesh torch built (a mesh costs each rank time in proportion to the world size).
+            Every rank's data sharding runs either way.
+        reshard_to: another layout's sizes: plan which saved shards each of its ranks reads of the
+            checkpoint this layout writes (:func:`~accelerate.planning.checkpoint_plan.reshard_plan`).
 
     Example:
         >>> check = check_plan({"dp_replicate": 2, "dp_shard": 2, "tp": 2})
@@ -176,7 +256,23 @@ def check_plan(sizes: dict[str, int], world_size: int | None = None, *, dataset_
             f"the sizes multiply to {math.prod(full.values())} ranks, not world_size={world}"
         )
         return check
+    fsdp_size, full_mesh = 1, None
+    check.set_up = setup_ranks(world, setup_limit)
+    for rank in check.set_up:
+        full_mesh, fsdp_size = _real_setup(rank, world, full, check.problems)
+    config = _config(full, world)
+    if len(check.set_up) < world:
+        _placed_ranks(full_mesh, config, full, check.problems)
     for rank in range(world):
-        check.ranks.append(_one_rank(rank, world, full, dataset_size, batch_size, seed, check.problems))
+        dp_index, samples = _samples(rank, config, dataset_size, batch_size, seed)
+        check.ranks.append(
+            RankSetup(rank, config.coordinates(rank), dp_index, fsdp_size, samples, rank_files(rank))
+        )
     _check_epoch(check, dataset_size)
+    written = [path for setup in check.ranks for path in setup.files]
+    if len(written) != len(set(written)):
+        check.problems.append("two ranks would write the same checkpoint file")
+    if reshard_to is not None:
+        check.reshard = reshard_plan(full, reshard_to)
+        check.problems += check.reshard.problems
     return check

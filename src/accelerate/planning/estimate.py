@@ -5,13 +5,15 @@ persist; backward starts with every activation saved and frees them block by blo
 gradients, so the step peaks at the persistent part plus the larger of activations and gradients:
 
 * parameters: fp32 (the optimizer's master copy under mixed precision), split by tensor
-  parallelism and, with FSDP / ZeRO-3, over the ``dp_shard x cp`` group;
+  parallelism (all but the input embedding, which transformers' plans replicate) and, with
+  FSDP / ZeRO-3, over the ``dp_shard x cp`` group;
 * gradients: fp32, as the parameters, sharded from ZeRO-2 on;
 * optimizer states: bytes per parameter from the optimizer (Adam 8, 8-bit Adam 2, SGD 0 or 4),
   sharded from ZeRO-1 on;
 * activations: what autograd saves for backward, per token and per decoder block (measured on
   decoder blocks with SDPA attention: ``8h + 2kv + 4i`` elements plus a few per head and token, of
-  which ``4h`` are not split by tensor parallelism), plus the logits in fp32; activation
+  which ``4h`` are not split by tensor parallelism), plus the logits in fp32 (whole under tensor
+  parallelism: the LM head's output is gathered); activation
   checkpointing keeps each block's input and one block's activations at a time; the loss's
   backward adds two fp32 copies of the logits (their gradient and the softmax's);
 * communication buffers: with FSDP the gathered parameters of two blocks (the one that runs and the
@@ -130,13 +132,23 @@ def activation_bytes(model: ModelShape, layout: RunLayout) -> int:
     element = _compute_bytes(layout)
     # The loss upcasts the logits to fp32 (a second copy when the head computes in half precision);
     # the start of backward adds their gradient and the softmax's, both fp32.
-    logits = (model.vocab_size or 0) / layout.tp * (3 * _FP32 + (0 if element == _FP32 else element))
+    # Tensor parallelism leaves the logits whole: transformers' plans gather the LM head's output.
+    logits = (model.vocab_size or 0) * (3 * _FP32 + (0 if element == _FP32 else element))
     return int(tokens * (per_token * element + logits))
+
+
+def tp_local_parameters(model: ModelShape, layout: RunLayout) -> int:
+    """One tensor-parallel rank's parameters: the blocks and the LM head split ``tp`` ways, the input
+    embedding whole (transformers' tensor-parallel plans replicate it)."""
+    if layout.tp == 1:
+        return model.parameters
+    embedding = min((model.vocab_size or 0) * (model.hidden_size or 0), model.parameters)
+    return embedding + -(-(model.parameters - embedding) // layout.tp)
 
 
 def _communication(model: ModelShape, layout: RunLayout) -> int:
     """Bytes one rank sends per step: parameter gathers, gradient reductions, tensor/context-parallel traffic."""
-    params = model.parameters / layout.tp
+    params = tp_local_parameters(model, layout)
     element = _compute_bytes(layout)
     shard, replicate = layout.shard_group, layout.dp_replicate
     sent = 0.0
@@ -159,7 +171,7 @@ def _communication(model: ModelShape, layout: RunLayout) -> int:
 
 
 def _rank_memory(model: ModelShape, layout: RunLayout, shard_params: int, activations: int) -> RankMemory:
-    whole = -(-model.parameters // layout.tp)
+    whole = tp_local_parameters(model, layout)
     parameters = (shard_params if layout.zero_stage >= 3 else whole) * _FP32
     gradients = (shard_params if layout.zero_stage >= 2 else whole) * _FP32
     optimizer = int(
@@ -187,12 +199,12 @@ def estimate_memory(model: ModelShape, layout: RunLayout) -> MemoryEstimate:
         ...     "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256})
         >>> plan = estimate_memory(shape, RunLayout(world_size=16, tp=2, mixed_precision="bf16",
         ...     micro_batch_size=4, sequence_length=4096))
-        >>> plan.fits(80 * 10**9)
-        True
+        >>> plan.fits(80 * 10**9), round(plan.peak / 1e9)  # the logits alone take 29 GB
+        (False, 94)
     """
     layout = layout.resolved()
     activations = activation_bytes(model, layout)
-    whole = -(-model.parameters // layout.tp)
+    whole = tp_local_parameters(model, layout)
     shard = layout.shard_group if layout.zero_stage >= 1 else 1
     base, extra = divmod(whole, shard)
     by_memory: dict[RankMemory, list[int]] = {}
