@@ -24,7 +24,8 @@ from typing import Any
 from accelerate.utils.errors import NotAvailableYetError
 
 # Mesh dimensions, outermost first (the order a device mesh lists them in).
-_DIMS = ("dp_replicate", "dp_shard", "cp", "sp", "tp")
+# Pipeline stages are outermost (as torchtitan lays them out): the ranks of one stage are neighbours.
+_DIMS = ("pp", "dp_replicate", "dp_shard", "cp", "sp", "tp")
 
 
 def _launcher_defaults() -> dict[str, object]:
@@ -54,6 +55,12 @@ class ParallelismConfig:
     tp_handler: Any = None
     cp_handler: Any = None
     sp_handler: Any = None
+    # Pipeline-parallel training (beyond upstream; see backends/parallel/pipeline_model.py).
+    pp_size: int | None = None
+    pp_schedule: str | None = None
+    pp_microbatches: int | None = None
+    pp_split_points: Any = None
+    pp_loss_fn: Any = None
 
     def __post_init__(self) -> None:
         self.device_mesh: Any = None  # built on demand; not a field (not compared, printed or serialised)
@@ -85,6 +92,9 @@ class ParallelismConfig:
             raise ValueError(f"ParallelismConfig(cp_backend={self.cp_backend!r}) must be 'torch'.")
         if self.sp_backend != "deepspeed":
             raise ValueError(f"ParallelismConfig(sp_backend={self.sp_backend!r}) must be 'deepspeed'.")
+        from accelerate.state.pipeline_options import check_pipeline_options
+
+        check_pipeline_options(self)
         if self.cp_enabled and self.sp_enabled:
             raise ValueError(
                 f"ParallelismConfig(cp_size={self.cp_size}, sp_size={self.sp_size}): context and sequence "
@@ -109,7 +119,7 @@ class ParallelismConfig:
 
     @property
     def non_data_parallel_size(self) -> int:
-        return self._size("cp") * self._size("sp") * self._size("tp")
+        return self._size("pp") * self._size("cp") * self._size("sp") * self._size("tp")
 
     @property
     def dp_replicate_enabled(self) -> bool:
@@ -131,6 +141,10 @@ class ParallelismConfig:
     def sp_enabled(self) -> bool:
         return self._size("sp") > 1
 
+    @property
+    def pp_enabled(self) -> bool:
+        return self._size("pp") > 1
+
     # --- mesh dimension names (enabled dimensions only, outermost first) -------------------------
     def _enabled(self, *dims: str) -> list[str]:
         return [dim for dim in dims if self._size(dim) > 1]
@@ -145,7 +159,7 @@ class ParallelismConfig:
 
     @property
     def non_dp_dim_names(self) -> list[str]:
-        return self._enabled("cp", "sp", "tp")
+        return self._enabled("pp", "cp", "sp", "tp")
 
     @property
     def dp_shard_cp_dim_names(self) -> list[str]:
@@ -186,7 +200,9 @@ class ParallelismConfig:
             )
 
     def _sizes_text(self) -> str:
-        return ", ".join(f"{dim}_size={self._size(dim)}" for dim in _DIMS)
+        # pp_size only when a pipeline is asked for: most runs never set it.
+        dims = _DIMS if self.pp_enabled else _DIMS[1:]
+        return ", ".join(f"{dim}_size={self._size(dim)}" for dim in dims)
 
     def validate(self, world_size: int) -> None:
         """Checks once that the sizes multiply to ``world_size``; an unset ``dp_shard_size`` first takes
@@ -209,7 +225,7 @@ class ParallelismConfig:
     def coordinates(self, rank: int) -> dict[str, int]:
         """Process ``rank``'s index along every dimension (dims of size 1 give 0).
 
-        Ranks fill the mesh row-major in the order dp_replicate, dp_shard, cp, sp, tp: the tensor-
+        Ranks fill the mesh row-major in the order pp, dp_replicate, dp_shard, cp, sp, tp: the tensor-
         parallel ranks of one group are neighbours, as ``init_device_mesh`` lays them out.
         """
         coords: dict[str, int] = {}
@@ -228,7 +244,7 @@ class ParallelismConfig:
     def build_device_mesh(self, device_type: str) -> Any:
         """The named N-D ``torch.distributed.DeviceMesh`` over the current process group.
 
-        Dimensions (those above 1) in the order dp_replicate, dp_shard, cp, sp, tp, plus the flattened
+        Dimensions (those above 1) in the order pp, dp_replicate, dp_shard, cp, sp, tp, plus the flattened
         sub-meshes ``dp`` (replicate x shard), ``dp_shard_cp`` (what FSDP shards over) and ``dp_cp``:
         ``mesh["tp"]`` is the group a tensor-parallel plan runs on.
 

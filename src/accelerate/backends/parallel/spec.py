@@ -28,6 +28,15 @@ class ParallelSpec(BackendSpec):
         if check_available is None:
             return
         check_available()  # sequence parallelism raises; context parallelism is checked with the device
+        if getattr(config, "pp_enabled", False) and (
+            request.given("deepspeed_plugin") is not None or request.given("deepspeed_plugins") is not None
+        ):
+            raise ValueError(
+                f"Accelerator got parallelism_config with pp_size={config.pp_size} (pipeline parallelism) and "
+                "deepspeed_plugin (DeepSpeed); DeepSpeed's engine runs the whole model's forward and backward "
+                "itself and cannot run torch's pipeline schedules. Drop one: pipeline stages compose with "
+                "ParallelismConfig's own dimensions, not with DeepSpeed."
+            )
         if getattr(config, "tp_enabled", False) and (
             request.given("deepspeed_plugin") is not None or request.given("deepspeed_plugins") is not None
         ):
@@ -46,7 +55,9 @@ class ParallelSpec(BackendSpec):
         return (
             config is not None
             and config.device_mesh is not None
-            and bool(config.tp_enabled or config.dp_shard_cp_dim_names)
+            and bool(
+                config.tp_enabled or config.dp_shard_cp_dim_names or getattr(config, "pp_enabled", False)
+            )
         )
 
     def strategy(self, context: BuildContext) -> Strategy:

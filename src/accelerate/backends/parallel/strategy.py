@@ -10,6 +10,7 @@ tensor-parallel plan was applied first, and the ranks the run reports.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -19,6 +20,8 @@ from accelerate.backends.fsdp.plugin import FullyShardedDataParallelPlugin
 from accelerate.backends.fsdp.strategy import FSDPStrategy
 from accelerate.backends.parallel.activation import apply_activation_checkpointing
 from accelerate.backends.parallel.fsdp import REPLICATE_DIMS, fsdp_mesh
+from accelerate.backends.parallel.pipeline import check_pipeline_composition, keep_only, pipeline_stages
+from accelerate.backends.parallel.pipeline_model import PipelinedModel, clip_pipeline_grad_norm_
 from accelerate.backends.parallel.tp import check_tensor_parallel
 from accelerate.state.distributed_type import DistributedType
 
@@ -55,6 +58,8 @@ class ParallelStrategy(FSDPStrategy):
             num_processes_per_node=num_processes_per_node,
         )
         self.config = config
+        check_pipeline_composition(config)
+        self._pipelines: list[Any] = []  # weakrefs to the PipelinedModels prepared (pp_size > 1)
         self._mesh = fsdp_mesh(config)  # None: tensor parallelism alone, nothing to shard
         # Upstream reports FSDP whenever FSDP2 shards; tensor parallelism alone keeps the process's type.
         self.distributed_type = DistributedType.FSDP if self._mesh is not None else process_type
@@ -81,9 +86,35 @@ class ParallelStrategy(FSDPStrategy):
             fsdp = "replicated over dp_replicate by FSDP2 (HSDP with shard size 1)"
         else:
             fsdp = "FSDP2 over " + "x".join(self._mesh.mesh_dim_names)
+        if self.config.pp_enabled:
+            return f"parallelism mesh [{mesh}]: pipeline of {self.config.pp_schedule} over pp, {fsdp}"
         return f"parallelism mesh [{mesh}]: tensor parallel on tp, {fsdp}"
 
+    def setup_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        super().setup_optimizer(optimizer)
+        for ref in self._pipelines:
+            pipelined = ref()
+            if pipelined is not None:  # once traced, the optimizer keeps only this rank's stage parameters
+                pipelined.when_built(lambda ids, opt=optimizer: keep_only(opt, ids))
+
+    def unwrap(self, model: nn.Module) -> nn.Module:
+        return model.module if isinstance(model, PipelinedModel) else model
+
+    def clip_grad_norm_(
+        self, parameters: Iterable[torch.Tensor], max_norm: float, norm_type: float = 2.0
+    ) -> torch.Tensor:
+        """Clips by the global norm; under a pipeline, the norm over every stage's gradients."""
+        if self.config.pp_enabled:
+            group = self.config.device_mesh["pp"].get_group()
+            return clip_pipeline_grad_norm_(list(parameters), max_norm, norm_type, group)
+        return super().clip_grad_norm_(parameters, max_norm, norm_type)
+
     def setup_module(self, model: nn.Module, *, device_placement: bool) -> nn.Module:
+        if self.config.pp_enabled:  # the pipeline step: this rank's stages of the model
+            pipelined = pipeline_stages(model, self.config, self.device, device_placement=device_placement)
+            self._pipelines.append(weakref.ref(pipelined))
+            self._sharded.update({id(p): weakref.ref(p) for p in model.parameters()})  # kept, not sharded
+            return pipelined
         check_tensor_parallel(model, self.config)  # step 1: a plan on the tp mesh, applied before prepare
         if self._mesh is not None:
             # Steps 2 and 4: activation checkpointing then fully_shard of blocks and root, on the sub-mesh.

@@ -1,0 +1,70 @@
+"""Rank functions for the pipeline-parallel training tests (top-level: the pool sends them by name)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+from accelerate import Accelerator
+from accelerate.state.parallelism import ParallelismConfig
+from tests.backends.parallel.models import dataset, make_model
+from tests.backends.parallel.workers import ACCUM, MAX_NORM, PER_RANK, STEPS
+
+
+def train(sizes: dict[str, Any]) -> dict[str, Any]:
+    """The five-line loop under ``pp_size``: the loss runs in the schedule, labels go to the model call."""
+    config = ParallelismConfig(pp_loss_fn=F.mse_loss, **sizes)
+    accelerator = Accelerator(cpu=True, parallelism_config=config, gradient_accumulation_steps=ACCUM)
+    model = make_model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    x, y = dataset(STEPS * ACCUM * PER_RANK)
+    loader = DataLoader(TensorDataset(x, y), batch_size=PER_RANK)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    norms, losses = [], []
+    for xb, yb in loader:
+        with accelerator.accumulate(model):
+            loss = model(xb, labels=yb)
+            accelerator.backward(loss)
+            losses.append(float(loss.detach()))
+            if accelerator.sync_gradients:
+                norms.append(float(accelerator.clip_grad_norm_(model.parameters(), MAX_NORM)))
+            optimizer.step()
+            optimizer.zero_grad()
+    with torch.no_grad():
+        eval_loss = float(model(x[:PER_RANK], labels=y[:PER_RANK]))
+        eval_out = model(x[:PER_RANK])
+    held = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    inner = accelerator.unwrap_model(model)
+    return {
+        "stage": {n: p.detach().clone() for n, p in inner.named_parameters() if id(p) in held},
+        "all_names": [n for n, _ in inner.named_parameters()],
+        "norms": norms,
+        "losses": losses,
+        "eval_loss": eval_loss,
+        "eval_out": eval_out,
+        "strategy": accelerator.strategy.name,
+        "describe": accelerator.strategy.describe(),
+    }
+
+
+def reference_losses() -> tuple[list[float], float, torch.Tensor]:
+    """The one-process run's per-micro-step losses, then its evaluation loss and output after training."""
+    model = make_model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    x, y = dataset(STEPS * ACCUM * PER_RANK)
+    losses = []
+    for step in range(STEPS):
+        for micro in range(ACCUM):
+            start = (step * ACCUM + micro) * PER_RANK
+            loss = F.mse_loss(model(x[start : start + PER_RANK]), y[start : start + PER_RANK])
+            losses.append(float(loss.detach()))
+            (loss / ACCUM).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
+        optimizer.step()
+        optimizer.zero_grad()
+    with torch.no_grad():
+        out = model(x[:PER_RANK])
+        return losses, float(F.mse_loss(out, y[:PER_RANK])), out
