@@ -68,3 +68,24 @@ def reference_losses() -> tuple[list[float], float, torch.Tensor]:
     with torch.no_grad():
         out = model(x[:PER_RANK])
         return losses, float(F.mse_loss(out, y[:PER_RANK])), out
+
+
+def refusal(case: str) -> str:
+    """The error one misuse of pipeline parallelism raises on this rank (its type and message)."""
+    sizes: dict[str, Any] = {"pp_size": 2, "pp_loss_fn": F.mse_loss, "pp_microbatches": 2}
+    try:
+        if case == "with_tp":
+            Accelerator(cpu=True, parallelism_config=ParallelismConfig(**sizes, tp_size=2))
+            return "no error"
+        accelerator = Accelerator(cpu=True, parallelism_config=ParallelismConfig(**sizes))
+        if case == "one_block":
+            accelerator.prepare(torch.nn.Sequential(torch.nn.Linear(4, 4)))
+        elif case == "odd_batch":
+            x, y = dataset(6)
+            accelerator.prepare(DataLoader(TensorDataset(x, y), batch_size=3))
+        elif case == "no_labels":
+            model = accelerator.prepare(make_model())
+            model(dataset(2)[0])
+        return "no error"
+    except Exception as exc:  # noqa: BLE001 - the test reads the error's type and message
+        return f"{type(exc).__name__}: {exc}"

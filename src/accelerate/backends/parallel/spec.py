@@ -28,6 +28,10 @@ class ParallelSpec(BackendSpec):
         if check_available is None:
             return
         check_available()  # sequence parallelism raises; context parallelism is checked with the device
+        if getattr(config, "pp_enabled", False):
+            from accelerate.backends.parallel.pipeline import check_pipeline_composition
+
+            check_pipeline_composition(config)  # before the sizes are checked against the world
         if getattr(config, "pp_enabled", False) and (
             request.given("deepspeed_plugin") is not None or request.given("deepspeed_plugins") is not None
         ):

@@ -24,6 +24,7 @@ from accelerate.backends.parallel.pipeline import check_pipeline_composition, ke
 from accelerate.backends.parallel.pipeline_model import PipelinedModel, clip_pipeline_grad_norm_
 from accelerate.backends.parallel.tp import check_tensor_parallel
 from accelerate.state.distributed_type import DistributedType
+from accelerate.state.pipeline_options import check_batch
 
 
 class ParallelStrategy(FSDPStrategy):
@@ -96,6 +97,13 @@ class ParallelStrategy(FSDPStrategy):
             pipelined = ref()
             if pipelined is not None:  # once traced, the optimizer keeps only this rank's stage parameters
                 pipelined.when_built(lambda ids, opt=optimizer: keep_only(opt, ids))
+
+    def wrap_dataloader(self, dataloader: Any) -> Any:
+        """Checks at prepare that a pipeline's micro-batches cut the loader's batches evenly."""
+        total = getattr(dataloader, "total_batch_size", None) if self.config.pp_enabled else None
+        if isinstance(total, int) and total > 0:  # samples per step over the data shards
+            check_batch(self.config, total // self.config.data_parallel_size)
+        return super().wrap_dataloader(dataloader)
 
     def unwrap(self, model: nn.Module) -> nn.Module:
         return model.module if isinstance(model, PipelinedModel) else model
