@@ -20,7 +20,8 @@ def train(sizes: dict[str, Any]) -> dict[str, Any]:
     accelerator = Accelerator(cpu=True, parallelism_config=config, gradient_accumulation_steps=ACCUM)
     model = make_model()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    x, y = dataset(STEPS * ACCUM * PER_RANK)
+    shards = config.dp_replicate_size
+    x, y = dataset(STEPS * ACCUM * PER_RANK * shards)
     loader = DataLoader(TensorDataset(x, y), batch_size=PER_RANK)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
     norms, losses = [], []

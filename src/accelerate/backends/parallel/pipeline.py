@@ -21,16 +21,18 @@ from accelerate.utils.errors import NotAvailableYetError
 
 
 def check_pipeline_composition(config: Any) -> None:
-    """Raises NotAvailableYetError for pipeline stages combined with another mesh dimension (not yet built)."""
+    """Raises NotAvailableYetError for pipeline stages combined with a dimension other than
+    ``dp_replicate`` (whole pipelines side by side): sharded or tensor-parallel stages are not built yet."""
     if not config.pp_enabled:
         return
-    others = [dim for dim in config.active_mesh_dims if dim != "pp"]
+    others = [dim for dim in config.active_mesh_dims if dim not in ("pp", "dp_replicate")]
     if others:
         sizes = ", ".join(f"{dim}_size={getattr(config, f'{dim}_size')}" for dim in others)
         raise NotAvailableYetError(
             f"ParallelismConfig(pp_size={config.pp_size}, {sizes}): pipeline parallelism does not compose "
-            "with other mesh dimensions in this version of accelerate. Run the pipeline alone (launch "
-            f"{config.pp_size} processes), or drop pp_size and use {', '.join(others)}."
+            "with sharded or split stages in this version of accelerate (only with dp_replicate_size). Run "
+            f"whole pipelines side by side (pp_size x dp_replicate_size processes), or drop pp_size and use "
+            f"{', '.join(others)}."
         )
 
 

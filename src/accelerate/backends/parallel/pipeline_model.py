@@ -54,6 +54,10 @@ class PipelinedModel(nn.Module):
         self._config = config
         self._device = device
         self._group = config.device_mesh["pp"].get_group()
+        # Whole pipelines side by side (dp_replicate): each stage averages its gradients with its replicas'.
+        self._replicas = (
+            config.device_mesh["dp_replicate"].get_group() if config.dp_replicate_enabled else None
+        )
         self._rank = dist.get_rank(self._group)
         self._size = int(config.pp_size)
         self._scale = 1.0  # the accumulation steps the loss is divided by (set per step)
@@ -141,10 +145,25 @@ class PipelinedModel(nn.Module):
         self._scale = float(GradientState().num_steps * microbatches(self._config))
         self._recorded = []
         self._run(self.schedule.step, args, kwargs, target)
+        if self._replicas is not None and GradientState().sync_gradients:
+            self._average_over_replicas()
         loss = self._from_last(self._mean_recorded())
         # A tensor whose backward reaches no parameter: accelerator.backward(loss) (which divides it by
         # the accumulation steps first) finds the gradients already there.
         return loss + torch.zeros((), device=loss.device, requires_grad=True)
+
+    def _average_over_replicas(self) -> None:
+        """What DDP does at a synced backward, for this rank's stages: the replicas' mean gradient."""
+        grads = [p.grad for stage in self.stage_modules for p in stage.parameters() if p.grad is not None]
+        if not grads:
+            return
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat, group=self._replicas)
+        flat /= dist.get_world_size(self._replicas)
+        offset = 0
+        for grad in grads:
+            grad.copy_(flat[offset : offset + grad.numel()].view_as(grad))
+            offset += grad.numel()
 
     def _evaluate(self, args: tuple[Any, ...], kwargs: dict[str, Any], target: Any) -> Any:
         self._recorded = []

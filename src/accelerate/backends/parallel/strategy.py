@@ -61,7 +61,8 @@ class ParallelStrategy(FSDPStrategy):
         self.config = config
         check_pipeline_composition(config)
         self._pipelines: list[Any] = []  # weakrefs to the PipelinedModels prepared (pp_size > 1)
-        self._mesh = fsdp_mesh(config)  # None: tensor parallelism alone, nothing to shard
+        # None: tensor parallelism alone (nothing to shard), or pipelines (replicas sync their stages' gradients)
+        self._mesh = None if config.pp_enabled else fsdp_mesh(config)
         # Upstream reports FSDP whenever FSDP2 shards; tensor parallelism alone keeps the process's type.
         self.distributed_type = DistributedType.FSDP if self._mesh is not None else process_type
 
