@@ -42,6 +42,7 @@ def train(sizes: dict[str, Any]) -> dict[str, Any]:
     return {
         "stage": {n: p.detach().clone() for n, p in inner.named_parameters() if id(p) in held},
         "all_names": [n for n, _ in inner.named_parameters()],
+        "whole": accelerator.get_state_dict(model),
         "norms": norms,
         "losses": losses,
         "eval_loss": eval_loss,

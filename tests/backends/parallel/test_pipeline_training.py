@@ -23,7 +23,10 @@ def test_pp2_trains_to_the_one_process_parameters(schedule: str) -> None:
     assert set(merged) == {k for k in expected if k in results[0]["all_names"]}
     for key, value in merged.items():
         torch.testing.assert_close(value, expected[key], rtol=1e-5, atol=1e-5, msg=key)
-    for result in results:
+    for result in results:  # get_state_dict: the whole trained model, on every rank
+        assert set(result["whole"]) == set(expected)
+        for key, value in expected.items():
+            torch.testing.assert_close(result["whole"][key], value, rtol=1e-5, atol=1e-5, msg=key)
         assert result["strategy"] == "parallel" and schedule in result["describe"]
         assert result["norms"] == pytest.approx(norms, rel=1e-5)  # the global norm over both stages
         assert result["losses"] == pytest.approx(ref_losses, rel=1e-5)  # every rank reports the loss

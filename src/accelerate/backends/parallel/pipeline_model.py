@@ -118,6 +118,23 @@ class PipelinedModel(nn.Module):
             callback(ids)
         self._on_built.clear()
 
+    def gathered_state_dict(self) -> dict[str, torch.Tensor]:
+        """The whole model's state dict on every rank: each stage's tensors from the rank that holds it.
+
+        Every rank keeps the whole model, but only its own stages are trained; the stage modules name
+        their tensors as the model does, so the pieces merge into the model's own keys. A collective
+        over the ``pp`` group once the stages exist.
+        """
+        whole = {k: v.detach().cpu() for k, v in self.module.state_dict().items()}
+        if self.schedule is None:
+            return whole  # not cut yet: every rank holds the same, untrained weights
+        mine = {k: v.detach().cpu() for stage in self.stage_modules for k, v in stage.state_dict().items()}
+        pieces: list[Any] = [None] * self._size
+        dist.all_gather_object(pieces, mine, group=self._group)
+        for piece in pieces:
+            whole.update(piece)
+        return whole
+
     # ------------------------------------------------------------------ running
     def forward(self, *args: Any, labels: Any = None, **kwargs: Any) -> Any:
         rows = _rows(args, kwargs)

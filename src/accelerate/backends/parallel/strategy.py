@@ -106,6 +106,14 @@ class ParallelStrategy(FSDPStrategy):
             check_batch(self.config, total // self.config.data_parallel_size)
         return super().wrap_dataloader(dataloader)
 
+    def full_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor] | None:
+        """A pipelined model's whole weights, each stage's from the rank that trains it (on every rank)."""
+        for ref in self._pipelines:
+            pipelined = ref()
+            if pipelined is not None and model in (pipelined, pipelined.module):
+                return pipelined.gathered_state_dict()
+        return super().full_state_dict(model)
+
     def unwrap(self, model: nn.Module) -> nn.Module:
         return model.module if isinstance(model, PipelinedModel) else model
 
