@@ -85,6 +85,12 @@ def refusal(case: str) -> str:
         elif case == "odd_batch":
             x, y = dataset(6)
             accelerator.prepare(DataLoader(TensorDataset(x, y), batch_size=3))
+        elif case == "save_state":
+            model = accelerator.prepare(make_model())
+            import tempfile
+
+            with tempfile.TemporaryDirectory() as folder:
+                accelerator.save_state(folder)
         elif case == "no_labels":
             model = accelerator.prepare(make_model())
             model(dataset(2)[0])

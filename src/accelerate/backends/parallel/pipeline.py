@@ -9,11 +9,13 @@ stages 1, 2, ..., or ``"auto"`` balances the stages by parameter size over the m
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
+from accelerate.backends.dtensor_io.checkpoint_io import ShardedCheckpointIO, ShardedParts
 from accelerate.backends.parallel.pipeline_model import PipelinedModel
 from accelerate.backends.pipeline.split import resolve_split_points
 from accelerate.state.pipeline_options import stages_per_rank
@@ -38,7 +40,7 @@ def check_pipeline_composition(config: Any) -> None:
 
 def pipeline_stages(
     model: nn.Module, config: Any, device: torch.device, *, device_placement: bool
-) -> nn.Module:
+) -> PipelinedModel:
     """``model`` as a :class:`PipelinedModel` over ``config``'s ``pp`` dimension.
 
     Raises:
@@ -68,3 +70,27 @@ def keep_only(optimizer: torch.optim.Optimizer, ids: set[int]) -> None:
             if id(param) not in ids:
                 optimizer.state.pop(param, None)
         group["params"] = kept
+
+
+class PipelineCheckpointIO(ShardedCheckpointIO):
+    """Refuses ``save_state`` / ``load_state`` under pipeline parallelism, which would write (or read)
+    one stage's weights and optimizer as if they were the whole run's; ``save_model`` and
+    ``get_state_dict`` gather every stage and work."""
+
+    what = "pipeline-parallel models"
+
+    def _refuse(self, call: str) -> NotAvailableYetError:
+        return NotAvailableYetError(
+            f"accelerator.{call} under ParallelismConfig(pp_size > 1) is not available in this version of "
+            "accelerate: each rank trains only its stages. Save the whole model with "
+            "accelerator.save_model(model, folder) (every stage gathered), and load it into the model "
+            "before prepare to resume."
+        )
+
+    def plan_save(self, models: Sequence[nn.Module], optimizers: Sequence[Any]) -> ShardedParts | None:
+        raise self._refuse("save_state")
+
+    def load_model(
+        self, reader: Any, index: int, model: nn.Module, *, strict: bool, rank: int, world_size: int
+    ) -> bool:
+        raise self._refuse("load_state")

@@ -9,6 +9,7 @@ tensor-parallel plan was applied first, and the ranks the run reports.
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Iterable
 from typing import Any
@@ -16,11 +17,17 @@ from typing import Any
 import torch
 from torch import nn
 
+from accelerate.backends.dtensor_io.checkpoint_io import ShardedCheckpointIO
 from accelerate.backends.fsdp.plugin import FullyShardedDataParallelPlugin
 from accelerate.backends.fsdp.strategy import FSDPStrategy
 from accelerate.backends.parallel.activation import apply_activation_checkpointing
 from accelerate.backends.parallel.fsdp import REPLICATE_DIMS, fsdp_mesh
-from accelerate.backends.parallel.pipeline import check_pipeline_composition, keep_only, pipeline_stages
+from accelerate.backends.parallel.pipeline import (
+    PipelineCheckpointIO,
+    check_pipeline_composition,
+    keep_only,
+    pipeline_stages,
+)
 from accelerate.backends.parallel.pipeline_model import PipelinedModel, clip_pipeline_grad_norm_
 from accelerate.backends.parallel.tp import check_tensor_parallel
 from accelerate.state.distributed_type import DistributedType
@@ -60,7 +67,7 @@ class ParallelStrategy(FSDPStrategy):
         )
         self.config = config
         check_pipeline_composition(config)
-        self._pipelines: list[Any] = []  # weakrefs to the PipelinedModels prepared (pp_size > 1)
+        self._pipelines: list[weakref.ref[PipelinedModel]] = []  # the pipelines prepared (pp_size > 1)
         # None: tensor parallelism alone (nothing to shard), or pipelines (replicas sync their stages' gradients)
         self._mesh = None if config.pp_enabled else fsdp_mesh(config)
         # Upstream reports FSDP whenever FSDP2 shards; tensor parallelism alone keeps the process's type.
@@ -97,7 +104,7 @@ class ParallelStrategy(FSDPStrategy):
         for ref in self._pipelines:
             pipelined = ref()
             if pipelined is not None:  # once traced, the optimizer keeps only this rank's stage parameters
-                pipelined.when_built(lambda ids, opt=optimizer: keep_only(opt, ids))
+                pipelined.when_built(functools.partial(keep_only, optimizer))
 
     def wrap_dataloader(self, dataloader: Any) -> Any:
         """Checks at prepare that a pipeline's micro-batches cut the loader's batches evenly."""
@@ -106,11 +113,16 @@ class ParallelStrategy(FSDPStrategy):
             check_batch(self.config, total // self.config.data_parallel_size)
         return super().wrap_dataloader(dataloader)
 
+    def checkpoint_io(self, run: Any = None) -> ShardedCheckpointIO:
+        if self.config.pp_enabled:  # save_model works (full_state_dict); save_state / load_state do not yet
+            return PipelineCheckpointIO(self.plugin.state_dict_type)
+        return super().checkpoint_io(run)
+
     def full_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor] | None:
         """A pipelined model's whole weights, each stage's from the rank that trains it (on every rank)."""
         for ref in self._pipelines:
             pipelined = ref()
-            if pipelined is not None and model in (pipelined, pipelined.module):
+            if pipelined is not None and (model is pipelined or model is pipelined.module):
                 return pipelined.gathered_state_dict()
         return super().full_state_dict(model)
 
