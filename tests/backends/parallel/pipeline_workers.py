@@ -85,15 +85,54 @@ def refusal(case: str) -> str:
         elif case == "odd_batch":
             x, y = dataset(6)
             accelerator.prepare(DataLoader(TensorDataset(x, y), batch_size=3))
-        elif case == "save_state":
-            model = accelerator.prepare(make_model())
-            import tempfile
-
-            with tempfile.TemporaryDirectory() as folder:
-                accelerator.save_state(folder)
         elif case == "no_labels":
             model = accelerator.prepare(make_model())
             model(dataset(2)[0])
         return "no error"
     except Exception as exc:  # noqa: BLE001 - the test reads the error's type and message
         return f"{type(exc).__name__}: {exc}"
+
+
+def _one_step(accelerator: Accelerator, model: Any, optimizer: Any) -> None:
+    x, y = dataset(PER_RANK * 2, seed=7)  # a fixed batch: both runs take the same last step
+    shard = accelerator.state.run.data_shards[1]
+    xb, yb = x[shard * PER_RANK : (shard + 1) * PER_RANK], y[shard * PER_RANK : (shard + 1) * PER_RANK]
+    accelerator.backward(model(xb, labels=yb))
+    accelerator.clip_grad_norm_(model.parameters(), MAX_NORM)
+    optimizer.step()
+    optimizer.zero_grad()
+
+
+def _prepared(sizes: dict[str, Any]) -> tuple[Accelerator, Any, Any]:
+    accelerator = Accelerator(cpu=True, parallelism_config=ParallelismConfig(pp_loss_fn=F.mse_loss, **sizes))
+    model = make_model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    return accelerator, model, optimizer
+
+
+def train_save_continue(sizes: dict[str, Any], folder: str) -> dict[str, dict[str, torch.Tensor]]:
+    """Three steps, save_state, then one more step: the whole model when saved and at the end."""
+    accelerator, model, optimizer = _prepared(sizes)
+    for _ in range(3):
+        _one_step(accelerator, model, optimizer)
+    accelerator.save_state(folder)
+    at_save = {k: v.clone() for k, v in accelerator.get_state_dict(model).items()}
+    _one_step(accelerator, model, optimizer)
+    return {"at_save": at_save, "end": accelerator.get_state_dict(model)}
+
+
+def resume_continue(sizes: dict[str, Any], folder: str) -> dict[str, torch.Tensor]:
+    """load_state into a fresh model (pipelined or not), then the same last step."""
+    if sizes.get("pp_size", 1) > 1:
+        accelerator, model, optimizer = _prepared(sizes)
+    else:
+        accelerator = Accelerator(cpu=True)
+        model = make_model(seed=5)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        model, optimizer = accelerator.prepare(model, optimizer)
+    accelerator.load_state(folder)
+    if sizes.get("pp_size", 1) > 1:
+        _one_step(accelerator, model, optimizer)
+        return accelerator.get_state_dict(model)
+    return {k: v.clone() for k, v in accelerator.get_state_dict(model).items()}

@@ -32,10 +32,6 @@ def test_pipeline_with_deepspeed_is_refused_before_any_process_group() -> None:
             "odd_batch",
             r"ValueError: A batch of 3 rows cannot be cut into ParallelismConfig\(pp_microbatches=2\)",
         ),
-        (
-            "save_state",
-            r"NotAvailableYetError: accelerator.save_state under ParallelismConfig\(pp_size > 1\)",
-        ),
         ("no_labels", r"ValueError: A pipeline-parallel model trains inside its schedule"),
     ],
 )

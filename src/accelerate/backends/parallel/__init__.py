@@ -17,6 +17,9 @@ runs over: ``dp_shard_cp``, or ``(dp_replicate, dp_shard_cp)`` for HSDP; then FS
 :class:`accelerate.backends.fsdp.strategy.FSDPStrategy` (blocks, root, mixed precision, optimizer
 shards, ``no_sync``, global-norm clipping), reused rather than copied. ``strategy``: the composition.
 ``context``: ``maybe_context_parallel`` (CUDA only: torch's ring attention has no CPU kernel).
+``pipeline`` (``pp_size > 1``, instead of the steps above; with ``dp_replicate`` only): the model cut
+into stages, trained by a ``torch.distributed.pipelining`` schedule (``pipeline_model``), checkpointed
+stage by stage.
 
 Checkpoints go through :class:`accelerate.backends.dtensor_io.ShardedCheckpointIO` (DCP folders, which reshard
 on load across topologies). Nothing here is imported by ``import accelerate``.

@@ -4,21 +4,33 @@ Where the model is cut is decided at ``prepare`` (so a model with fewer blocks t
 there, on every rank alike): ``ParallelismConfig.pp_split_points`` names the modules that begin
 stages 1, 2, ..., or ``"auto"`` balances the stages by parameter size over the model's blocks, with
 ``prepare_pippy``'s planner. The cutting itself waits for the first batch (see
-:mod:`accelerate.backends.parallel.pipeline_model`).
+:mod:`accelerate.backends.parallel.pipeline_model`). ``save_state`` writes each rank's stages into
+DCP folders (:class:`PipelineCheckpointIO`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
 from accelerate.backends.dtensor_io.checkpoint_io import ShardedCheckpointIO, ShardedParts
+from accelerate.backends.dtensor_io.dcp import MODEL_KEY, OPTIMIZER_KEY, save_dcp
+from accelerate.backends.dtensor_io.state_dict import (
+    SHARDED_STATE_DICT,
+    model_folder_name,
+    optimizer_folder_name,
+    optimizer_owner,
+    raw_optimizer,
+)
 from accelerate.backends.parallel.pipeline_model import PipelinedModel
 from accelerate.backends.pipeline.split import resolve_split_points
 from accelerate.state.pipeline_options import stages_per_rank
+from accelerate.storage.durable_io import FileRecord, SyncGroup
 from accelerate.utils.errors import NotAvailableYetError
 
 
@@ -72,25 +84,51 @@ def keep_only(optimizer: torch.optim.Optimizer, ids: set[int]) -> None:
         group["params"] = kept
 
 
+@dataclasses.dataclass
+class PipelineParts(ShardedParts):
+    """``save_state`` of pipelined models: DCP folders in which every rank writes its own stages.
+
+    The stages' tensors keep the model's names and no two pipeline ranks hold the same one, so DCP
+    writes each from the rank that trains it (replicas' identical copies once); loading reads any
+    subset by name: this rank's stages, or the whole model (a 1-process run, or a pipeline not cut yet).
+    """
+
+    pipelines: dict[int, PipelinedModel] = dataclasses.field(default_factory=dict)
+
+    def write(self, staging: Path, *, is_main_process: bool, sync: SyncGroup) -> dict[str, FileRecord]:
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+        records: dict[str, FileRecord] = {}
+        for index, pipelined in self.pipelines.items():
+            state = {MODEL_KEY: pipelined.own_state_dict()}
+            records.update(save_dcp(state, staging / model_folder_name(index), root=staging))
+        for index, (optimizer, model) in self.optimizers.items():
+            optim_state = {OPTIMIZER_KEY: get_optimizer_state_dict(model, raw_optimizer(optimizer))}
+            records.update(save_dcp(optim_state, staging / optimizer_folder_name(index), root=staging))
+        return records
+
+
 class PipelineCheckpointIO(ShardedCheckpointIO):
-    """Refuses ``save_state`` / ``load_state`` under pipeline parallelism, which would write (or read)
-    one stage's weights and optimizer as if they were the whole run's; ``save_model`` and
-    ``get_state_dict`` gather every stage and work."""
+    """The sharded-model I/O, plus pipelined models saved stage by stage (:class:`PipelineParts`).
+
+    Loading needs nothing new: a DCP folder loads by name into whatever the model holds.
+    """
 
     what = "pipeline-parallel models"
 
-    def _refuse(self, call: str) -> NotAvailableYetError:
-        return NotAvailableYetError(
-            f"accelerator.{call} under ParallelismConfig(pp_size > 1) is not available in this version of "
-            "accelerate: each rank trains only its stages. Save the whole model with "
-            "accelerator.save_model(model, folder) (every stage gathered), and load it into the model "
-            "before prepare to resume."
-        )
+    def __init__(self, state_dict_type: Any, pipelines: Sequence[PipelinedModel]) -> None:
+        super().__init__(state_dict_type)
+        self.pipelines = list(pipelines)
 
     def plan_save(self, models: Sequence[nn.Module], optimizers: Sequence[Any]) -> ShardedParts | None:
-        raise self._refuse("save_state")
-
-    def load_model(
-        self, reader: Any, index: int, model: nn.Module, *, strict: bool, rank: int, world_size: int
-    ) -> bool:
-        raise self._refuse("load_state")
+        mine = {i: p for i, m in enumerate(models) for p in self.pipelines if m is p.module or m is p}
+        if not mine:
+            return super().plan_save(models, optimizers)
+        owned: dict[int, tuple[Any, nn.Module]] = {}
+        for index, optimizer in enumerate(optimizers):
+            owner = optimizer_owner(optimizer, models)
+            if owner in mine:
+                owned[index] = (optimizer, mine[owner].module)
+        return PipelineParts(
+            {i: p.module for i, p in mine.items()}, owned, SHARDED_STATE_DICT, pipelines=mine
+        )

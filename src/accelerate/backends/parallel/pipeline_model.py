@@ -118,6 +118,12 @@ class PipelinedModel(nn.Module):
             callback(ids)
         self._on_built.clear()
 
+    def own_state_dict(self) -> dict[str, torch.Tensor]:
+        """The tensors this rank trains, under the model's names (the whole model until it is cut)."""
+        if self.schedule is None:
+            return dict(self.module.state_dict())
+        return {k: v for stage in self.stage_modules for k, v in stage.state_dict().items()}
+
     def gathered_state_dict(self) -> dict[str, torch.Tensor]:
         """The whole model's state dict on every rank: each stage's tensors from the rank that holds it.
 

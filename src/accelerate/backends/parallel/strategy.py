@@ -114,8 +114,9 @@ class ParallelStrategy(FSDPStrategy):
         return super().wrap_dataloader(dataloader)
 
     def checkpoint_io(self, run: Any = None) -> ShardedCheckpointIO:
-        if self.config.pp_enabled:  # save_model works (full_state_dict); save_state / load_state do not yet
-            return PipelineCheckpointIO(self.plugin.state_dict_type)
+        if self.config.pp_enabled:  # each rank saves its own stages
+            live = [p for p in (ref() for ref in self._pipelines) if p is not None]
+            return PipelineCheckpointIO(self.plugin.state_dict_type, live)
         return super().checkpoint_io(run)
 
     def full_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor] | None:
