@@ -60,10 +60,10 @@ def test_dry_run_prints_which_ranks_hold_which_stage() -> None:
     text = cpu_plan(4, **ON, parallelism_config_pp_size=2, parallelism_config_dp_replicate_size=2).describe()
     lines = text.splitlines()
     start = lines.index("Device mesh (ParallelismConfig, outermost dimension first):")
-    assert "pp=2  dp_replicate=2  dp_shard=1" in lines[start + 1]
-    assert lines[start + 2].split()[:3] == ["rank", "pp", "dp_replicate"]
+    assert "dp_replicate=2  dp_shard=1  pp=2" in lines[start + 1]
+    assert lines[start + 2].split()[:4] == ["rank", "dp_replicate", "dp_shard", "pp"]
     assert "Pipeline stages (1F1B, 2 stages; the model is cut at the first batch):" in lines
-    assert "  pp 0: stage 0 on ranks 0, 1" in lines and "  pp 1: stage 1 on ranks 2, 3" in lines
+    assert "  pp 0: stage 0 on ranks 0, 2" in lines and "  pp 1: stage 1 on ranks 1, 3" in lines
     interleaved = cpu_plan(
         2, **ON, parallelism_config_pp_size=2, parallelism_config_pp_schedule="Interleaved1F1B"
     )

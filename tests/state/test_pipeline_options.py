@@ -9,13 +9,13 @@ from accelerate.parallelism_config import ParallelismConfig
 from accelerate.state.pipeline_options import check_batch, microbatches, stages_per_rank
 
 
-def test_pp_is_the_outermost_mesh_dimension_with_1f1b_and_one_microbatch_per_stage_by_default() -> None:
+def test_pp_follows_the_data_parallel_dimensions_with_1f1b_and_one_microbatch_per_stage_by_default() -> None:
     config = ParallelismConfig(pp_size=2, dp_replicate_size=2)
     assert config.pp_enabled and config.total_size == 4 and config.pp_schedule == "1F1B"
-    assert config._get_mesh() == (("pp", "dp_replicate"), (2, 2))
+    assert config._get_mesh() == (("dp_replicate", "pp"), (2, 2))
     assert config.non_dp_dim_names == ["pp"] and config.non_data_parallel_size == 2
-    assert [config.coordinates(r)["pp"] for r in range(4)] == [0, 0, 1, 1]
-    assert config.data_parallel_index(0) == config.data_parallel_index(2)  # both stages read one shard
+    assert [config.coordinates(r)["pp"] for r in range(4)] == [0, 1, 0, 1]
+    assert config.data_parallel_index(0) == config.data_parallel_index(1)  # both stages read one shard
     assert microbatches(config) == 2 and stages_per_rank(config) == 1 and config.pp_split_points == "auto"
     assert stages_per_rank(ParallelismConfig(pp_size=2, pp_schedule="Interleaved1F1B")) == 2
     assert microbatches(ParallelismConfig(pp_size=2, pp_microbatches=8)) == 8

@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 # The mesh dimensions, outermost first: the order ParallelismConfig lists them in (and hands
 # init_device_mesh), so a rank's coordinates here are the ones its DeviceMesh will report.
 MESH_DIMS = ("dp_replicate", "dp_shard", "cp", "sp", "tp")
-# Beyond upstream: pipeline stages, the outermost dimension, listed only when in use (pp_size > 1).
+# Beyond upstream: pipeline stages, after the data-parallel dimensions (ParallelismConfig's order),
+# listed only when in use (pp_size > 1).
 PIPELINE_DIM = "pp"
 # Every upstream parallelism flag and its default (upstream's argparse defaults). The flag name is
 # the config file's key inside ``parallelism_config`` and the env-contract field.
@@ -85,9 +86,9 @@ def in_use(settings: Mapping[str, Setting]) -> bool:
 def sizes(settings: Mapping[str, Setting]) -> dict[str, int]:
     """Each mesh dimension's size, outermost first (call after :func:`check_parallelism`); ``pp`` only
     when a pipeline is asked for."""
-    out = {dim: int(settings[size_name(dim)].value) for dim in MESH_DIMS}
     pp = int(settings[size_name(PIPELINE_DIM)].value)
-    return {PIPELINE_DIM: pp, **out} if pp > 1 else out
+    dims = [*MESH_DIMS[:2], PIPELINE_DIM, *MESH_DIMS[2:]] if pp > 1 else MESH_DIMS
+    return {dim: int(settings[size_name(dim)].value) for dim in dims}
 
 
 def _where(setting: Setting) -> str:

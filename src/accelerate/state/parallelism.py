@@ -24,8 +24,9 @@ from typing import Any
 from accelerate.utils.errors import NotAvailableYetError
 
 # Mesh dimensions, outermost first (the order a device mesh lists them in).
-# Pipeline stages are outermost (as torchtitan lays them out): the ranks of one stage are neighbours.
-_DIMS = ("pp", "dp_replicate", "dp_shard", "cp", "sp", "tp")
+# Pipeline stages come right after the data-parallel dimensions: every dimension whose ranks read the
+# same batch is inner, so the ranks of one data shard are neighbours (gather_for_metrics relies on it).
+_DIMS = ("dp_replicate", "dp_shard", "pp", "cp", "sp", "tp")
 
 
 def _launcher_defaults() -> dict[str, object]:
@@ -201,7 +202,7 @@ class ParallelismConfig:
 
     def _sizes_text(self) -> str:
         # pp_size only when a pipeline is asked for: most runs never set it.
-        dims = _DIMS if self.pp_enabled else _DIMS[1:]
+        dims = [dim for dim in _DIMS if dim != "pp" or self.pp_enabled]
         return ", ".join(f"{dim}_size={self._size(dim)}" for dim in dims)
 
     def validate(self, world_size: int) -> None:
@@ -225,7 +226,7 @@ class ParallelismConfig:
     def coordinates(self, rank: int) -> dict[str, int]:
         """Process ``rank``'s index along every dimension (dims of size 1 give 0).
 
-        Ranks fill the mesh row-major in the order pp, dp_replicate, dp_shard, cp, sp, tp: the tensor-
+        Ranks fill the mesh row-major in the order dp_replicate, dp_shard, pp, cp, sp, tp: the tensor-
         parallel ranks of one group are neighbours, as ``init_device_mesh`` lays them out.
         """
         coords: dict[str, int] = {}
@@ -244,7 +245,7 @@ class ParallelismConfig:
     def build_device_mesh(self, device_type: str) -> Any:
         """The named N-D ``torch.distributed.DeviceMesh`` over the current process group.
 
-        Dimensions (those above 1) in the order pp, dp_replicate, dp_shard, cp, sp, tp, plus the flattened
+        Dimensions (those above 1) in the order dp_replicate, dp_shard, pp, cp, sp, tp, plus the flattened
         sub-meshes ``dp`` (replicate x shard), ``dp_shard_cp`` (what FSDP shards over) and ``dp_cp``:
         ``mesh["tp"]`` is the group a tensor-parallel plan runs on.
 

@@ -24,8 +24,9 @@ def train(sizes: dict[str, Any]) -> dict[str, Any]:
     x, y = dataset(STEPS * ACCUM * PER_RANK * shards)
     loader = DataLoader(TensorDataset(x, y), batch_size=PER_RANK)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
-    norms, losses = [], []
+    norms, losses, seen = [], [], []
     for xb, yb in loader:
+        seen.append(xb.clone())
         with accelerator.accumulate(model):
             loss = model(xb, labels=yb)
             accelerator.backward(loss)
@@ -37,6 +38,7 @@ def train(sizes: dict[str, Any]) -> dict[str, Any]:
     with torch.no_grad():
         eval_loss = float(model(x[:PER_RANK], labels=y[:PER_RANK]))
         eval_out = model(x[:PER_RANK])
+    gathered = accelerator.gather_for_metrics(torch.cat(seen))  # the stages of one pipeline read alike
     held = {id(p) for group in optimizer.param_groups for p in group["params"]}
     inner = accelerator.unwrap_model(model)
     return {
@@ -46,6 +48,8 @@ def train(sizes: dict[str, Any]) -> dict[str, Any]:
         "norms": norms,
         "losses": losses,
         "eval_loss": eval_loss,
+        "gathered": gathered,
+        "samples": len(x),
         "eval_out": eval_out,
         "strategy": accelerator.strategy.name,
         "describe": accelerator.strategy.describe(),
