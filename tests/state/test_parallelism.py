@@ -22,6 +22,8 @@ def test_fields_and_defaults_match_upstream() -> None:
     assert names == [
         "dp_replicate_size", "dp_shard_size", "tp_size", "cp_size", "cp_backend", "sp_size", "sp_backend",
         "tp_handler", "cp_handler", "sp_handler",
+        # beyond upstream, after its fields (positional calls keep working): pipeline parallelism
+        "pp_size", "pp_schedule", "pp_microbatches", "pp_split_points", "pp_loss_fn",
     ]  # fmt: skip
     config = ParallelismConfig()
     assert (config.dp_replicate_size, config.dp_shard_size, config.tp_size, config.cp_size, config.sp_size) == (
@@ -109,7 +111,7 @@ def test_unset_dp_shard_takes_the_processes_the_other_sizes_leave() -> None:
     with pytest.raises(ValueError, match="dp_shard_size=1.*this run has 8"):
         given.validate(8)
     assert ParallelismConfig(dp_replicate_size=2, tp_size=2).coordinates(3) == {
-        "dp_replicate": 1, "dp_shard": 0, "cp": 0, "sp": 0, "tp": 1,
+        "pp": 0, "dp_replicate": 1, "dp_shard": 0, "cp": 0, "sp": 0, "tp": 1,
     }  # fmt: skip
     assert ParallelismConfig(dp_shard_size=2, tp_size=2).data_parallel_index(3) == 1
 

@@ -161,6 +161,8 @@ PARALLELISM_FLAGS: dict[str, tuple[dict[str, Any], str]] = {
     # Text, read as a boolean by the plan: a False here would read as "not given" (flags_of).
     "parallelism_config_sp_seq_length_is_variable": ({"metavar": "BOOL"}, "Sequence lengths vary between batches. Default true."),
     "parallelism_config_sp_attn_implementation": ({"metavar": "NAME"}, "Attention kernel under sequence parallelism. Default sdpa."),
+    "parallelism_config_pp_size": ({"type": int, "metavar": "N"}, "Pipeline-parallel stages (training; beyond upstream). Default 1."),
+    "parallelism_config_pp_schedule": ({"choices": ("GPipe", "1F1B", "Interleaved1F1B")}, "Pipeline schedule. Default 1F1B."),
 }  # fmt: skip
 
 

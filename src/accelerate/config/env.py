@@ -106,6 +106,8 @@ class LaunchEnv:
     parallelism_config_cp_backend: str | None = None
     parallelism_config_cp_comm_strategy: str | None = None
     parallelism_config_sp_size: int | None = None
+    parallelism_config_pp_size: int | None = None
+    parallelism_config_pp_schedule: str | None = None
     parallelism_config_sp_backend: str | None = None
     parallelism_config_sp_seq_length: str | None = None
     parallelism_config_sp_seq_length_is_variable: bool | None = None
@@ -141,6 +143,8 @@ _PARALLELISM_DEFAULTS = {
     "PARALLELISM_CONFIG_SP_SIZE": "sp_size",
     "PARALLELISM_CONFIG_CP_BACKEND": "cp_backend",
     "PARALLELISM_CONFIG_SP_BACKEND": "sp_backend",
+    "PARALLELISM_CONFIG_PP_SIZE": "pp_size",
+    "PARALLELISM_CONFIG_PP_SCHEDULE": "pp_schedule",
 }
 
 

@@ -262,6 +262,18 @@ ENV_CONTRACT: tuple[EnvVar, ...] = (
         "ring attention's exchange: allgather | alltoall",
     ),
     EnvVar(
+        "PARALLELISM_CONFIG_PP_SIZE",
+        "parallelism_config_pp_size",
+        "int",
+        "pipeline-parallel stages (ParallelismConfig.pp_size; beyond upstream)",
+    ),
+    EnvVar(
+        "PARALLELISM_CONFIG_PP_SCHEDULE",
+        "parallelism_config_pp_schedule",
+        "str",
+        "pipeline schedule: GPipe | 1F1B | Interleaved1F1B",
+    ),
+    EnvVar(
         "PARALLELISM_CONFIG_SP_SIZE",
         "parallelism_config_sp_size",
         "int",

@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 # The mesh dimensions, outermost first: the order ParallelismConfig lists them in (and hands
 # init_device_mesh), so a rank's coordinates here are the ones its DeviceMesh will report.
 MESH_DIMS = ("dp_replicate", "dp_shard", "cp", "sp", "tp")
+# Beyond upstream: pipeline stages, after the data-parallel dimensions (ParallelismConfig's order),
+# listed only when in use (pp_size > 1).
+PIPELINE_DIM = "pp"
 # Every upstream parallelism flag and its default (upstream's argparse defaults). The flag name is
 # the config file's key inside ``parallelism_config`` and the env-contract field.
 DEFAULTS: dict[str, Any] = {
@@ -38,12 +41,16 @@ DEFAULTS: dict[str, Any] = {
     "parallelism_config_sp_seq_length": None,
     "parallelism_config_sp_seq_length_is_variable": True,
     "parallelism_config_sp_attn_implementation": "sdpa",
+    # Beyond upstream: pipeline-parallel training (ParallelismConfig.pp_size / pp_schedule).
+    "parallelism_config_pp_size": 1,
+    "parallelism_config_pp_schedule": "1F1B",
 }
 SETTINGS = ("use_parallelism_config", *DEFAULTS)
 _CHOICES = {
     "parallelism_config_cp_backend": ("torch",),
     "parallelism_config_cp_comm_strategy": ("allgather", "alltoall"),
     "parallelism_config_sp_backend": ("deepspeed", "torch"),
+    "parallelism_config_pp_schedule": ("GPipe", "1F1B", "Interleaved1F1B"),
 }
 _CPU_CP = (
     "context parallelism shards attention with torch's ring attention, which has no CPU kernel (its CPU "
@@ -77,8 +84,11 @@ def in_use(settings: Mapping[str, Setting]) -> bool:
 
 
 def sizes(settings: Mapping[str, Setting]) -> dict[str, int]:
-    """Each mesh dimension's size, outermost first (call after :func:`check_parallelism`)."""
-    return {dim: int(settings[size_name(dim)].value) for dim in MESH_DIMS}
+    """Each mesh dimension's size, outermost first (call after :func:`check_parallelism`); ``pp`` only
+    when a pipeline is asked for."""
+    pp = int(settings[size_name(PIPELINE_DIM)].value)
+    dims = [*MESH_DIMS[:2], PIPELINE_DIM, *MESH_DIMS[2:]] if pp > 1 else MESH_DIMS
+    return {dim: int(settings[size_name(dim)].value) for dim in dims}
 
 
 def _where(setting: Setting) -> str:
@@ -101,7 +111,7 @@ def check_parallelism(settings: dict[str, Setting]) -> None:
                     f"--use_parallelism_config, or drop --{name}."
                 )
         return
-    for dim in MESH_DIMS:
+    for dim in (PIPELINE_DIM, *MESH_DIMS):
         setting = settings[size_name(dim)]
         try:
             value = int(setting.value)
@@ -160,6 +170,13 @@ def _check_combinations(settings: dict[str, Setting]) -> None:
     deepspeed = settings["use_deepspeed"]
     if size["sp"] > 1:
         _settle_sp_backend(settings, sp, deepspeed)
+    if size.get("pp", 1) > 1 and deepspeed.value:
+        pp = settings[size_name("pp")]
+        raise LaunchError(
+            f"{_where(pp)} with DeepSpeed (use_deepspeed, from {deepspeed.source}): DeepSpeed's engine runs the "
+            "whole model's forward and backward and cannot run torch's pipeline schedules. Drop --use_deepspeed, "
+            "or set parallelism_config_pp_size to 1."
+        )
     if size["tp"] > 1 and deepspeed.value:
         raise LaunchError(
             f"{_where(tp)} with DeepSpeed (use_deepspeed, from {deepspeed.source}): tensor parallelism composes "
@@ -189,7 +206,7 @@ def _settle_sp_backend(settings: dict[str, Setting], sp: Setting, deepspeed: Set
 def child_env_values(values: Mapping[str, Any]) -> dict[str, Any]:
     """The contract fields a child gets: every parallelism setting with the switch on, none without it.
 
-    Context- and sequence-parallel options go only where that dimension is in use, as upstream does
+    Context-, sequence- and pipeline-parallel options go only where that dimension is in use, as upstream does
     (a handler set for a size-1 dimension makes ParallelismConfig warn).
     """
     if not values.get("use_parallelism_config"):
@@ -198,6 +215,8 @@ def child_env_values(values: Mapping[str, Any]) -> dict[str, Any]:
     out["use_parallelism_config"] = True
     if int(out["parallelism_config_cp_size"]) <= 1:
         del out["parallelism_config_cp_comm_strategy"]
+    if int(out["parallelism_config_pp_size"]) <= 1:  # beyond upstream: its variables only when in use
+        del out["parallelism_config_pp_size"], out["parallelism_config_pp_schedule"]
     if int(out["parallelism_config_sp_size"]) <= 1:
         for name in ("sp_seq_length", "sp_seq_length_is_variable", "sp_attn_implementation"):
             del out[f"parallelism_config_{name}"]
@@ -249,7 +268,7 @@ def mesh_lines(settings: Mapping[str, Setting]) -> list[str]:
         "Device mesh (ParallelismConfig, outermost dimension first):",
         f"  {named}  ->  mesh dims: {', '.join(active) if active else '(none: one process per replica)'}",
     ]
-    columns = [dim for dim in MESH_DIMS if dim != "sp" or shape["sp"] > 1]
+    columns = [dim for dim in shape if dim != "sp" or shape["sp"] > 1]
     per_machine = int(settings["num_processes"].value) // max(int(settings["num_machines"].value), 1)
     machines = int(settings["num_machines"].value) > 1
     header = ["rank", *(["machine"] if machines else []), *columns, "dp rank"]
@@ -267,4 +286,21 @@ def mesh_lines(settings: Mapping[str, Setting]) -> list[str]:
     ]
     if world > _MAX_ROWS:
         lines.append(f"  ... ({world - _MAX_ROWS} more processes, in the same row-major order)")
+    return lines + _stage_lines(settings, shape)
+
+
+def _stage_lines(settings: Mapping[str, Setting], shape: Mapping[str, int]) -> list[str]:
+    """Which pipeline stages the processes of each ``pp`` coordinate hold (interleaved: two each)."""
+    pp = shape.get(PIPELINE_DIM, 1)
+    if pp <= 1:
+        return []
+    schedule = str(settings["parallelism_config_pp_schedule"].value)
+    per_rank = 2 if schedule == "Interleaved1F1B" else 1
+    lines = [f"Pipeline stages ({schedule}, {pp * per_rank} stages; the model is cut at the first batch):"]
+    world = _product(shape)
+    for coord in range(pp):
+        ranks = [r for r in range(world) if mesh_coordinates(shape, r)["pp"] == coord]
+        stages = ", ".join(str(coord + k * pp) for k in range(per_rank))
+        label = "stages" if per_rank > 1 else "stage"
+        lines.append(f"  pp {coord}: {label} {stages} on ranks {', '.join(map(str, ranks))}")
     return lines

@@ -26,7 +26,9 @@ from typing import Any
 from accelerate.utils.errors import NotAvailableYetError
 
 # Mesh dimensions, outermost first (the order a device mesh lists them in).
-_DIMS = ("dp_replicate", "dp_shard", "cp", "sp", "tp")
+# Pipeline stages come right after the data-parallel dimensions: every dimension whose ranks read the
+# same batch is inner, so the ranks of one data shard are neighbours (gather_for_metrics relies on it).
+_DIMS = ("dp_replicate", "dp_shard", "pp", "cp", "sp", "tp")
 
 
 def _launcher_defaults() -> dict[str, object]:
@@ -56,6 +58,12 @@ class ParallelismConfig:
     tp_handler: Any = None
     cp_handler: Any = None
     sp_handler: Any = None
+    # Pipeline-parallel training (beyond upstream; see backends/parallel/pipeline_model.py).
+    pp_size: int | None = None
+    pp_schedule: str | None = None
+    pp_microbatches: int | None = None
+    pp_split_points: Any = None
+    pp_loss_fn: Any = None
 
     def __post_init__(self) -> None:
         self.device_mesh: Any = None  # built on demand; not a field (not compared, printed or serialised)
@@ -94,6 +102,9 @@ class ParallelismConfig:
                 f"ParallelismConfig(sp_backend={self.sp_backend!r}) must be 'torch' (native Ulysses) or "
                 "'deepspeed' (DeepSpeed's Ulysses, with a DeepSpeed engine)."
             )
+        from accelerate.state.pipeline_options import check_pipeline_options
+
+        check_pipeline_options(self)
         if self.cp_enabled and self.sp_enabled:
             raise ValueError(
                 f"ParallelismConfig(cp_size={self.cp_size}, sp_size={self.sp_size}): context and sequence "
@@ -126,7 +137,7 @@ class ParallelismConfig:
 
     @property
     def non_data_parallel_size(self) -> int:
-        return self._size("cp") * self._size("sp") * self._size("tp")
+        return self._size("pp") * self._size("cp") * self._size("sp") * self._size("tp")
 
     @property
     def dp_replicate_enabled(self) -> bool:
@@ -148,6 +159,10 @@ class ParallelismConfig:
     def sp_enabled(self) -> bool:
         return self._size("sp") > 1
 
+    @property
+    def pp_enabled(self) -> bool:
+        return self._size("pp") > 1
+
     # --- mesh dimension names (enabled dimensions only, outermost first) -------------------------
     def _enabled(self, *dims: str) -> list[str]:
         return [dim for dim in dims if self._size(dim) > 1]
@@ -162,7 +177,7 @@ class ParallelismConfig:
 
     @property
     def non_dp_dim_names(self) -> list[str]:
-        return self._enabled("cp", "sp", "tp")
+        return self._enabled("pp", "cp", "sp", "tp")
 
     @property
     def dp_shard_cp_dim_names(self) -> list[str]:
@@ -230,7 +245,9 @@ class ParallelismConfig:
             )
 
     def _sizes_text(self) -> str:
-        return ", ".join(f"{dim}_size={self._size(dim)}" for dim in _DIMS)
+        # pp_size only when a pipeline is asked for: most runs never set it.
+        dims = [dim for dim in _DIMS if dim != "pp" or self.pp_enabled]
+        return ", ".join(f"{dim}_size={self._size(dim)}" for dim in dims)
 
     def validate(self, world_size: int) -> None:
         """Checks once that the sizes multiply to ``world_size``; an unset ``dp_shard_size`` first takes
@@ -253,7 +270,7 @@ class ParallelismConfig:
     def coordinates(self, rank: int) -> dict[str, int]:
         """Process ``rank``'s index along every dimension (dims of size 1 give 0).
 
-        Ranks fill the mesh row-major in the order dp_replicate, dp_shard, cp, sp, tp: the tensor-
+        Ranks fill the mesh row-major in the order dp_replicate, dp_shard, pp, cp, sp, tp: the tensor-
         parallel ranks of one group are neighbours, as ``init_device_mesh`` lays them out.
         """
         coords: dict[str, int] = {}
@@ -272,7 +289,7 @@ class ParallelismConfig:
     def build_device_mesh(self, device_type: str) -> Any:
         """The named N-D ``torch.distributed.DeviceMesh`` over the current process group.
 
-        Dimensions (those above 1) in the order dp_replicate, dp_shard, cp, sp, tp, plus the flattened
+        Dimensions (those above 1) in the order dp_replicate, dp_shard, pp, cp, sp, tp, plus the flattened
         sub-meshes ``dp`` (replicate x shard), ``dp_shard_cp`` (what FSDP shards over), ``dp_cp`` and, with
         sequence parallelism, ``dp_shard_sp`` (what FSDP shards over then):
         ``mesh["tp"]`` is the group a tensor-parallel plan runs on.

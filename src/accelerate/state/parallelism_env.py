@@ -52,6 +52,8 @@ def parallelism_config_from_env(launch: LaunchEnv) -> ParallelismConfig | None:
         sp_backend=launch.parallelism_config_sp_backend,
         cp_handler=_cp_handler(launch) if (cp_size or 1) > 1 else None,
         sp_handler=_sp_handler(launch) if (sp_size or 1) > 1 else None,
+        pp_size=launch.parallelism_config_pp_size,
+        pp_schedule=launch.parallelism_config_pp_schedule,
     )
 
 

@@ -108,6 +108,8 @@ def extract_model_from_parallel(
             inner = inner.module
         elif _is_deepspeed_engine(inner):
             inner = inner.module  # type: ignore[assignment]  # a DeepSpeedEngine's module is a Module
+        elif getattr(type(inner), "wraps_user_module", False):  # e.g. a pipeline's PipelinedModel
+            inner = inner.module  # type: ignore[assignment]
         else:
             break
     if not keep_fp32_wrapper:

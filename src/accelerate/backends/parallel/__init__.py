@@ -21,6 +21,9 @@ shards, ``no_sync``, global-norm clipping), reused rather than copied. ``strateg
 attention becomes an all-to-all exchange around unchanged attention, and its loss the whole
 sequence's; the prepared loader gives each sp rank its slice of every sequence. FSDP2 shards over
 ``dp_shard x sp``.
+``pipeline`` (``pp_size > 1``, instead of the steps above; with ``dp_replicate`` only): the model cut
+into stages, trained by a ``torch.distributed.pipelining`` schedule (``pipeline_model``), checkpointed
+stage by stage.
 
 Checkpoints go through :class:`accelerate.backends.dtensor_io.ShardedCheckpointIO` (DCP folders, which reshard
 on load across topologies). Nothing here is imported by ``import accelerate``.

@@ -37,6 +37,19 @@ class ParallelSpec(BackendSpec):
         if resolve_sp is not None:
             resolve_sp(deepspeed_engine=deepspeed)  # an unset sp_backend follows the engine, as upstream
         check_available()  # DeepSpeed's Ulysses raises; context parallelism is checked with the device
+        if getattr(config, "pp_enabled", False):
+            from accelerate.backends.parallel.pipeline import check_pipeline_composition
+
+            check_pipeline_composition(config)  # before the sizes are checked against the world
+        if getattr(config, "pp_enabled", False) and (
+            request.given("deepspeed_plugin") is not None or request.given("deepspeed_plugins") is not None
+        ):
+            raise ValueError(
+                f"Accelerator got parallelism_config with pp_size={config.pp_size} (pipeline parallelism) and "
+                "deepspeed_plugin (DeepSpeed); DeepSpeed's engine runs the whole model's forward and backward "
+                "itself and cannot run torch's pipeline schedules. Drop one: pipeline stages compose with "
+                "ParallelismConfig's own dimensions, not with DeepSpeed."
+            )
         if getattr(config, "tp_enabled", False) and (
             request.given("deepspeed_plugin") is not None or request.given("deepspeed_plugins") is not None
         ):
@@ -55,7 +68,7 @@ class ParallelSpec(BackendSpec):
         return (
             config is not None
             and config.device_mesh is not None
-            and bool(config.tp_enabled or config.shard_dim_names)
+            and bool(config.tp_enabled or config.shard_dim_names or getattr(config, "pp_enabled", False))
         )
 
     def strategy(self, context: BuildContext) -> Strategy:

@@ -9,19 +9,30 @@ tensor-parallel plan was applied first, and the ranks the run reports.
 
 from __future__ import annotations
 
+import functools
 import weakref
+from collections.abc import Iterable
 from typing import Any
 
 import torch
 from torch import nn
 
+from accelerate.backends.dtensor_io.checkpoint_io import ShardedCheckpointIO
 from accelerate.backends.fsdp.plugin import FullyShardedDataParallelPlugin
 from accelerate.backends.fsdp.strategy import FSDPStrategy
 from accelerate.backends.parallel.activation import apply_activation_checkpointing
 from accelerate.backends.parallel.fsdp import REPLICATE_DIMS, fsdp_mesh
+from accelerate.backends.parallel.pipeline import (
+    PipelineCheckpointIO,
+    check_pipeline_composition,
+    keep_only,
+    pipeline_stages,
+)
+from accelerate.backends.parallel.pipeline_model import PipelinedModel, clip_pipeline_grad_norm_
 from accelerate.backends.parallel.sequence import apply_sequence_parallel
 from accelerate.backends.parallel.tp import check_tensor_parallel
 from accelerate.state.distributed_type import DistributedType
+from accelerate.state.pipeline_options import check_batch
 
 
 class ParallelStrategy(FSDPStrategy):
@@ -57,7 +68,10 @@ class ParallelStrategy(FSDPStrategy):
             num_processes_per_node=num_processes_per_node,
         )
         self.config = config
-        self._mesh = fsdp_mesh(config)  # None: tensor parallelism alone, nothing to shard
+        check_pipeline_composition(config)
+        self._pipelines: list[weakref.ref[PipelinedModel]] = []  # the pipelines prepared (pp_size > 1)
+        # None: tensor parallelism alone (nothing to shard), or pipelines (replicas sync their stages' gradients)
+        self._mesh = None if config.pp_enabled else fsdp_mesh(config)
         # Upstream reports FSDP whenever FSDP2 shards; tensor parallelism alone keeps the process's type.
         self.distributed_type = DistributedType.FSDP if self._mesh is not None else process_type
 
@@ -92,10 +106,57 @@ class ParallelStrategy(FSDPStrategy):
             fsdp = "replicated over dp_replicate by FSDP2 (HSDP with shard size 1)"
         else:
             fsdp = "FSDP2 over " + "x".join(self._mesh.mesh_dim_names)
+        if self.config.pp_enabled:
+            return f"parallelism mesh [{mesh}]: pipeline of {self.config.pp_schedule} over pp, {fsdp}"
         split = "Ulysses sequence parallel on sp" if self.config.sp_enabled else "tensor parallel on tp"
         return f"parallelism mesh [{mesh}]: {split}, {fsdp}"
 
+    def setup_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        super().setup_optimizer(optimizer)
+        for ref in self._pipelines:
+            pipelined = ref()
+            if pipelined is not None:  # once traced, the optimizer keeps only this rank's stage parameters
+                pipelined.when_built(functools.partial(keep_only, optimizer))
+
+    def wrap_dataloader(self, dataloader: Any) -> Any:
+        """Checks at prepare that a pipeline's micro-batches cut the loader's batches evenly."""
+        total = getattr(dataloader, "total_batch_size", None) if self.config.pp_enabled else None
+        if isinstance(total, int) and total > 0:  # samples per step over the data shards
+            check_batch(self.config, total // self.config.data_parallel_size)
+        return super().wrap_dataloader(dataloader)
+
+    def checkpoint_io(self, run: Any = None) -> ShardedCheckpointIO:
+        if self.config.pp_enabled:  # each rank saves its own stages
+            live = [p for p in (ref() for ref in self._pipelines) if p is not None]
+            return PipelineCheckpointIO(self.plugin.state_dict_type, live)
+        return super().checkpoint_io(run)
+
+    def full_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor] | None:
+        """A pipelined model's whole weights, each stage's from the rank that trains it (on every rank)."""
+        for ref in self._pipelines:
+            pipelined = ref()
+            if pipelined is not None and (model is pipelined or model is pipelined.module):
+                return pipelined.gathered_state_dict()
+        return super().full_state_dict(model)
+
+    def unwrap(self, model: nn.Module) -> nn.Module:
+        return model.module if isinstance(model, PipelinedModel) else model
+
+    def clip_grad_norm_(
+        self, parameters: Iterable[torch.Tensor], max_norm: float, norm_type: float = 2.0
+    ) -> torch.Tensor:
+        """Clips by the global norm; under a pipeline, the norm over every stage's gradients."""
+        if self.config.pp_enabled:
+            group = self.config.device_mesh["pp"].get_group()
+            return clip_pipeline_grad_norm_(list(parameters), max_norm, norm_type, group)
+        return super().clip_grad_norm_(parameters, max_norm, norm_type)
+
     def setup_module(self, model: nn.Module, *, device_placement: bool) -> nn.Module:
+        if self.config.pp_enabled:  # the pipeline step: this rank's stages of the model
+            pipelined = pipeline_stages(model, self.config, self.device, device_placement=device_placement)
+            self._pipelines.append(weakref.ref(pipelined))
+            self._sharded.update({id(p): weakref.ref(p) for p in model.parameters()})  # kept, not sharded
+            return pipelined
         check_tensor_parallel(model, self.config)  # step 1: a plan on the tp mesh, applied before prepare
         if self.config.sp_enabled:
             apply_sequence_parallel(model, self.config)  # step 1b: Ulysses attention, whole-sequence loss

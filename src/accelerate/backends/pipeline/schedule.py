@@ -89,30 +89,20 @@ def _split_markers_removed_after(model: nn.Module, split_points: list[str]) -> I
                 attributes.pop("forward", None)
 
 
-def build_pipeline(model: nn.Module, split_points: list[str], args: Any, kwargs: Any, num_chunks: int) -> Any:
-    """Traces ``model``, splits it before each of ``split_points`` and returns this process's schedule.
+def trace_pipeline(
+    model: nn.Module, split_points: list[str], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """Traces ``model`` on one micro-batch and cuts it before each of ``split_points``: torch's ``Pipe``.
 
-    Args:
-        model: the whole model (each process holds it; only this process's stage runs here).
-        split_points: module names; stage ``i + 1`` begins at ``split_points[i]``.
-        args: example positional inputs: ONE micro-batch (as upstream); a batch is ``num_chunks`` of them.
-        kwargs: example keyword inputs (or None).
-        num_chunks: micro-batches per batch.
-
-    Returns:
-        A ``torch.distributed.pipelining.ScheduleGPipe`` whose ``step`` runs one batch: call
-        ``step(*inputs)`` on the first process and ``step()`` on the others.
+    The stages share the model's parameter objects under their own names, so an optimizer built over
+    ``model.parameters()`` already holds them (pipeline training relies on this).
 
     Raises:
-        ValueError: the split gives a number of stages other than the number of processes.
+        ValueError: the split gives a number of stages other than ``len(split_points) + 1``.
         RuntimeError: torch's tracer cannot capture the model (the message says what usually helps).
     """
-    from torch.distributed.pipelining import ScheduleGPipe, SplitPoint, pipeline
+    from torch.distributed.pipelining import SplitPoint, pipeline
 
-    state = PartialState()
-    device = _model_device(model)
-    args = send_to_device(tuple(args or ()), device)
-    kwargs = send_to_device(dict(kwargs or {}), device)
     try:
         with _split_markers_removed_after(model, split_points):
             pipe = pipeline(
@@ -136,6 +126,37 @@ def build_pipeline(model: nn.Module, split_points: list[str], args: Any, kwargs:
             "point must be a module that forward calls, at most once, outside any loop over calls of it. "
             "Choose other modules (e.g. the decoder layers) or split_points='auto'."
         )
+    return pipe
+
+
+def build_pipeline(model: nn.Module, split_points: list[str], args: Any, kwargs: Any, num_chunks: int) -> Any:
+    """Traces ``model``, splits it before each of ``split_points`` and returns this process's schedule.
+
+    Args:
+        model: the whole model (each process holds it; only this process's stage runs here).
+        split_points: module names; stage ``i + 1`` begins at ``split_points[i]``.
+        args: example positional inputs: ONE micro-batch (as upstream); a batch is ``num_chunks`` of them.
+        kwargs: example keyword inputs (or None).
+        num_chunks: micro-batches per batch.
+
+    Returns:
+        A ``torch.distributed.pipelining.ScheduleGPipe`` whose ``step`` runs one batch: call
+        ``step(*inputs)`` on the first process and ``step()`` on the others.
+
+    Raises:
+        ValueError: the split gives a number of stages other than the number of processes.
+        RuntimeError: torch's tracer cannot capture the model (the message says what usually helps).
+    """
+    from torch.distributed.pipelining import ScheduleGPipe
+
+    state = PartialState()
+    device = _model_device(model)
+    pipe = trace_pipeline(
+        model,
+        split_points,
+        send_to_device(tuple(args or ()), device),
+        send_to_device(dict(kwargs or {}), device),
+    )
     stage = pipe.build_stage(state.process_index, device=state.device)
     return ScheduleGPipe(stage, n_microbatches=num_chunks)
 

@@ -1,0 +1,258 @@
+"""Pipeline-parallel training: the prepared model whose forward runs one batch through a torch schedule.
+
+A pipeline cannot run forward and backward apart: the schedule (GPipe, 1F1B, interleaved 1F1B from
+``torch.distributed.pipelining``) interleaves the micro-batches' forwards and backwards across the
+stages, and the loss must run inside it, on the last stage. So the one thing pipeline training adds
+to the five-line loop is the loss function, given once as ``ParallelismConfig(pp_loss_fn=...)``, and
+the labels go to the model call::
+
+    loss = model(inputs, labels=labels)  # forward AND backward of every micro-batch, on every stage
+    accelerator.backward(loss)           # nothing left to do: kept so the loop reads as ever
+    optimizer.step(); optimizer.zero_grad()
+
+The forward with gradients enabled runs ``schedule.step``; the value it returns is the mean of the
+micro-batches' losses, sent from the last stage to every rank (a tensor whose backward touches no
+parameter). Gradients are those of the whole batch's mean loss divided by the accumulation steps,
+exactly what ``accelerator.backward(loss_fn(model(x), y))`` leaves without a pipeline. Under
+``torch.no_grad()`` the forward only evaluates (``schedule.eval``): the loss when labels are given,
+else the last stage's output, on every rank.
+
+The model is traced and cut at its first call (torch's tracer needs one real micro-batch); the stage
+modules share the model's parameter objects, so the optimizers prepared with it are trimmed then to
+this rank's stage parameters. Every rank keeps the whole model's weights in memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from accelerate.state.pipeline_options import check_batch, microbatches, stages_per_rank
+
+
+class PipelinedModel(nn.Module):
+    """``module`` run as pipeline stages over the ``pp`` dimension of ``config``'s mesh.
+
+    Example:
+        >>> config = ParallelismConfig(pp_size=2, pp_schedule="GPipe", pp_loss_fn=F.mse_loss)
+        >>> model, optimizer, loader = Accelerator(parallelism_config=config).prepare(model, optimizer, loader)
+        >>> loss = model(x, labels=y)  # the whole pipelined step; the loss on every rank
+    """
+
+    wraps_user_module = (
+        True  # unwrap_model returns ``module`` (utils/modeling.py's extract_model_from_parallel)
+    )
+
+    def __init__(self, module: nn.Module, config: Any, split_points: list[str], device: torch.device) -> None:
+        super().__init__()
+        self.module = module
+        self.split_points = split_points
+        self._config = config
+        self._device = device
+        self._group = config.device_mesh["pp"].get_group()
+        # Whole pipelines side by side (dp_replicate): each stage averages its gradients with its replicas'.
+        self._replicas = (
+            config.device_mesh["dp_replicate"].get_group() if config.dp_replicate_enabled else None
+        )
+        self._rank = dist.get_rank(self._group)
+        self._size = int(config.pp_size)
+        self._scale = 1.0  # the accumulation steps the loss is divided by (set per step)
+        self._recorded: list[torch.Tensor] = []
+        self.schedule: Any = None
+        self.stage_modules: list[nn.Module] = []
+        self._on_built: list[Callable[[set[int]], None]] = []
+
+    # ------------------------------------------------------------------ building
+    @property
+    def holds_first_stage(self) -> bool:
+        return self._rank == 0
+
+    @property
+    def holds_last_stage(self) -> bool:
+        return self._rank == self._size - 1
+
+    def stage_indices(self) -> list[int]:
+        """The stages this rank holds: its ``pp`` coordinate, plus ``pp_size`` more per extra stage (interleaved)."""
+        return [self._rank + k * self._size for k in range(stages_per_rank(self._config))]
+
+    def when_built(self, callback: Callable[[set[int]], None]) -> None:
+        """Calls ``callback(ids of this rank's stage parameters)`` once the stages exist (now if they do)."""
+        if self.schedule is not None:
+            callback(self.stage_parameter_ids())
+        else:
+            self._on_built.append(callback)
+
+    def stage_parameter_ids(self) -> set[int]:
+        return {id(p) for stage in self.stage_modules for p in stage.parameters()}
+
+    def _loss(self, output: Any, target: Any) -> torch.Tensor:
+        loss_fn = self._config.pp_loss_fn
+        value: torch.Tensor = loss_fn(output, target)
+        self._recorded.append(value.detach())
+        return value / self._scale if self._scale != 1 else value
+
+    def _build(self, args: tuple[Any, ...], kwargs: dict[str, Any], rows: int) -> None:
+        from torch.distributed.pipelining import schedules
+
+        from accelerate.backends.pipeline.schedule import trace_pipeline
+
+        chunk = rows // microbatches(self._config)
+        example_args = tuple(a[:chunk] if isinstance(a, torch.Tensor) else a for a in args)
+        example_kwargs = {k: v[:chunk] if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+        pipe = trace_pipeline(self.module, self.split_points, example_args, example_kwargs)
+        stages = [pipe.build_stage(i, device=self._device, group=self._group) for i in self.stage_indices()]
+        self.stage_modules = [stage.submod for stage in stages]
+        kind = getattr(schedules, f"Schedule{self._config.pp_schedule}")
+        chunks = microbatches(self._config)
+        first = stages if stages_per_rank(self._config) > 1 else stages[0]
+        loss_fn = self._loss if self._config.pp_loss_fn is not None else None
+        # torch's scale_grads divides every gradient the stage holds after each step, so gradients kept
+        # over accumulation steps would be divided again: the loss is divided instead (see _train_step).
+        self.schedule = kind(first, n_microbatches=chunks, loss_fn=loss_fn, scale_grads=False)
+        ids = self.stage_parameter_ids()
+        for callback in self._on_built:
+            callback(ids)
+        self._on_built.clear()
+
+    def own_state_dict(self) -> dict[str, torch.Tensor]:
+        """The tensors this rank trains, under the model's names (the whole model until it is cut)."""
+        if self.schedule is None:
+            return dict(self.module.state_dict())
+        return {k: v for stage in self.stage_modules for k, v in stage.state_dict().items()}
+
+    def gathered_state_dict(self) -> dict[str, torch.Tensor]:
+        """The whole model's state dict on every rank: each stage's tensors from the rank that holds it.
+
+        Every rank keeps the whole model, but only its own stages are trained; the stage modules name
+        their tensors as the model does, so the pieces merge into the model's own keys. A collective
+        over the ``pp`` group once the stages exist.
+        """
+        whole = {k: v.detach().cpu() for k, v in self.module.state_dict().items()}
+        if self.schedule is None:
+            return whole  # not cut yet: every rank holds the same, untrained weights
+        mine = {k: v.detach().cpu() for stage in self.stage_modules for k, v in stage.state_dict().items()}
+        pieces: list[Any] = [None] * self._size
+        dist.all_gather_object(pieces, mine, group=self._group)
+        for piece in pieces:
+            whole.update(piece)
+        return whole
+
+    # ------------------------------------------------------------------ running
+    def forward(self, *args: Any, labels: Any = None, **kwargs: Any) -> Any:
+        rows = _rows(args, kwargs)
+        check_batch(self._config, rows)
+        if self.schedule is None:
+            self._build(args, kwargs, rows)
+        args = tuple(a.to(self._device) if isinstance(a, torch.Tensor) else a for a in args)
+        kwargs = {k: v.to(self._device) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+        target = labels.to(self._device) if isinstance(labels, torch.Tensor) else labels
+        if torch.is_grad_enabled():
+            return self._train_step(args, kwargs, target)
+        return self._evaluate(args, kwargs, target)
+
+    def _train_step(self, args: tuple[Any, ...], kwargs: dict[str, Any], target: Any) -> torch.Tensor:
+        if self._config.pp_loss_fn is None or target is None:
+            raise ValueError(
+                "A pipeline-parallel model trains inside its schedule, so the loss runs on the last stage: "
+                "give the loss function once, ParallelismConfig(pp_loss_fn=loss_fn) with "
+                "loss_fn(output, labels) -> loss, and call the model with the labels: "
+                "loss = model(inputs, labels=labels). Evaluate under torch.no_grad()."
+            )
+        from accelerate.state.gradient import GradientState
+
+        # Equal micro-batches: the batch's mean loss is the mean of theirs, whose gradients the stages sum.
+        self._scale = float(GradientState().num_steps * microbatches(self._config))
+        self._recorded = []
+        self._run(self.schedule.step, args, kwargs, target)
+        if self._replicas is not None and GradientState().sync_gradients:
+            self._average_over_replicas()
+        loss = self._from_last(self._mean_recorded())
+        # A tensor whose backward reaches no parameter: accelerator.backward(loss) (which divides it by
+        # the accumulation steps first) finds the gradients already there.
+        return loss + torch.zeros((), device=loss.device, requires_grad=True)
+
+    def _average_over_replicas(self) -> None:
+        """What DDP does at a synced backward, for this rank's stages: the replicas' mean gradient."""
+        grads = [p.grad for stage in self.stage_modules for p in stage.parameters() if p.grad is not None]
+        if not grads:
+            return
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat, group=self._replicas)
+        flat /= dist.get_world_size(self._replicas)
+        offset = 0
+        for grad in grads:
+            grad.copy_(flat[offset : offset + grad.numel()].view_as(grad))
+            offset += grad.numel()
+
+    def _evaluate(self, args: tuple[Any, ...], kwargs: dict[str, Any], target: Any) -> Any:
+        self._recorded = []
+        self._scale = 1.0
+        with_loss = target is not None and self._config.pp_loss_fn is not None
+        if with_loss:
+            output = self._run(self.schedule.eval, args, kwargs, target)
+        else:  # no labels: forwards only, without the loss function (torch's eval would call it)
+            loss_fn, self.schedule._loss_fn = self.schedule._loss_fn, None
+            try:
+                output = self._run(self.schedule.eval, args, kwargs, None)
+            finally:
+                self.schedule._loss_fn = loss_fn
+        if with_loss:
+            return self._from_last(self._mean_recorded())
+        shared = [output.detach().cpu() if isinstance(output, torch.Tensor) else output]
+        dist.broadcast_object_list(shared, group_src=self._size - 1, group=self._group)
+        value = shared[0]
+        return value.to(self._device) if isinstance(value, torch.Tensor) else value
+
+    def _run(
+        self, call: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], target: Any
+    ) -> Any:
+        target = target if self.holds_last_stage else None
+        if self.holds_first_stage:
+            return call(*args, target=target, **kwargs)
+        return call(target=target)
+
+    def _mean_recorded(self) -> torch.Tensor:
+        if not self._recorded:
+            return torch.zeros((), device=self._device)
+        return torch.stack(self._recorded).mean()
+
+    def _from_last(self, value: torch.Tensor) -> torch.Tensor:
+        value = value.detach().to(self._device, torch.float32).clone()
+        dist.broadcast(value, group_src=self._size - 1, group=self._group)
+        return value
+
+
+def _rows(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, torch.Tensor) and value.dim() > 0:
+            return int(value.shape[0])
+    raise ValueError(
+        "A pipeline-parallel model needs batch-first tensor inputs (the schedule cuts them into "
+        "micro-batches along dimension 0); this call passed none."
+    )
+
+
+def clip_pipeline_grad_norm_(
+    parameters: list[torch.Tensor], max_norm: float, norm_type: float, group: Any
+) -> torch.Tensor:
+    """Clips by the norm over every stage's gradients (each rank holds only its stage's) and returns it."""
+    grads = [p.grad for p in parameters if p.grad is not None]
+    device = grads[0].device if grads else torch.device("cpu")
+    if grads:
+        local = torch.nn.utils.get_total_norm(grads, norm_type).to(device, torch.float32)
+    else:
+        local = torch.zeros((), device=device)
+    if norm_type == float("inf"):
+        dist.all_reduce(local, op=dist.ReduceOp.MAX, group=group)
+        total = local
+    else:
+        powered = local**norm_type
+        dist.all_reduce(powered, group=group)
+        total = powered ** (1.0 / norm_type)
+    if grads:
+        torch.nn.utils.clip_grads_with_norm_([p for p in parameters if p.grad is not None], max_norm, total)
+    return total

@@ -1,0 +1,142 @@
+"""Rank functions for the pipeline-parallel training tests (top-level: the pool sends them by name)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+from accelerate import Accelerator
+from accelerate.state.parallelism import ParallelismConfig
+from tests.backends.parallel.models import dataset, make_model
+from tests.backends.parallel.workers import ACCUM, MAX_NORM, PER_RANK, STEPS
+
+
+def train(sizes: dict[str, Any]) -> dict[str, Any]:
+    """The five-line loop under ``pp_size``: the loss runs in the schedule, labels go to the model call."""
+    config = ParallelismConfig(pp_loss_fn=F.mse_loss, **sizes)
+    accelerator = Accelerator(cpu=True, parallelism_config=config, gradient_accumulation_steps=ACCUM)
+    model = make_model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    shards = config.dp_replicate_size
+    x, y = dataset(STEPS * ACCUM * PER_RANK * shards)
+    loader = DataLoader(TensorDataset(x, y), batch_size=PER_RANK)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    norms, losses, seen = [], [], []
+    for xb, yb in loader:
+        seen.append(xb.clone())
+        with accelerator.accumulate(model):
+            loss = model(xb, labels=yb)
+            accelerator.backward(loss)
+            losses.append(float(loss.detach()))
+            if accelerator.sync_gradients:
+                norms.append(float(accelerator.clip_grad_norm_(model.parameters(), MAX_NORM)))
+            optimizer.step()
+            optimizer.zero_grad()
+    with torch.no_grad():
+        eval_loss = float(model(x[:PER_RANK], labels=y[:PER_RANK]))
+        eval_out = model(x[:PER_RANK])
+    gathered = accelerator.gather_for_metrics(torch.cat(seen))  # the stages of one pipeline read alike
+    held = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    inner = accelerator.unwrap_model(model)
+    return {
+        "stage": {n: p.detach().clone() for n, p in inner.named_parameters() if id(p) in held},
+        "all_names": [n for n, _ in inner.named_parameters()],
+        "whole": accelerator.get_state_dict(model),
+        "norms": norms,
+        "losses": losses,
+        "eval_loss": eval_loss,
+        "gathered": gathered,
+        "samples": len(x),
+        "eval_out": eval_out,
+        "strategy": accelerator.strategy.name,
+        "describe": accelerator.strategy.describe(),
+    }
+
+
+def reference_losses() -> tuple[list[float], float, torch.Tensor]:
+    """The one-process run's per-micro-step losses, then its evaluation loss and output after training."""
+    model = make_model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    x, y = dataset(STEPS * ACCUM * PER_RANK)
+    losses = []
+    for step in range(STEPS):
+        for micro in range(ACCUM):
+            start = (step * ACCUM + micro) * PER_RANK
+            loss = F.mse_loss(model(x[start : start + PER_RANK]), y[start : start + PER_RANK])
+            losses.append(float(loss.detach()))
+            (loss / ACCUM).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
+        optimizer.step()
+        optimizer.zero_grad()
+    with torch.no_grad():
+        out = model(x[:PER_RANK])
+        return losses, float(F.mse_loss(out, y[:PER_RANK])), out
+
+
+def refusal(case: str) -> str:
+    """The error one misuse of pipeline parallelism raises on this rank (its type and message)."""
+    sizes: dict[str, Any] = {"pp_size": 2, "pp_loss_fn": F.mse_loss, "pp_microbatches": 2}
+    try:
+        if case == "with_tp":
+            Accelerator(cpu=True, parallelism_config=ParallelismConfig(**sizes, tp_size=2))
+            return "no error"
+        accelerator = Accelerator(cpu=True, parallelism_config=ParallelismConfig(**sizes))
+        if case == "one_block":
+            accelerator.prepare(torch.nn.Sequential(torch.nn.Linear(4, 4)))
+        elif case == "odd_batch":
+            x, y = dataset(6)
+            accelerator.prepare(DataLoader(TensorDataset(x, y), batch_size=3))
+        elif case == "no_labels":
+            model = accelerator.prepare(make_model())
+            model(dataset(2)[0])
+        return "no error"
+    except Exception as exc:  # noqa: BLE001 - the test reads the error's type and message
+        return f"{type(exc).__name__}: {exc}"
+
+
+def _one_step(accelerator: Accelerator, model: Any, optimizer: Any) -> None:
+    x, y = dataset(PER_RANK * 2, seed=7)  # a fixed batch: both runs take the same last step
+    shard = accelerator.state.run.data_shards[1]
+    xb, yb = x[shard * PER_RANK : (shard + 1) * PER_RANK], y[shard * PER_RANK : (shard + 1) * PER_RANK]
+    accelerator.backward(model(xb, labels=yb))
+    accelerator.clip_grad_norm_(model.parameters(), MAX_NORM)
+    optimizer.step()
+    optimizer.zero_grad()
+
+
+def _prepared(sizes: dict[str, Any]) -> tuple[Accelerator, Any, Any]:
+    accelerator = Accelerator(cpu=True, parallelism_config=ParallelismConfig(pp_loss_fn=F.mse_loss, **sizes))
+    model = make_model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    return accelerator, model, optimizer
+
+
+def train_save_continue(sizes: dict[str, Any], folder: str) -> dict[str, dict[str, torch.Tensor]]:
+    """Three steps, save_state, then one more step: the whole model when saved and at the end."""
+    accelerator, model, optimizer = _prepared(sizes)
+    for _ in range(3):
+        _one_step(accelerator, model, optimizer)
+    accelerator.save_state(folder)
+    at_save = {k: v.clone() for k, v in accelerator.get_state_dict(model).items()}
+    _one_step(accelerator, model, optimizer)
+    return {"at_save": at_save, "end": accelerator.get_state_dict(model)}
+
+
+def resume_continue(sizes: dict[str, Any], folder: str) -> dict[str, torch.Tensor]:
+    """load_state into a fresh model (pipelined or not), then the same last step."""
+    if sizes.get("pp_size", 1) > 1:
+        accelerator, model, optimizer = _prepared(sizes)
+    else:
+        accelerator = Accelerator(cpu=True)
+        model = make_model(seed=5)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        model, optimizer = accelerator.prepare(model, optimizer)
+    accelerator.load_state(folder)
+    if sizes.get("pp_size", 1) > 1:
+        _one_step(accelerator, model, optimizer)
+        return accelerator.get_state_dict(model)
+    return {k: v.clone() for k, v in accelerator.get_state_dict(model).items()}
