@@ -223,7 +223,7 @@ def test_native_sequence_parallelism_is_a_mesh_dimension_fsdp_shards_over() -> N
     assert config.active_mesh_dims == ["dp_shard", "sp"] and config.total_size == 4
     assert config.shard_dim_names == ["dp_shard", "sp"] and config.dp_shard_cp_dim_names == ["dp_shard"]
     assert config.non_data_parallel_size == 2 and config.data_parallel_size == 2
-    assert config.coordinates(3) == {"dp_replicate": 0, "dp_shard": 1, "cp": 0, "sp": 1, "tp": 0}
+    assert config.coordinates(3) == {"dp_replicate": 0, "dp_shard": 1, "pp": 0, "cp": 0, "sp": 1, "tp": 0}
     assert config.data_parallel_index(2) == config.data_parallel_index(3) == 1  # one sp group, one data shard
     with pytest.raises(ValueError, match="sp_size=2, tp_size=2.*both split the attention heads"):
         ParallelismConfig(sp_size=2, tp_size=2)
