@@ -15,6 +15,8 @@ import json
 import os
 from typing import Any
 
+from accelerate.utils.dataclasses import MIXED_PRECISION_MODES
+
 # (flag, argparse keywords): every default is None, so "given" is "not None".
 _RUN_OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
     (
@@ -54,7 +56,7 @@ _RUN_OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
     ),
     (
         "--mixed_precision",
-        {"choices": ["no", "fp16", "bf16", "fp8"], "help": "Compute precision (default: no)."},
+        {"choices": list(MIXED_PRECISION_MODES), "help": "Compute precision (default: no)."},
     ),
     (
         "--optimizer",

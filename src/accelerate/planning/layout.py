@@ -12,11 +12,14 @@ import dataclasses
 import re
 from dataclasses import dataclass
 
+from accelerate.utils.dataclasses import MIXED_PRECISION_MODES
+
 OPTIMIZERS = ("adamw", "adam", "sgd", "sgd_momentum", "adam8bit")
 # Optimizer state bytes per trainable parameter: Adam keeps two fp32 moments, 8-bit Adam two bytes
 # (one each, plus a block scale that is a rounding error), SGD with momentum one fp32 buffer.
 OPTIMIZER_STATE_BYTES = {"adamw": 8.0, "adam": 8.0, "sgd": 0.0, "sgd_momentum": 4.0, "adam8bit": 2.0}
-PRECISIONS = ("no", "fp16", "bf16", "fp8")
+# The modes the estimate models: every mixed-precision mode (fp8 is counted as bf16, with a note).
+PRECISIONS = MIXED_PRECISION_MODES
 # Sharding of the training state over the dp_shard group, as DeepSpeed numbers it: 0 none, 1 the
 # optimizer states, 2 those and the gradients, 3 those and the parameters (what FSDP does).
 ZERO_STAGES = (0, 1, 2, 3)
