@@ -171,9 +171,23 @@ def _literal(text: str) -> Any:
         return _MISSING
 
 
+# Parameters we add after upstream's, each with a default so that every upstream call binds the same
+# way; each is a deliberate difference listed in README.md and docs/differences.md.
+_ADDED_PARAMETERS: dict[str, tuple[str, ...]] = {
+    "ParallelismConfig": ("pp_size", "pp_schedule", "pp_microbatches", "pp_split_points", "pp_loss_fn"),
+}
+
+
 def _check_signature(obj: Any, params: str, where: str) -> None:
     sig = inspect.signature(obj)
     ours = [p for p in sig.parameters.values() if p.name != "self"]
+    added = _ADDED_PARAMETERS.get(getattr(obj, "__qualname__", ""), ())
+    if added:
+        tail = [p.name for p in ours[-len(added) :]]
+        assert tail == list(added) and all(
+            p.default is not inspect.Parameter.empty for p in ours[-len(added) :]
+        ), f"{where}: our added parameters {list(added)} must come last, each with a default"
+        ours = ours[: -len(added)]
     expected = [p for p in _split_params(params) if p not in ("*", "/")]
     got_names = [
         ("*" if p.kind is p.VAR_POSITIONAL else "**" if p.kind is p.VAR_KEYWORD else "") + p.name
@@ -239,6 +253,10 @@ def test_name_imports_with_upstreams_signature(entry: Entry) -> None:
 def _check_fields(cls: Any, text: str, where: str) -> None:
     assert dataclasses.is_dataclass(cls), f"{where} should be a dataclass"
     got = [f.name for f in dataclasses.fields(cls)]
+    added = list(_ADDED_PARAMETERS.get(cls.__qualname__, ()))
+    if added:  # our fields come after upstream's (checked with the signature)
+        assert got[-len(added) :] == added, f"{where}: our added fields {added} must come last"
+        got = got[: -len(added)]
     want = [p.split("=", 1)[0] for p in _split_params(text)]
     assert got == want, f"{where}: fields {got}, upstream has {want}"
 
