@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -288,23 +288,14 @@ class Accelerator(AcceleratorCheckpoints, AcceleratorFacts):
     def _do_sync(self) -> None:
         self.gradient_state.begin_micro_step()
 
-    @contextlib.contextmanager
-    def accumulate(self, *models: torch.nn.Module) -> Iterator[None]:
+    def accumulate(self, *models: torch.nn.Module) -> contextlib.AbstractContextManager[None]:
         """Marks one micro-step: gradients sync (and the optimizer steps) every ``k``-th time.
 
         On the other micro-steps DDP skips its all-reduce (unless ``sync_each_batch``) and the
         wrapped optimizer's ``step``/``zero_grad`` do nothing. At the end of a prepared dataloader a
         partial accumulation syncs (``sync_with_dataloader``).
         """
-        self._do_sync()
-        state = self.gradient_state
-        if state.sync_gradients or state.sync_each_batch or not models:
-            yield  # the common step: nothing to enter, no ExitStack on the hot path
-            return
-        with contextlib.ExitStack() as stack:
-            for model in models:
-                stack.enter_context(self.strategy.no_sync(model))
-            yield
+        return _MicroStep(self, models)
 
     def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[Any]:
         """Backward inside this block accumulates locally without communicating (DDP)."""
@@ -454,3 +445,43 @@ def _as_list(parameters: Any) -> list[torch.Tensor]:
     if isinstance(parameters, torch.Tensor):
         return [parameters]
     return list(parameters)
+
+
+class _MicroStep:
+    """The context :meth:`Accelerator.accumulate` returns.
+
+    A class rather than a ``contextlib`` generator because it runs on every micro-step: the
+    generator machinery cost a few microseconds a step, which the accumulation benchmarks see. The
+    micro-step is counted on entry, as a generator's body would count it.
+    """
+
+    __slots__ = ("_accelerator", "_context", "_models")
+
+    def __init__(self, accelerator: Accelerator, models: tuple[torch.nn.Module, ...]) -> None:
+        self._accelerator = accelerator
+        self._models = models
+        self._context: contextlib.AbstractContextManager[Any] | None = None
+
+    def __enter__(self) -> None:
+        accelerator = self._accelerator
+        accelerator._do_sync()
+        state = accelerator.gradient_state
+        if state.sync_gradients or state.sync_each_batch or not self._models:
+            return  # the common step: nothing to enter, no ExitStack on the hot path
+        strategy = accelerator.strategy
+        if len(self._models) == 1:  # one model (the common case): its no_sync without an ExitStack
+            context = strategy.no_sync(self._models[0])
+        else:
+            context = contextlib.ExitStack()
+            try:
+                for model in self._models:
+                    context.enter_context(strategy.no_sync(model))
+            except BaseException:
+                context.close()
+                raise
+        context.__enter__()
+        self._context = context
+
+    def __exit__(self, *exc: Any) -> bool:
+        context, self._context = self._context, None
+        return bool(context.__exit__(*exc)) if context is not None else False

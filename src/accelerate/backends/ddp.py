@@ -47,14 +47,16 @@ class DDPStrategy(Strategy):
         self.ddp_kwargs = ddp_kwargs or DistributedDataParallelKwargs()
         # DDP models inside trigger_sync_in_backward that prepare their reducer at the backward.
         self._sync_pending: list[DistributedDataParallel] = []
-        # The DDP models this strategy wrapped, whose backward all-reduces (see backward_scope).
-        self._wrapped: weakref.WeakSet[DistributedDataParallel] = weakref.WeakSet()
+        # The DDP models this strategy wrapped, whose backward all-reduces (see backward_scope). Weak
+        # references in a list, not a WeakSet: backward_scope scans them on every micro-step, and a
+        # WeakSet's iterator costs several Python calls each time.
+        self._wrapped: list[weakref.ref[DistributedDataParallel]] = []
 
     def setup_module(self, model: torch.nn.Module, *, device_placement: bool) -> torch.nn.Module:
         model = super().setup_module(model, device_placement=device_placement)
         if isinstance(model, DistributedDataParallel):
             release_at_exit(model, release_process_group)
-            self._wrapped.add(model)
+            self._remember(model)
             return model
         if not any(p.requires_grad for p in model.parameters()):
             # DDP refuses modules without trainable parameters (frozen teachers, metrics):
@@ -67,8 +69,12 @@ class DDPStrategy(Strategy):
         ddp = DistributedDataParallel(model, **kwargs)
         self.ddp_kwargs.register_comm_hook(ddp)
         release_at_exit(ddp, release_process_group)
-        self._wrapped.add(ddp)
+        self._remember(ddp)
         return ddp
+
+    def _remember(self, model: DistributedDataParallel) -> None:
+        live = [ref for ref in self._wrapped if ref() is not None and ref() is not model]
+        self._wrapped = [*live, weakref.ref(model)]
 
     def unwrap(self, model: torch.nn.Module) -> torch.nn.Module:
         return model.module if isinstance(model, DistributedDataParallel) else model
@@ -115,9 +121,13 @@ class DDPStrategy(Strategy):
         forward run outside ``no_sync`` whose backward runs inside it does all-reduce unrecorded; the
         process group's own timeout still ends such a hang.
         """
-        if not self._sync_pending and not any(m.require_backward_grad_sync for m in self._wrapped):
-            return super().backward_scope()
-        return SLOT.enter(GRADIENT_ALL_REDUCE)
+        if self._sync_pending:
+            return SLOT.enter(GRADIENT_ALL_REDUCE)
+        for ref in self._wrapped:  # a plain loop: this runs on every micro-step
+            model = ref()
+            if model is not None and model.require_backward_grad_sync:
+                return SLOT.enter(GRADIENT_ALL_REDUCE)
+        return super().backward_scope()
 
 
 def release_process_group(ddp: DistributedDataParallel) -> None:
