@@ -1,0 +1,101 @@
+"""DeepSpeed checkpoints that move: save_state under ZeRO-2 on two CPU processes, load_state under ZeRO-3 or
+ZeRO-1, or on one process; weights and Adam's moments carry over, and the next steps match a run that did
+not move. A checkpoint that does not fit the model is refused before DeepSpeed touches the engine."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.backends.deepspeed import portable_payloads as payloads
+from tests.helpers.pool import WorkerPool
+
+pytest.importorskip("deepspeed", reason="DeepSpeed tests need deepspeed (make test installs it)")
+
+ENV = {"DS_ACCELERATOR": "cpu"}
+SAVE_AFTER = 3
+
+
+@pytest.fixture(scope="module")
+def pools() -> Iterator[dict[int, WorkerPool]]:
+    made = {1: WorkerPool(1), 2: WorkerPool(2)}
+    yield made
+    for pool in made.values():
+        pool.close()
+
+
+@pytest.fixture(scope="module")
+def zero2(pools: dict[int, WorkerPool], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The run that does not move: ZeRO-2, 2 processes, batches of 2 per process, saved after 3 steps."""
+    folder = tmp_path_factory.mktemp("portable") / "ckpt"
+    facts = pools[2].run(payloads.save_then_record, 2, str(folder), SAVE_AFTER, 2, env=ENV, timeout=300)[0]
+    return {"folder": folder, **facts}
+
+
+def _close(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], atol: float) -> None:
+    assert got.keys() == want.keys()
+    for name in want:
+        torch.testing.assert_close(
+            got[name], want[name], atol=atol, rtol=0, msg=lambda m, n=name: f"{n}: {m}"
+        )
+
+
+@pytest.mark.parametrize(
+    ("processes", "stage", "batch_size"),
+    [(2, 3, 2), (2, 1, 2), (1, 2, 4)],  # one process: the same global batch of 4 in one piece
+    ids=["zero2-to-zero3", "zero2-to-zero1", "2-to-1-process"],
+)
+def test_resume_under_another_stage_or_world_size_matches_the_run_that_did_not_move(
+    pools: dict[int, WorkerPool], zero2: dict[str, Any], processes: int, stage: int, batch_size: int
+) -> None:
+    args = (stage, str(zero2["folder"]), SAVE_AFTER, batch_size)
+    for rank in pools[processes].run(payloads.resume_elsewhere, *args, env=ENV, timeout=300):
+        _close(rank["loaded"], zero2["loaded"], atol=0)  # the fp32 master weights, exactly
+        _close(rank["exp_avg"], zero2["exp_avg"], atol=0)  # Adam's moments came along
+        # the next step, and the rest of the epoch (on one process the gradient is averaged in another order)
+        _close(rank["next"], zero2["next"], atol=1e-6)
+        _close(rank["final"], zero2["final"], atol=1e-6)
+        assert rank["lr"] == zero2["lr"] and rank["global_steps"] == zero2["global_steps"]
+
+
+def test_a_checkpoint_of_other_shapes_is_refused_before_the_engine_changes(
+    pools: dict[int, WorkerPool], zero2: dict[str, Any]
+) -> None:
+    # the same layout (DeepSpeed's own load_checkpoint would copy the module, then fail) and a moved one
+    for processes, stage in ((2, 2), (1, 3)):
+        for rank in pools[processes].run(payloads.load_into_a_wider_model, stage, str(zero2["folder"]), env=ENV, timeout=300):  # fmt: skip
+            assert (
+                "parameter '0.weight' was saved with shape (16, 6) and the model has (24, 6)"
+                in rank["message"]
+            )
+            assert "Nothing was loaded" in rank["message"] and rank["unchanged"]
+
+
+def test_a_damaged_partition_is_named_before_anything_loads(
+    pools: dict[int, WorkerPool], zero2: dict[str, Any], tmp_path: Path
+) -> None:
+    import shutil
+
+    copy = tmp_path / "ckpt"
+    shutil.copytree(zero2["folder"], copy)
+    victim = copy / "pytorch_model" / "zero_pp_rank_1_mp_rank_00_optim_states.pt"
+    data = bytearray(victim.read_bytes())
+    data[200] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    results = pools[1].run(payloads.load_into_a_wider_model, 2, str(copy), env=ENV, timeout=300)
+    assert "zero_pp_rank_1_mp_rank_00_optim_states.pt is corrupted" in results[0]["message"]
+
+
+def test_a_zero3_checkpoint_resumes_on_one_process_under_zero2(
+    pools: dict[int, WorkerPool], tmp_path: Path
+) -> None:
+    folder = str(tmp_path / "z3")
+    straight = pools[2].run(payloads.save_then_record, 3, folder, SAVE_AFTER, 2, env=ENV, timeout=300)[0]
+    moved = pools[1].run(payloads.resume_elsewhere, 2, folder, SAVE_AFTER, 4, env=ENV, timeout=300)[0]
+    _close(moved["loaded"], straight["loaded"], atol=0)
+    _close(moved["exp_avg"], straight["exp_avg"], atol=0)
+    _close(moved["final"], straight["final"], atol=1e-6)
