@@ -1,6 +1,7 @@
 """DeepSpeed checkpoints that move: save_state under ZeRO-2 on two CPU processes, load_state under ZeRO-3 or
 ZeRO-1, or on one process; weights and Adam's moments carry over, and the next steps match a run that did
-not move. A checkpoint that does not fit the model is refused before DeepSpeed touches the engine."""
+not move. `accelerate merge-weights` turns each ZeRO stage's folder into one file a plain model loads strictly.
+A checkpoint that does not fit the model is refused before DeepSpeed touches the engine."""
 
 from __future__ import annotations
 
@@ -11,7 +12,11 @@ from typing import Any
 import pytest
 import torch
 
+from accelerate.backends.merge import merge_weights
+from accelerate.storage.model_files import load_state_dict_file
 from tests.backends.deepspeed import portable_payloads as payloads
+from tests.backends.deepspeed.deepspeed_payloads import make_model
+from tests.commands.helpers import run_cli
 from tests.helpers.pool import WorkerPool
 
 pytest.importorskip("deepspeed", reason="DeepSpeed tests need deepspeed (make test installs it)")
@@ -99,3 +104,34 @@ def test_a_zero3_checkpoint_resumes_on_one_process_under_zero2(
     _close(moved["loaded"], straight["loaded"], atol=0)
     _close(moved["exp_avg"], straight["exp_avg"], atol=0)
     _close(moved["final"], straight["final"], atol=1e-6)
+    _assert_merges(Path(folder), straight["loaded"], tmp_path, stage=3)
+
+
+def _assert_merges(folder: Path, want: dict[str, torch.Tensor], tmp_path: Path, *, stage: int) -> None:
+    """merge-weights on the save_state folder and on its tag folder: a one-process model loads the file strictly."""
+    for source in (folder, folder / "pytorch_model"):
+        merged = merge_weights(str(source), str(tmp_path / f"merged-{source.name}"))
+        assert merged.found.startswith(f"a DeepSpeed ZeRO-{stage} checkpoint saved by 2 process(es)"), (
+            merged.found
+        )
+        model = make_model(seed=9)
+        model.load_state_dict(load_state_dict_file(merged.path), strict=True)
+        _close({k: v.float() for k, v in model.state_dict().items()}, want, atol=0)
+
+
+def test_merge_weights_turns_a_zero2_folder_into_one_file(zero2: dict[str, Any], tmp_path: Path) -> None:
+    result = run_cli("merge-weights", str(zero2["folder"]), str(tmp_path / "cli"), home=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "found a DeepSpeed ZeRO-2 checkpoint saved by 2 process(es)" in result.stdout
+    model = make_model(seed=9)
+    model.load_state_dict(load_state_dict_file(tmp_path / "cli" / "model.safetensors"), strict=True)
+    _close(dict(model.state_dict()), zero2["loaded"], atol=0)
+    _assert_merges(zero2["folder"], zero2["loaded"], tmp_path, stage=2)
+
+
+def test_merge_weights_turns_a_zero1_folder_into_one_file(
+    pools: dict[int, WorkerPool], tmp_path: Path
+) -> None:
+    folder = tmp_path / "z1"
+    saved = pools[2].run(payloads.save_then_record, 1, str(folder), SAVE_AFTER, 2, env=ENV, timeout=300)[0]
+    _assert_merges(folder, saved["loaded"], tmp_path, stage=1)
