@@ -88,3 +88,27 @@ def load_into_a_wider_model(stage: int, folder: str) -> dict[str, Any]:
         message = f"{type(exc).__name__}: {exc}"
     after = _weights(accelerator, model)
     return {"message": message, "unchanged": all(torch.equal(before[k], after[k]) for k in before)}
+
+
+def start_from_weights(engine: str, weights: str, folder: str) -> dict[str, Any]:
+    """A run that starts from one weights file (merge-weights' output, or a transformers folder): loaded into the
+    plain model before prepare, then prepared under FSDP2 or DeepSpeed ZeRO-3, one step, and save_state."""
+    from accelerate import Accelerator
+    from accelerate.utils import FullyShardedDataParallelPlugin, load_checkpoint_in_model
+
+    model = make_model(seed=9)  # other weights: the file must replace every one of them
+    load_checkpoint_in_model(model, weights, strict=True)
+    if engine == "fsdp2":
+        accelerator = Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2))
+    else:
+        accelerator = _accelerator(3)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
+    loader = DataLoader(make_data(), batch_size=4)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    loaded = _weights(accelerator, model)
+    x, y = next(iter(loader))
+    accelerator.backward(F.mse_loss(model(x), y))
+    optimizer.step()
+    optimizer.zero_grad()
+    accelerator.save_state(folder)
+    return {"loaded": loaded, "stepped": _weights(accelerator, model)}

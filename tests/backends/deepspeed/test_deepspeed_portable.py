@@ -135,3 +135,27 @@ def test_merge_weights_turns_a_zero1_folder_into_one_file(
     folder = tmp_path / "z1"
     saved = pools[2].run(payloads.save_then_record, 1, str(folder), SAVE_AFTER, 2, env=ENV, timeout=300)[0]
     _assert_merges(folder, saved["loaded"], tmp_path, stage=1)
+
+
+@pytest.mark.parametrize("engine", ["fsdp2", "zero3"])
+def test_a_merged_file_starts_a_run_under_another_engine(
+    pools: dict[int, WorkerPool], zero2: dict[str, Any], tmp_path: Path, engine: str
+) -> None:
+    # ZeRO-2 checkpoint -> merge-weights -> one file -> loaded before prepare under FSDP2 / ZeRO-3 (weights only:
+    # optimizer state does not cross engines).
+    merged = merge_weights(str(zero2["folder"]), str(tmp_path / "merged")).path
+    folder = tmp_path / "started"
+    results = pools[2].run(
+        payloads.start_from_weights, engine, str(merged), str(folder), env=ENV, timeout=300
+    )
+    reference = make_model(seed=9)
+    reference.load_state_dict(load_state_dict_file(merged), strict=True)
+    optimizer = torch.optim.AdamW(reference.parameters(), lr=payloads.LR)
+    x, y = payloads.make_data()[:8]  # the first global batch: 4 per process
+    torch.nn.functional.mse_loss(reference(x), y).backward()
+    optimizer.step()
+    for rank in results[:1]:  # the gathered state dict is complete on the main process
+        _close(rank["loaded"], zero2["loaded"], atol=0)
+        _close(rank["stepped"], dict(reference.state_dict()), atol=1e-6)
+    layout = "pytorch_model_fsdp_0" if engine == "fsdp2" else "pytorch_model"
+    assert (folder / layout).is_dir() and (folder / "accelerate_manifest.json").is_file()
