@@ -1,12 +1,13 @@
-"""``accelerate merge-weights CHECKPOINT_DIR OUTPUT_DIR``: one weights file from a sharded checkpoint.
+"""``accelerate merge-weights CHECKPOINT_DIR OUTPUT_DIR``: one weights file from any checkpoint of ours.
 
-Reads a ``save_state`` folder of a sharded model (its ``pytorch_model_fsdp_0``), a folder of shards with their index (``model-00001-of-00003.safetensors`` +
-``model.safetensors.index.json``, or the ``pytorch_model`` ``.bin`` family, as ``save_model`` writes
-them) or a ``torch.distributed.checkpoint`` folder (a ``.metadata`` file beside ``*.distcp`` files, as
-sharded FSDP saves write), and writes ``OUTPUT_DIR/model.safetensors`` (or ``pytorch_model.bin`` with
-``--unsafe_serialization``). Tied weights stay tied (stored once). Shards are read without running
-pickle code; a torch.distributed.checkpoint folder is read by torch's own reader, whose ``.metadata``
-file is a pickle, so merge only such folders that you trust.
+Takes a ``save_state`` folder of any layout (plain or DDP, FSDP2 sharded, N-D, DeepSpeed ZeRO 1-3), a
+``torch.distributed.checkpoint`` folder, or a folder of shards with their index (as ``save_model``
+writes them), says which format it found, and writes ``OUTPUT_DIR/model.safetensors`` (or
+``pytorch_model.bin`` with ``--unsafe_serialization``) that a one-process model loads with
+``load_state_dict(strict=True)``. Tied weights stay tied (stored once). Files inside a ``save_state``
+folder are checked against its manifest first. DeepSpeed's files and a DCP folder's ``.metadata`` are
+pickles read by their own library, so merge only such folders that you trust. See
+:mod:`accelerate.backends.merge` for how each format is recognised.
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ import argparse
 import sys
 from typing import Any
 
-HELP = "Merge a sharded checkpoint (shards + index, or a torch.distributed.checkpoint folder) into one file."
+HELP = (
+    "Merge a checkpoint folder (save_state of DDP, FSDP2, N-D or DeepSpeed ZeRO 1-3; shards + index; "
+    "a torch.distributed.checkpoint folder) into one weights file."
+)
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -35,10 +39,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from accelerate.backends.fsdp.merge import merge_fsdp_weights
+    from accelerate.backends.merge import merge_weights
 
     try:
-        written = merge_fsdp_weights(
+        merged = merge_weights(
             args.checkpoint_directory,
             args.output_path,
             safe_serialization=not args.unsafe_serialization,
@@ -47,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, OSError, RuntimeError) as exc:  # RuntimeError: a damaged file (CheckpointError)
         print(f"accelerate merge-weights: error: {exc}", file=sys.stderr)
         return 2
-    print(f"accelerate merge-weights: wrote {written}")
+    print(f"accelerate merge-weights: found {merged.found}")
+    print(f"accelerate merge-weights: wrote {merged.path}")
     return 0
 
 

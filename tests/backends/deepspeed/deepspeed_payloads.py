@@ -126,16 +126,6 @@ def resume(stage: int, folder: str, save_after: int) -> dict[str, Any]:
             "lr": scheduler.get_last_lr()}  # fmt: skip
 
 
-def load_into_stage(stage: int, folder: str) -> str:
-    """Loads ``folder`` under another ZeRO stage: returns the error message."""
-    accelerator, *_ = _loop_with_scheduler(stage)
-    try:
-        accelerator.load_state(folder)
-    except Exception as exc:  # the test checks the message
-        return f"{type(exc).__name__}: {exc}"
-    return "loaded"
-
-
 def bf16_facts() -> dict[str, Any]:
     """ZeRO-2 in bf16: the engine holds bf16 weights (fp32 master copies in the optimizer) and learns."""
     accelerator = _accelerator(2, mixed_precision="bf16")

@@ -56,9 +56,7 @@ def test_save_state_load_state_continues_identically(ds_pool: WorkerPool, tmp_pa
     for a, b in zip(straight, resumed, strict=True):
         assert a["lr"] == b["lr"]
         _close(b["weights"], a["weights"], atol=0)
-    other = 2 if stage == 3 else 3
-    messages = ds_pool.run(payloads.load_into_stage, other, folder, env=ENV, timeout=300)
-    assert all("ZeRO stage" in m and str(stage) in m and str(other) in m for m in messages), messages
+    # loading it under another ZeRO stage or world size: test_deepspeed_portable.py
 
 
 def test_accumulation_matches_big_batch(ds_pool: WorkerPool) -> None:

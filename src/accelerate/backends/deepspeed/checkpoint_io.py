@@ -4,8 +4,9 @@ Each engine writes its own checkpoint (``engine.save_checkpoint``: every rank it
 the optimizer state, rank 0 the module and the scheduler) into the staging folder under upstream's
 tag names (``pytorch_model``, ``pytorch_model_1``, ...). The main process then records those files
 (size and checksum) so the manifest covers them, and the folder is committed with the rest. Loading
-checks the files against the manifest and refuses, naming both, a checkpoint of another ZeRO stage
-or world size (whose partitions this run could not split).
+checks the files against the manifest and every engine's parameter shapes (before DeepSpeed touches
+an engine), then lets DeepSpeed load a checkpoint of the same layout, or re-partitions one saved
+under another ZeRO stage or world size (``portable.py``).
 """
 
 from __future__ import annotations
@@ -102,37 +103,62 @@ class EngineCheckpointIO(CheckpointIO):
                 records[name] = record_file(staging / name)
         return records
 
-    def check_compatible(self, directory: Path, manifest: Manifest | None) -> None:
+    def _moves(self, directory: Path, manifest: Manifest | None) -> bool:
+        """Whether the checkpoint has another layout (ZeRO stage or world size) than this run's engines.
+
+        Such a checkpoint is put back together and re-partitioned (``portable.load_portable``) instead of
+        being read by DeepSpeed's ``load_checkpoint``, which needs the layout that wrote it.
+        """
         saved = (manifest.extra.get(EXTRA_KEY) if manifest is not None else None) or {}
         stages = saved.get("zero_stages")
         now = [int(e.zero_optimization_stage()) for e in self.engines]
-        if stages is not None and list(stages) != now:
-            raise CheckpointError(
-                f"Checkpoint {directory} was saved with ZeRO stage(s) {stages}, and this run uses {now}: "
-                "DeepSpeed partitions the optimizer state differently per stage. Load it with the same "
-                "zero_stage, or convert it with DeepSpeed's ds_to_universal.py and load that universal checkpoint."
-            )
         world = saved.get("world_size")
-        if world is not None and int(world) != self._world_size() and any(s > 0 for s in now):
+        moved_stage = stages is not None and list(stages) != now
+        moved_world = world is not None and int(world) != self._world_size() and any(s > 0 for s in now)
+        if not (moved_stage or moved_world):
+            return False
+        if 0 in now or (stages is not None and 0 in stages):
             raise CheckpointError(
-                f"Checkpoint {directory} was saved by {world} processes, and this run has {self._world_size()}: "
-                "each ZeRO partition belongs to one rank. Load it with the same number of processes, or convert it "
-                "with DeepSpeed's ds_to_universal.py (or zero_to_fp32.py for the weights alone)."
+                f"Checkpoint {directory} was saved with ZeRO stage(s) {stages} by {world} processes, and this run "
+                f"uses {now} on {self._world_size()}: a ZeRO stage-0 checkpoint (or engine) keeps its optimizer "
+                "state in DeepSpeed's own layout, which only the same stage and world size can read. Load it with "
+                "the setup that saved it, or use ZeRO stage 1, 2 or 3 on both sides."
             )
-        for index in range(len(self.engines)):
+        return True
+
+    def check_compatible(self, directory: Path, manifest: Manifest | None) -> bool:
+        """Checks the folders and every engine's parameter shapes before anything is loaded.
+
+        Returns whether the checkpoint must be re-partitioned (another ZeRO stage or world size).
+        """
+        from accelerate.backends.deepspeed.portable import check_engine_shapes, saved_shapes, tag_folder
+
+        moves = self._moves(directory, manifest)
+        records = manifest.files if manifest is not None else None
+        for index, engine in enumerate(self.engines):
             if not (directory / engine_tag(index)).is_dir():
                 raise CheckpointError(
                     f"Checkpoint {directory} has no {engine_tag(index)}/ folder for DeepSpeed engine {index}; "
                     "was it saved without DeepSpeed, or with fewer models?"
                 )
+            folder = tag_folder(directory, engine_tag(index), records)
+            source = f"Checkpoint {directory / engine_tag(index)}"
+            check_engine_shapes(engine, saved_shapes(folder), source=source, index=index)
+        return moves
 
     def load_owned(self, directory: Path, manifest: Manifest | None, **kwargs: Any) -> None:
-        self.check_compatible(directory, manifest)
+        from accelerate.backends.deepspeed.portable import load_portable, tag_folder
+
         if manifest is not None:
             for name, record in manifest.files.items():
                 if name.split("/", 1)[0] in {engine_tag(i) for i in range(len(self.engines))}:
                     verify_file(entry_path(directory, name), record)
+        moves = self.check_compatible(directory, manifest)
+        records = manifest.files if manifest is not None else None
         for index, engine in enumerate(self.engines):
+            if moves:
+                load_portable(engine, tag_folder(directory, engine_tag(index), records), index=index)
+                continue
             path, _ = engine.load_checkpoint(str(directory), engine_tag(index), **kwargs)
             if path is None:
                 raise CheckpointError(
