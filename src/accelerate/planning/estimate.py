@@ -12,13 +12,14 @@ gradients, so the step peaks at the persistent part plus the larger of activatio
   sharded from ZeRO-1 on;
 * activations: what autograd saves for backward, per token and per decoder block (measured on
   decoder blocks with SDPA attention: ``8h + 2kv + 4i`` elements plus a few per head and token, of
-  which ``4h`` are not split by tensor parallelism), plus the logits in fp32 (whole under tensor
+  which ``6h`` (the residual stream and the norms) are not split by tensor parallelism), plus the logits in fp32 (whole under tensor
   parallelism: the LM head's output is gathered); activation
   checkpointing keeps each block's input and one block's activations at a time; the loss's
   backward adds two fp32 copies of the logits (their gradient and the softmax's);
 * communication buffers: with FSDP the gathered parameters of two blocks (the one that runs and the
   one prefetched) in the compute precision and one block's unsharded gradients; with DDP the
-  gradient buckets (a second copy of the gradients).
+  gradient buckets (a second copy of the gradients); with tensor parallelism one all-reduced block
+  output per block, which the backend releases asynchronously (:func:`tp_forward_buffers`).
 
 CPU offload moves parameters, gradients and optimizer states to host memory (reported apart).
 The figures are checked against measured peaks in ``tests/planning/test_validation.py``.
@@ -123,9 +124,10 @@ def activation_bytes(model: ModelShape, layout: RunLayout) -> int:
     inner = model.intermediate_size or 4 * hidden
     heads = model.num_heads or 1
     tokens = layout.micro_batch_size * layout.sequence_length // layout.cp
-    # Per token: norms' inputs and outputs stay whole under tensor parallelism; projections split.
-    whole = 4 * hidden + 2
-    split = (4 * hidden + 2 * model.kv_size + 4 * inner + heads) / layout.tp
+    # Per token, measured on Llama blocks under tp=2: the residual stream and both norms' saved
+    # tensors stay whole (6h); the rotated queries, attention output, keys/values and the MLP split.
+    whole = 6 * hidden + 2
+    split = (2 * hidden + 2 * model.kv_size + 4 * inner + heads) / layout.tp
     block = whole + split
     per_token = block + layers * hidden if layout.activation_checkpointing else layers * block
     per_token += 3 * hidden + 5  # embeddings' output, the final norm
@@ -144,6 +146,17 @@ def tp_local_parameters(model: ModelShape, layout: RunLayout) -> int:
         return model.parameters
     embedding = min((model.vocab_size or 0) * (model.hidden_size or 0), model.parameters)
     return embedding + -(-(model.parameters - embedding) // layout.tp)
+
+
+def tp_forward_buffers(model: ModelShape, layout: RunLayout) -> int:
+    """Tensor parallelism's all-reduced block outputs still held when backward starts: the backend
+    frees each forward all-reduce's buffers when its asynchronous work is released, not when the
+    result is read. Counted as one ``tokens x hidden`` buffer per block; on gloo (CPU, tp=2) between
+    none and four per block were measured, run to run."""
+    if layout.tp == 1 or not model.knows_activations:
+        return 0
+    tokens = layout.micro_batch_size * layout.sequence_length // layout.cp
+    return int(model.num_layers or 0) * tokens * int(model.hidden_size or 0) * _compute_bytes(layout)
 
 
 def _communication(model: ModelShape, layout: RunLayout) -> int:
@@ -185,6 +198,7 @@ def _rank_memory(model: ModelShape, layout: RunLayout, shard_params: int, activa
         buffers = min(whole, _ZERO_BUCKET) * _FP32
     elif layout.data_parallel > 1:
         buffers = gradients  # DDP's buckets: a second copy of the gradients
+    buffers += tp_forward_buffers(model, layout)
     if layout.cpu_offload:
         return RankMemory(0, 0, 0, activations, buffers, cpu=parameters + gradients + optimizer)
     return RankMemory(parameters, gradients, optimizer, activations, buffers)
@@ -200,7 +214,7 @@ def estimate_memory(model: ModelShape, layout: RunLayout) -> MemoryEstimate:
         >>> plan = estimate_memory(shape, RunLayout(world_size=16, tp=2, mixed_precision="bf16",
         ...     micro_batch_size=4, sequence_length=4096))
         >>> plan.fits(80 * 10**9), round(plan.peak / 1e9)  # the logits alone take 29 GB
-        (False, 94)
+        (False, 103)
     """
     layout = layout.resolved()
     activations = activation_bytes(model, layout)
