@@ -23,7 +23,13 @@ def apply_llama_tp(model: Any, mesh: Any) -> None:
     plan: dict[str, Any] = {"lm_head": ColwiseParallel(output_layouts=Replicate())}
     for i in range(len(model.model.layers)):
         prefix = f"model.layers.{i}."
-        for name in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.gate_proj", "mlp.up_proj"):
+        for name in (
+            "self_attn.q_proj",
+            "self_attn.k_proj",
+            "self_attn.v_proj",
+            "mlp.gate_proj",
+            "mlp.up_proj",
+        ):
             plan[prefix + name] = ColwiseParallel()
         for name in ("self_attn.o_proj", "mlp.down_proj"):
             plan[prefix + name] = RowwiseParallel()
@@ -51,7 +57,9 @@ def tp_peak(batch: int, sequence: int) -> dict[str, int]:
     shape = shape_of_module(model)
     apply_llama_tp(model, accelerator.torch_device_mesh["tp"])
     model, optimizer = accelerator.prepare(model, torch.optim.AdamW(model.parameters()))
-    ids = torch.randint(0, CONFIG["vocab_size"], (batch, sequence), generator=torch.Generator().manual_seed(1))
+    ids = torch.randint(
+        0, CONFIG["vocab_size"], (batch, sequence), generator=torch.Generator().manual_seed(1)
+    )
 
     def step() -> None:
         accelerator.backward(model(input_ids=ids, labels=ids).loss)
@@ -62,9 +70,10 @@ def tp_peak(batch: int, sequence: int) -> dict[str, int]:
     step()
     states = [v for state in optimizer.state.values() for v in state.values() if torch.is_tensor(v)]
     before = _live_bytes(_local(model.parameters())) + _live_bytes(_local(states))
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True
+    ) as prof:
         step()
     peak = before + _allocation_peak(prof.profiler.kineto_results.experimental_event_tree())  # type: ignore[union-attr]
     layout = RunLayout(world_size=2, tp=2, micro_batch_size=batch, sequence_length=sequence)
     return {"measured": peak, "estimated": estimate_memory(shape, layout).peak}
-
