@@ -27,12 +27,12 @@ def test_the_issue_question_gets_a_table_and_the_layouts_that_fit(
 ) -> None:
     assert main(["estimate-memory", llama, *QUESTION]) == 0
     out = capsys.readouterr().out
-    assert "8.03B parameters" in out and "dp_shard=8 x tp=2 (FSDP/ZeRO-3) on 16 rank(s)" in out
+    assert "8.03B parameters" in out and "dp_shard=8 x tp=2 (FSDP) on 16 rank(s)" in out
     for column in ("parameters", "gradients", "optimizer states", "activations", "comm. buffers", "total"):
         assert column in out
     # Not without activation checkpointing: the logits, gathered whole under tp, take 29 GB of 103.
     assert "Peak: 102.63 GB" in out and "does not fit in 80.0 GB per rank: 22.63 GB over" in out
-    assert "dp_shard=2 x tp=8 (FSDP/ZeRO-3)       77.75 GB" in out
+    assert "dp_shard=2 x tp=8 (FSDP)       77.75 GB" in out
     assert "Layouts of 16 ranks that fit, least communication per step first:" in out
 
 
