@@ -59,3 +59,24 @@ def test_sizes_that_do_not_divide_are_an_error_naming_them(
 ) -> None:
     assert main(["estimate-memory", llama, "--world_size", "8", "--tp_size", "3"]) == 2
     assert "tp=3" in capsys.readouterr().err
+
+
+def test_pipeline_and_sequence_sizes_give_one_row_per_stage(
+    llama: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["estimate-memory", llama, "--pp_size", "4", "--tp_size", "8", "--dp_shard_size", "4", "--pp_schedule",
+            "GPipe", "--pp_microbatches", "8", "--mixed_precision", "bf16", "--json"]  # fmt: skip
+    assert main(argv) == 0
+    data = json.loads(capsys.readouterr().out)
+    # A row per stage, the two middle stages (the same blocks, all 8 micro-batches under GPipe) as one.
+    assert data["layout"]["pp"] == 4 and [row["ranks"][-10:] for row in data["ranks"]] == [
+        "(32 ranks)", "(64 ranks)", "(32 ranks)"
+    ]  # fmt: skip
+    assert data["ranks"][0]["ranks"].startswith("0,1,2,3,4,5,6,7,...")
+    assert main(["estimate-memory", llama, "--sp_size", "4", "--dp_shard_size", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["layout"]["sp"] == 4
+    assert (
+        main(["estimate-memory", llama, "--zero_stage", "2", "--world_size", "8", "--zero_bucket_size", "16"])
+        == 0
+    )
+    assert "ZeRO-2" in capsys.readouterr().out

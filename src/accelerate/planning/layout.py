@@ -27,7 +27,9 @@ ENGINES = ("fsdp", "deepspeed")
 # DeepSpeed's default reduce_bucket_size (elements): ZeRO allocates a gradient bucket this big whatever
 # the model's size (accelerate fills a transformers model's "auto" with hidden_size**2 instead).
 DEEPSPEED_BUCKET = 500_000_000
-# torch.distributed.pipelining's schedules (ParallelismConfig.pp_schedule) the estimate models.
+# torch.distributed.pipelining's schedules (ParallelismConfig.pp_schedule): the names of
+# state/pipeline_options.PIPELINE_SCHEDULES, which imports torch with its package (tests/planning/test_stages.py
+# keeps the two equal).
 PIPELINE_SCHEDULES = ("GPipe", "1F1B", "Interleaved1F1B")
 # The mesh's dimensions, outermost first, as ParallelismConfig orders them.
 DIMS = ("dp_replicate", "dp_shard", "pp", "cp", "sp", "tp")
