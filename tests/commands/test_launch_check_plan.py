@@ -58,3 +58,20 @@ def test_reshard_to_needs_check_plan_and_a_layout(tmp_path: Path, capsys: pytest
     assert "'dp_shard=four' is not DIM=SIZE" in capsys.readouterr().err
     assert main([*LAUNCH_1024, "--reshard_to", "dp_shard=32,tp=4", str(script)]) == 2
     assert "tp changes from 8 to 4" in capsys.readouterr().err
+
+
+def test_a_1024_rank_pipeline_layout_is_checked_from_the_launch_flags(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("")
+    argv = [*LAUNCH_1024, "--parallelism_config_dp_shard_size", "8", "--parallelism_config_pp_size", "2",
+            "--reshard_to", "dp_replicate=8,dp_shard=4,pp=2,tp=8", str(script)]  # fmt: skip
+    code = main(argv)
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert (
+        "Plan check: dp_replicate=8 x dp_shard=8 x pp=2 x tp=8 on 1024 ranks" in out
+        and "no problems found" in out
+    )
+    assert "new rank 0 (dp_replicate 0, dp_shard 0, pp 0, tp 0): rows 0-512 of saved shard 0" in out
