@@ -55,3 +55,12 @@ def test_the_schedules_are_parallelism_configs() -> None:
     from accelerate.state.pipeline_options import PIPELINE_SCHEDULES as CONFIG_SCHEDULES
 
     assert tuple(CONFIG_SCHEDULES) == PIPELINE_SCHEDULES
+
+
+def test_every_pipeline_rank_also_holds_the_other_stages_weights() -> None:
+    # This accelerate's pipeline keeps the whole model on every rank: parameters are the whole model's,
+    # gradients and optimizer states the stage's.
+    estimate = estimate_memory(SHAPE, RunLayout(world_size=4, pp=4, dp_shard=1, sequence_length=8))
+    first = next(group.memory for group in estimate.groups if group.ranks == (0,))
+    assert first.parameters == 2800 * 4 and first.gradients == 1200 * 4 and first.optimizer_states == 1200 * 8
+    assert any("whole model on each rank" in note for note in estimate.notes)

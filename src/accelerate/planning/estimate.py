@@ -246,6 +246,12 @@ def _rank_memory(model: ModelShape, layout: RunLayout, shard_params: int, stage:
     optimizer = int(
         (shard_params if layout.zero_stage >= 1 else whole) * OPTIMIZER_STATE_BYTES[layout.optimizer]
     )
+    if layout.pp > 1:
+        # This accelerate cuts the model into stages at its first call and every rank keeps the whole
+        # model's weights (backends/parallel/pipeline_model.py); gradients and optimizer states are
+        # its stage's only.
+        others = sum(stage_parameters(model, layout, s) for s in range(layout.pp)) - whole
+        parameters += others * _FP32
     buffers = _buffers(model, layout, whole, gradients, stage)
     activations = activation_bytes(model, layout, stage)
     if layout.cpu_offload:
@@ -299,6 +305,11 @@ def estimate_memory(model: ModelShape, layout: RunLayout) -> MemoryEstimate:
             f"DeepSpeed's gradient bucket counted at zero_bucket_size={layout.zero_bucket_size:,} elements "
             '(its reduce_bucket_size: 500,000,000 unless the config sets it; accelerate fills "auto" with '
             "hidden_size**2)"
+        )
+    if layout.pp > 1:
+        notes.append(
+            "pp: every rank also holds the other stages' weights (this accelerate keeps the whole model on "
+            "each rank); gradients, optimizer states and activations are its stage's"
         )
     if layout.mixed_precision == "fp8":
         notes.append("fp8: activations counted at 2 bytes (the matmul inputs in fp8 save less)")
