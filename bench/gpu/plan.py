@@ -72,6 +72,9 @@ AREAS: tuple[Area, ...] = (
     Area("watchdog", "hang watchdog + NCCL flight recorder, one process", (
         "tests/diagnostics/test_cuda_watchdog.py",
     ), cap_s=45),
+    Area("memory_estimate", "estimate-memory against torch.cuda.max_memory_allocated (dense step)", (
+        "tests/planning/test_cuda_validation.py",
+    ), cap_s=60),
     Area("cli", "`accelerate test` and `accelerate env` on the GPU", (
         "tests/commands/test_cuda_cli.py",
     ), cap_s=90, per_test_s=150),

@@ -27,12 +27,12 @@ def test_the_issue_question_gets_a_table_and_the_layouts_that_fit(
 ) -> None:
     assert main(["estimate-memory", llama, *QUESTION]) == 0
     out = capsys.readouterr().out
-    assert "8.03B parameters" in out and "dp_shard=8 x tp=2 (FSDP/ZeRO-3) on 16 rank(s)" in out
+    assert "8.03B parameters" in out and "dp_shard=8 x tp=2 (FSDP) on 16 rank(s)" in out
     for column in ("parameters", "gradients", "optimizer states", "activations", "comm. buffers", "total"):
         assert column in out
-    # Not without activation checkpointing: the logits, gathered whole under tp, take 29 GB of 94.
-    assert "Peak: 94.04 GB" in out and "does not fit in 80.0 GB per rank: 14.04 GB over" in out
-    assert "dp_shard=2 x tp=8 (FSDP/ZeRO-3)       65.94 GB" in out
+    # Not without activation checkpointing: the logits, gathered whole under tp, take 29 GB of 103.
+    assert "Peak: 102.63 GB" in out and "does not fit in 80.0 GB per rank: 22.63 GB over" in out
+    assert "dp_shard=2 x tp=8 (FSDP)       77.75 GB" in out
     assert "Layouts of 16 ranks that fit, least communication per step first:" in out
 
 
@@ -59,3 +59,24 @@ def test_sizes_that_do_not_divide_are_an_error_naming_them(
 ) -> None:
     assert main(["estimate-memory", llama, "--world_size", "8", "--tp_size", "3"]) == 2
     assert "tp=3" in capsys.readouterr().err
+
+
+def test_pipeline_and_sequence_sizes_give_one_row_per_stage(
+    llama: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["estimate-memory", llama, "--pp_size", "4", "--tp_size", "8", "--dp_shard_size", "4", "--pp_schedule",
+            "GPipe", "--pp_microbatches", "8", "--mixed_precision", "bf16", "--json"]  # fmt: skip
+    assert main(argv) == 0
+    data = json.loads(capsys.readouterr().out)
+    # A row per stage, the two middle stages (the same blocks, all 8 micro-batches under GPipe) as one.
+    assert data["layout"]["pp"] == 4 and [row["ranks"][-10:] for row in data["ranks"]] == [
+        "(32 ranks)", "(64 ranks)", "(32 ranks)"
+    ]  # fmt: skip
+    assert data["ranks"][0]["ranks"].startswith("0,1,2,3,4,5,6,7,...")
+    assert main(["estimate-memory", llama, "--sp_size", "4", "--dp_shard_size", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["layout"]["sp"] == 4
+    assert (
+        main(["estimate-memory", llama, "--zero_stage", "2", "--world_size", "8", "--zero_bucket_size", "16"])
+        == 0
+    )
+    assert "ZeRO-2" in capsys.readouterr().out

@@ -15,6 +15,10 @@ from accelerate.planning.check import check_plan
         {"dp_shard": 64},  # 64 ranks of plain FSDP
         {"dp_replicate": 4, "dp_shard": 8, "tp": 8},  # 256 ranks
         {"dp_replicate": 8, "dp_shard": 16, "tp": 8},  # 1,024 ranks: 128 nodes of 8
+        {"dp_replicate": 8, "dp_shard": 8, "pp": 2, "tp": 8},  # 1,024 ranks with two pipeline stages
+        {"dp_shard": 16, "pp": 4, "tp": 4},  # 256 ranks
+        {"dp_shard": 16, "sp": 4},  # 64 ranks of Ulysses (FSDP shards over dp_shard x sp)
+        {"dp_replicate": 2, "dp_shard": 8, "cp": 4},  # 64 ranks of context parallelism (a CUDA run's mesh)
     ],
     ids=lambda sizes: "x".join(f"{k}{v}" for k, v in sizes.items()),
 )
@@ -27,10 +31,12 @@ def test_every_rank_of_an_n_d_layout_sets_up_as_planned(sizes: dict[str, int]) -
     assert len({setup.data_parallel_index for setup in check.ranks}) == data_parallel
     # The epoch: each data-parallel group read 2 batches of 2; every sample exactly once overall.
     assert all(len(setup.samples) == 4 for setup in check.ranks)
-    tp = sizes.get("tp", 1)
-    assert all(setup.fsdp_group_size == world // tp for setup in check.ranks)
+    tp, pp = sizes.get("tp", 1), sizes.get("pp", 1)
+    assert all(setup.fsdp_group_size == world // tp // pp for setup in check.ranks)
     last = check.ranks[-1]
     assert last.coordinate["tp"] == tp - 1 and last.data_parallel_index == data_parallel - 1
+    assert last.coordinate["pp"] == pp - 1
+    assert f"epoch of {4 * data_parallel} samples sharded" in check.summary()
 
 
 def test_an_epoch_that_does_not_divide_is_reported_with_the_fix() -> None:
@@ -45,8 +51,8 @@ def test_an_epoch_that_does_not_divide_is_reported_with_the_fix() -> None:
 def test_sizes_that_do_not_make_the_world_size_are_a_problem_not_a_crash() -> None:
     check = check_plan({"dp_shard": 4, "tp": 2}, world_size=16)
     assert check.problems == ["the sizes multiply to 8 ranks, not world_size=16"] and check.ranks == []
-    with pytest.raises(ValueError, match="unknown dimensions \\['pp'\\]"):
-        check_plan({"pp": 2})
+    with pytest.raises(ValueError, match="unknown dimensions \\['ep'\\]"):
+        check_plan({"ep": 2})
 
 
 def test_the_summary_carries_the_memory_estimate() -> None:
@@ -70,7 +76,7 @@ def test_a_mesh_that_misplaces_a_rank_is_reported() -> None:
 
     from accelerate.planning.check import _config, _placed_ranks
 
-    sizes = {"dp_replicate": 1, "dp_shard": 2, "cp": 1, "sp": 1, "tp": 2}
+    sizes = {"dp_replicate": 1, "dp_shard": 2, "pp": 1, "cp": 1, "sp": 1, "tp": 2}
     problems: list[str] = []
     swapped = torch.tensor([[0, 2], [1, 3]])  # tp neighbours across the dp_shard dimension
     _placed_ranks(swapped, _config(sizes, 4), sizes, problems)

@@ -50,7 +50,9 @@ def test_uneven_shards_are_covered_exactly_and_a_tp_change_is_refused_with_the_f
     plan = reshard_plan({"dp_shard": 7}, {"dp_shard": 3, "cp": 2}, rows=1000)
     assert plan.problems == []
     assert sum(r.stop - r.start for reads in plan.reads.values() for r in reads) == 1000
-    with pytest.raises(ValueError, match="tp changes from 8 to 4; keep tp the same"):
+    with pytest.raises(
+        ValueError, match="tp changes from 8 to 4, which re-splits the other dimension too; keep tp the same"
+    ):
         reshard_plan(BIG, {"dp_shard": 128, "tp": 4})
 
 
@@ -61,3 +63,15 @@ def test_the_1024_rank_check_lists_the_files_and_the_reshard_plan() -> None:
     summary = check.summary()
     assert "checkpoint: 3076 files, 3 from each rank (rank 0 adds 4 shared ones)" in summary
     assert "reshard 1024 -> 512 ranks (dp_replicate=8 x dp_shard=8 x tp=8)" in summary
+
+
+def test_a_pipeline_reshards_within_each_stage_and_refuses_a_pp_change() -> None:
+    # 1,024 ranks with two stages -> 512: dp_shard 8 -> 4; each new rank reads the two saved shards of
+    # its own stage and tensor-parallel slice.
+    old = {"dp_replicate": 8, "dp_shard": 8, "pp": 2, "tp": 8}
+    plan = reshard_plan(old, {"dp_replicate": 8, "dp_shard": 4, "pp": 2, "tp": 8}, rows=4096)
+    assert plan.problems == [] and len(plan.reads) == 512
+    reads = plan.reads[8 + 3]  # new rank 11: dp_shard 0, pp 1, tp 3
+    assert [r.old_shard for r in reads] == [0, 1] and reads[0].old_ranks[0] == 8 + 3  # old pp 1, tp 3
+    with pytest.raises(ValueError, match="pp changes from 2 to 4, which re-cuts the pipeline's stages"):
+        reshard_plan(old, {"dp_replicate": 4, "dp_shard": 4, "pp": 4, "tp": 8})

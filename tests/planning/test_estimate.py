@@ -22,8 +22,10 @@ def test_ddp_keeps_a_second_copy_of_the_gradients_in_buckets() -> None:
     assert estimate.groups[0].memory.communication_buffers == 4000 and len(estimate.groups) == 1
 
 
-@pytest.mark.parametrize(("stage", "params", "grads", "states"), [(1, 4000, 4000, 2672), (2, 4000, 1336, 2672),
-                                                                  (3, 1336, 1336, 2672)])  # fmt: skip
+# DeepSpeed's parameters: the compute-precision copy (whole, or this rank's partition under ZeRO-3)
+# and the fp32 master partition.
+@pytest.mark.parametrize(("stage", "params", "grads", "states"), [(1, 5336, 4000, 2672), (2, 5336, 1336, 2672),
+                                                                  (3, 2672, 1336, 2672)])  # fmt: skip
 def test_zero_stages_shard_more_and_the_first_shards_hold_the_remainder(
     stage: int, params: int, grads: int, states: int
 ) -> None:
@@ -88,3 +90,18 @@ def test_memory_sizes_parse_in_decimal_and_binary_units() -> None:
     assert parse_memory("80GB") == 80 * 10**9 and parse_memory("2 GiB") == 2 * 2**30
     with pytest.raises(ValueError, match="80GB, 80GiB"):
         parse_memory("eighty")
+
+
+def test_deepspeed_counts_its_master_partition_and_its_full_size_bucket() -> None:
+    estimate = estimate_memory(TINY, RunLayout(world_size=2, zero_stage=2, zero_bucket_size=10_000))
+    memory = estimate.groups[0].memory
+    assert estimate.layout.engine == "deepspeed" and estimate.layout.describe() == "dp_shard=2 (ZeRO-2)"
+    assert memory.parameters == 1000 * 4 + 500 * 4  # fp32 parameters and the fp32 master partition
+    assert memory.communication_buffers == 10_000 * 4  # the bucket, whatever the model's size
+    assert "zero_bucket_size=10,000 elements" in estimate.notes[1]  # after "activations not counted"
+    # ZeRO-3 also keeps the whole model gathered and its gradient partition allocated.
+    three = estimate_memory(TINY, RunLayout(world_size=2, zero_stage=3, zero_bucket_size=10)).groups[0].memory
+    assert three.communication_buffers == 10 * 4 + 1000 * 4 + 500 * 4
+    fsdp = estimate_memory(TINY, RunLayout(world_size=2, dp_shard=2))
+    assert fsdp.layout.engine == "fsdp" and fsdp.layout.describe() == "dp_shard=2 (FSDP)"
+    assert not any("DeepSpeed" in note for note in fsdp.notes)

@@ -15,6 +15,7 @@ import json
 import os
 from typing import Any
 
+from accelerate.planning.layout import DEEPSPEED_BUCKET, PIPELINE_SCHEDULES
 from accelerate.utils.dataclasses import MIXED_PRECISION_MODES
 
 # (flag, argparse keywords): every default is None, so "given" is "not None".
@@ -37,6 +38,19 @@ _RUN_OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
     ),
     ("--tp_size", {"type": int, "help": "ParallelismConfig tp_size (tensor parallelism)."}),
     ("--cp_size", {"type": int, "help": "ParallelismConfig cp_size (context parallelism)."}),
+    ("--sp_size", {"type": int, "help": "ParallelismConfig sp_size (Ulysses sequence parallelism)."}),
+    ("--pp_size", {"type": int, "help": "ParallelismConfig pp_size (pipeline stages)."}),
+    (
+        "--pp_schedule",
+        {"choices": list(PIPELINE_SCHEDULES), "help": "Pipeline schedule with --pp_size (default: 1F1B)."},
+    ),
+    (
+        "--pp_microbatches",
+        {
+            "type": int,
+            "help": "Micro-batches per step with --pp_size (default: pp_size), each --micro_batch_size.",
+        },
+    ),
     (
         "--zero_stage",
         {
@@ -44,6 +58,14 @@ _RUN_OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
             "choices": [0, 1, 2, 3],
             "help": "DeepSpeed ZeRO stage over the data-parallel "
             "shards (default: 3, FSDP, when dp_shard_size > 1).",
+        },
+    ),
+    (
+        "--zero_bucket_size",
+        {
+            "type": int,
+            "help": "DeepSpeed's reduce_bucket_size in elements, allocated whole with --zero_stage "
+            "(default: DeepSpeed's 500000000; accelerate fills a transformers model's \"auto\" with hidden_size**2).",
         },
     ),
     (
@@ -106,7 +128,9 @@ def layout_of(args: argparse.Namespace) -> Any:
     """The :class:`~accelerate.planning.layout.RunLayout` the options describe."""
     from accelerate.planning.layout import RunLayout
 
-    sizes = {name: getattr(args, f"{name}_size") for name in ("dp_replicate", "dp_shard", "tp", "cp")}
+    sizes = {
+        name: getattr(args, f"{name}_size") for name in ("dp_replicate", "dp_shard", "pp", "cp", "sp", "tp")
+    }
     world = args.world_size
     if world is None:
         world = 1
@@ -118,6 +142,8 @@ def layout_of(args: argparse.Namespace) -> Any:
         cpu_offload=bool(args.cpu_offload), mixed_precision=args.mixed_precision or "no",
         optimizer=args.optimizer or "adamw", micro_batch_size=args.micro_batch_size or 1,
         sequence_length=args.sequence_length or 1024, activation_checkpointing=bool(args.activation_checkpointing),
+        pp=sizes["pp"] or 1, sp=sizes["sp"] or 1, pp_schedule=args.pp_schedule or "1F1B",
+        pp_microbatches=args.pp_microbatches, zero_bucket_size=args.zero_bucket_size or DEEPSPEED_BUCKET,
     )  # fmt: skip
 
 

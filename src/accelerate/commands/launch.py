@@ -309,6 +309,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     group.add_argument("--check_plan", "--check-plan", dest="check_plan", action="store_true",
                        help="With --dry_run: run every rank's set-up (device mesh, data sharding) on torch's fake "
                        "process group for --num_processes ranks, in this one process.")  # fmt: skip
+    group.add_argument("--reshard_to", "--reshard-to", dest="reshard_to", default=None, metavar="DIM=SIZE,...",
+                       help="With --check_plan: also plan which saved FSDP2 checkpoint shards each rank of this "
+                       "other layout reads (e.g. dp_replicate=8,dp_shard=4,tp=8; unnamed dimensions are 1).")  # fmt: skip
     group.add_argument("-q", "--quiet", action="store_true", help="Do not print which config file was read.")
     parser.add_argument(
         "training_script", metavar="SCRIPT", help="The script, module (-m) or executable to run."
@@ -342,7 +345,12 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print("accelerate launch --dry_run: nothing was started.\n")
         print(plan.describe())
-        return _check_plan(plan) if args.check_plan else 0
+        if args.reshard_to is not None and not args.check_plan:
+            print(
+                "accelerate launch: error: --reshard_to needs --check_plan (with --dry_run).", file=sys.stderr
+            )
+            return 2
+        return _check_plan(plan, args.reshard_to) if args.check_plan else 0
     for note in plan.notes:
         print(f"accelerate launch: {note}", file=sys.stderr)
     for warning in plan.warnings:
@@ -352,16 +360,24 @@ def run(args: argparse.Namespace) -> int:
     return run_plan(plan)
 
 
-def _check_plan(plan: Any) -> int:
+def _check_plan(plan: Any, reshard_to: str | None = None) -> int:
     """``--dry_run --check_plan``: the plan checker over the plan's sizes (plain data parallelism without
-    a ParallelismConfig); 1 when it finds a problem."""
+    a ParallelismConfig), and the reshard plan to ``--reshard_to``; 1 when it finds a problem."""
     from accelerate.launch import parallelism
     from accelerate.planning.check import check_plan
+    from accelerate.planning.checkpoint_plan import parse_sizes
 
     world = int(plan.value("num_processes"))
     sizes = parallelism.sizes(plan.settings) if parallelism.in_use(plan.settings) else {"dp_replicate": world}
-    check = check_plan(sizes, world)
+    try:
+        target = parse_sizes(reshard_to) if reshard_to is not None else None
+        check = check_plan(sizes, world, reshard_to=target)
+    except ValueError as exc:  # a --reshard_to that is not a layout, or one the plan cannot reach
+        print(f"accelerate launch: error: {exc}", file=sys.stderr)
+        return 2
     print("\n" + check.summary())
+    if check.reshard is not None:
+        print("\n" + check.reshard.describe())
     return 0 if check.ok else 1
 
 

@@ -12,13 +12,14 @@ gradients, so the step peaks at the persistent part plus the larger of activatio
   sharded from ZeRO-1 on;
 * activations: what autograd saves for backward, per token and per decoder block (measured on
   decoder blocks with SDPA attention: ``8h + 2kv + 4i`` elements plus a few per head and token, of
-  which ``4h`` are not split by tensor parallelism), plus the logits in fp32 (whole under tensor
+  which ``6h`` (the residual stream and the norms) are not split by tensor parallelism), plus the logits in fp32 (whole under tensor
   parallelism: the LM head's output is gathered); activation
   checkpointing keeps each block's input and one block's activations at a time; the loss's
   backward adds two fp32 copies of the logits (their gradient and the softmax's);
 * communication buffers: with FSDP the gathered parameters of two blocks (the one that runs and the
   one prefetched) in the compute precision and one block's unsharded gradients; with DDP the
-  gradient buckets (a second copy of the gradients).
+  gradient buckets (a second copy of the gradients); with tensor parallelism one all-reduced block
+  output per block, which the backend releases asynchronously (:func:`tp_forward_buffers`).
 
 CPU offload moves parameters, gradients and optimizer states to host memory (reported apart).
 The figures are checked against measured peaks in ``tests/planning/test_validation.py``.
@@ -29,12 +30,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from accelerate.planning.layout import OPTIMIZER_STATE_BYTES, RunLayout
+from accelerate.planning.layout import DIMS, OPTIMIZER_STATE_BYTES, RunLayout
 from accelerate.planning.shapes import ModelShape
+from accelerate.planning.stages import in_flight, stage_layers, stage_parameters
 
 _FP32 = 4
-# DeepSpeed's default reduce bucket (elements) bounds ZeRO-1/2's gradient buffer.
-_ZERO_BUCKET = 500_000_000
+# DeepSpeed's stage3_max_live_parameters default: ZeRO-3 keeps up to this many parameters gathered.
+_DEEPSPEED_LIVE = 1_000_000_000
 
 
 @dataclass(frozen=True)
@@ -114,80 +116,156 @@ def _compute_bytes(layout: RunLayout) -> int:
     return _FP32 if layout.mixed_precision == "no" else 2
 
 
-def activation_bytes(model: ModelShape, layout: RunLayout) -> int:
-    """Bytes autograd saves for backward in one micro-batch on one rank (0 when the model's dimensions
-    are unknown)."""
+def activation_bytes(model: ModelShape, layout: RunLayout, stage: int = 0) -> int:
+    """Bytes autograd saves for backward on one rank of pipeline ``stage`` (0 when the model's
+    dimensions are unknown): its blocks' activations for each micro-batch in flight, plus the
+    embedding's output on the first stage and the final norm and logits on the last."""
     if not model.knows_activations or model.hidden_size is None or model.num_layers is None:
         return 0
-    hidden, layers = model.hidden_size, model.num_layers
+    hidden = model.hidden_size
+    layers = stage_layers(model.num_layers, layout.pp, stage)
     inner = model.intermediate_size or 4 * hidden
     heads = model.num_heads or 1
-    tokens = layout.micro_batch_size * layout.sequence_length // layout.cp
-    # Per token: norms' inputs and outputs stay whole under tensor parallelism; projections split.
-    whole = 4 * hidden + 2
-    split = (4 * hidden + 2 * model.kv_size + 4 * inner + heads) / layout.tp
+    # Per token, measured on Llama blocks under tp=2: the residual stream and both norms' saved
+    # tensors stay whole (6h); the rotated queries, attention output, keys/values and the MLP split.
+    # Sequence and context parallelism split the tokens instead (layout.tokens).
+    whole = 6 * hidden + 2
+    split = (2 * hidden + 2 * model.kv_size + 4 * inner + heads) / layout.tp
     block = whole + split
     per_token = block + layers * hidden if layout.activation_checkpointing else layers * block
-    per_token += 3 * hidden + 5  # embeddings' output, the final norm
+    first, last = stage == 0, stage == layout.pp - 1
+    per_token += (hidden if first else 0) + (2 * hidden + 5 if last else 0)  # embeddings' output, final norm
     element = _compute_bytes(layout)
     # The loss upcasts the logits to fp32 (a second copy when the head computes in half precision);
-    # the start of backward adds their gradient and the softmax's, both fp32.
+    # the start of backward adds their gradient and the softmax's, both fp32, for one micro-batch.
     # Tensor parallelism leaves the logits whole: transformers' plans gather the LM head's output.
-    logits = (model.vocab_size or 0) * (3 * _FP32 + (0 if element == _FP32 else element))
-    return int(tokens * (per_token * element + logits))
+    vocab = (model.vocab_size or 0) if last else 0
+    saved_logits = vocab * (_FP32 + (0 if element == _FP32 else element))
+    backward_logits = vocab * 2 * _FP32
+    held = in_flight(layout, stage) * (per_token * element + saved_logits)
+    return int(layout.tokens * (held + backward_logits))
 
 
 def tp_local_parameters(model: ModelShape, layout: RunLayout) -> int:
     """One tensor-parallel rank's parameters: the blocks and the LM head split ``tp`` ways, the input
-    embedding whole (transformers' tensor-parallel plans replicate it)."""
-    if layout.tp == 1:
-        return model.parameters
-    embedding = min((model.vocab_size or 0) * (model.hidden_size or 0), model.parameters)
-    return embedding + -(-(model.parameters - embedding) // layout.tp)
+    embedding whole (transformers' tensor-parallel plans replicate it); the first pipeline stage's
+    under ``pp`` (:func:`~accelerate.planning.stages.stage_parameters`)."""
+    return stage_parameters(model, layout, 0)
+
+
+def tp_forward_buffers(model: ModelShape, layout: RunLayout, stage: int = 0) -> int:
+    """Tensor parallelism's all-reduced block outputs still held when backward starts: the backend
+    frees each forward all-reduce's buffers when its asynchronous work is released, not when the
+    result is read. Counted as one ``tokens x hidden`` buffer per block; on gloo (CPU, tp=2) between
+    none and four per block were measured, run to run."""
+    if layout.tp == 1 or not model.knows_activations:
+        return 0
+    layers = stage_layers(int(model.num_layers or 0), layout.pp, stage)
+    return layers * layout.tokens * int(model.hidden_size or 0) * _compute_bytes(layout)
 
 
 def _communication(model: ModelShape, layout: RunLayout) -> int:
-    """Bytes one rank sends per step: parameter gathers, gradient reductions, tensor/context-parallel traffic."""
-    params = tp_local_parameters(model, layout)
+    """Bytes one rank sends per step: parameter gathers, gradient reductions, and the tensor-, context-,
+    sequence- and pipeline-parallel traffic of its activations."""
+    params = stage_parameters(model, layout, 0)
     element = _compute_bytes(layout)
     shard, replicate = layout.shard_group, layout.dp_replicate
     sent = 0.0
     if layout.zero_stage == 3 and shard > 1:
         sent += 3 * params * element * (shard - 1) / shard  # gather for forward and backward, reduce-scatter
-    elif layout.zero_stage in (1, 2) and shard > 1:
-        sent += 2 * params * element * (shard - 1) / shard
     elif shard > 1:
-        sent += 2 * params * element * (shard - 1) / shard  # all-reduce
+        sent += (
+            2 * params * element * (shard - 1) / shard
+        )  # ZeRO-1/2's reduce-scatter + gather, or an all-reduce
     if replicate > 1:
         kept = params / shard if layout.zero_stage >= 2 else params
         sent += 2 * kept * element * (replicate - 1) / replicate
-    tokens = layout.micro_batch_size * layout.sequence_length / layout.cp
-    hidden, layers = model.hidden_size or 0, model.num_layers or 0
+    tokens, passes = layout.tokens, layout.microbatches
+    hidden = model.hidden_size or 0
+    layers = stage_layers(model.num_layers or 0, layout.pp, 0)
     if layout.tp > 1:  # two all-reduces per block forward, two backward
-        sent += 4 * layers * 2 * tokens * hidden * element * (layout.tp - 1) / layout.tp
+        sent += passes * 4 * layers * 2 * tokens * hidden * element * (layout.tp - 1) / layout.tp
     if layout.cp > 1:  # ring attention passes keys and values round the ring, forward and backward
-        sent += 2 * layers * 2 * tokens * model.kv_size * element * (layout.cp - 1)
+        sent += passes * 2 * layers * 2 * tokens * model.kv_size * element * (layout.cp - 1)
+    if layout.sp > 1:  # Ulysses: all-to-alls of q, k, v and the attention output, forward and backward
+        sent += (
+            passes
+            * 2
+            * layers
+            * (2 * hidden + 2 * model.kv_size)
+            * tokens
+            * element
+            * (layout.sp - 1)
+            / layout.sp
+        )
+    if layout.pp > 1:  # each micro-batch's activations forward to the next stage, their gradients back
+        sent += passes * 2 * tokens * hidden * element
     return int(sent)
 
 
-def _rank_memory(model: ModelShape, layout: RunLayout, shard_params: int, activations: int) -> RankMemory:
-    whole = tp_local_parameters(model, layout)
+def _buffers(model: ModelShape, layout: RunLayout, whole: int, gradients: int, stage: int) -> int:
+    """The communication buffers of one rank (see the module docstring)."""
+    element = _compute_bytes(layout)
+    block = -(-model.largest_layer // layout.tp)
+    buffers = 0
+    if _deepspeed(layout):
+        # DeepSpeed allocates its gradient bucket at full size whatever the model's: reduce_bucket_size
+        # elements, fp32 under ZeRO-1 (it accumulates there), the parameters' precision from ZeRO-2 on.
+        buffers = layout.zero_bucket_size * (_FP32 if layout.zero_stage == 1 else element)
+        if layout.zero_stage == 3:
+            # ZeRO-3 keeps gathered the parameters it will reuse within stage3_max_reuse_distance (1e9
+            # by default, up to stage3_max_live_parameters, 1e9): when backward starts, the whole model
+            # (measured); and its flat gradient partition stays allocated between steps.
+            buffers += min(whole, _DEEPSPEED_LIVE) * element + gradients
+    elif layout.zero_stage >= 1 and layout.shard_group > 1:  # FSDP: gathered blocks, one block's gradients
+        buffers = (2 * block * element if layout.zero_stage == 3 else 0) + block * _FP32
+    elif layout.data_parallel > 1:
+        buffers = gradients  # DDP's buckets: a second copy of the gradients
+    buffers += tp_forward_buffers(model, layout, stage)
+    hidden = model.hidden_size or 0
+    if layout.pp > 1:  # the activation received from the previous stage and the one sent on
+        buffers += 2 * layout.tokens * hidden * element
+    if layout.sp > 1:  # one block's all-to-all outputs (q, k, v, attention output), re-split by heads
+        buffers += layout.tokens * (2 * hidden + 2 * model.kv_size) * element
+    return buffers
+
+
+def _deepspeed(layout: RunLayout) -> bool:
+    return layout.engine == "deepspeed" and layout.zero_stage >= 1 and layout.shard_group > 1
+
+
+def _rank_memory(model: ModelShape, layout: RunLayout, shard_params: int, stage: int) -> RankMemory:
+    whole = stage_parameters(model, layout, stage)
     parameters = (shard_params if layout.zero_stage >= 3 else whole) * _FP32
+    if _deepspeed(layout):
+        # DeepSpeed holds the parameters in the compute precision and, apart, an fp32 master copy of
+        # this rank's partition (even when the compute precision is fp32).
+        held = shard_params if layout.zero_stage >= 3 else whole
+        parameters = held * _compute_bytes(layout) + shard_params * _FP32
     gradients = (shard_params if layout.zero_stage >= 2 else whole) * _FP32
     optimizer = int(
         (shard_params if layout.zero_stage >= 1 else whole) * OPTIMIZER_STATE_BYTES[layout.optimizer]
     )
-    buffers = 0
-    block = -(-model.largest_layer // layout.tp)
-    if layout.zero_stage == 3 and layout.shard_group > 1:
-        buffers = 2 * block * _compute_bytes(layout) + block * _FP32
-    elif layout.zero_stage in (1, 2) and layout.shard_group > 1:
-        buffers = min(whole, _ZERO_BUCKET) * _FP32
-    elif layout.data_parallel > 1:
-        buffers = gradients  # DDP's buckets: a second copy of the gradients
+    if layout.pp > 1:
+        # This accelerate cuts the model into stages at its first call and every rank keeps the whole
+        # model's weights (backends/parallel/pipeline_model.py); gradients and optimizer states are
+        # its stage's only.
+        others = sum(stage_parameters(model, layout, s) for s in range(layout.pp)) - whole
+        parameters += others * _FP32
+    buffers = _buffers(model, layout, whole, gradients, stage)
+    activations = activation_bytes(model, layout, stage)
     if layout.cpu_offload:
         return RankMemory(0, 0, 0, activations, buffers, cpu=parameters + gradients + optimizer)
     return RankMemory(parameters, gradients, optimizer, activations, buffers)
+
+
+def _coordinates(rank: int, layout: RunLayout) -> dict[str, int]:
+    """``rank``'s place along each dimension, row-major in ``ParallelismConfig``'s order."""
+    coords: dict[str, int] = {}
+    for dim in reversed(DIMS):
+        size = int(getattr(layout, dim) or 1)
+        coords[dim], rank = rank % size, rank // size
+    return coords
 
 
 def estimate_memory(model: ModelShape, layout: RunLayout) -> MemoryEstimate:
@@ -200,24 +278,39 @@ def estimate_memory(model: ModelShape, layout: RunLayout) -> MemoryEstimate:
         >>> plan = estimate_memory(shape, RunLayout(world_size=16, tp=2, mixed_precision="bf16",
         ...     micro_batch_size=4, sequence_length=4096))
         >>> plan.fits(80 * 10**9), round(plan.peak / 1e9)  # the logits alone take 29 GB
-        (False, 94)
+        (False, 103)
     """
     layout = layout.resolved()
-    activations = activation_bytes(model, layout)
-    whole = tp_local_parameters(model, layout)
     shard = layout.shard_group if layout.zero_stage >= 1 else 1
-    base, extra = divmod(whole, shard)
+    split = {stage: divmod(stage_parameters(model, layout, stage), shard) for stage in range(layout.pp)}
     by_memory: dict[RankMemory, list[int]] = {}
+    memo: dict[tuple[int, bool], RankMemory] = {}
     for rank in range(layout.world_size):
-        # Rank order is row-major over (dp_replicate, dp_shard, cp, tp): the index in the shard group
-        # is the (dp_shard, cp) coordinate, and the first `extra` shards hold one element more.
-        index = (rank // layout.tp) % shard
-        memory = _rank_memory(model, layout, base + (1 if index < extra else 0), activations)
-        by_memory.setdefault(memory, []).append(rank)
+        # The rank's index in its shard group is its (dp_shard, cp, sp) coordinate; the first `extra`
+        # shards of an uneven split hold one element more.
+        coords = _coordinates(rank, layout)
+        index = (coords["dp_shard"] * layout.cp + coords["cp"]) * layout.sp + coords["sp"]
+        stage = coords["pp"]
+        base, extra = split[stage]
+        key = (stage, index < extra)
+        if key not in memo:
+            memo[key] = _rank_memory(model, layout, base + (1 if index < extra else 0), stage)
+        by_memory.setdefault(memo[key], []).append(rank)
     groups = tuple(RankGroup(tuple(ranks), memory) for memory, ranks in by_memory.items())
     notes = []
     if not model.knows_activations:
         notes.append("activations not counted: the model's hidden size and layer count are unknown")
+    if _deepspeed(layout):
+        notes.append(
+            f"DeepSpeed's gradient bucket counted at zero_bucket_size={layout.zero_bucket_size:,} elements "
+            '(its reduce_bucket_size: 500,000,000 unless the config sets it; accelerate fills "auto" with '
+            "hidden_size**2)"
+        )
+    if layout.pp > 1:
+        notes.append(
+            "pp: every rank also holds the other stages' weights (this accelerate keeps the whole model on "
+            "each rank); gradients, optimizer states and activations are its stage's"
+        )
     if layout.mixed_precision == "fp8":
         notes.append("fp8: activations counted at 2 bytes (the matmul inputs in fp8 save less)")
     return MemoryEstimate(model, layout, groups, _communication(model, layout), tuple(notes))

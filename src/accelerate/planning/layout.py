@@ -1,9 +1,9 @@
 """A training run's layout as the memory estimate sees it: the parallel sizes and the training choices.
 
-:class:`RunLayout` names the same sizes as ``ParallelismConfig`` (dp_replicate, dp_shard, tp, cp),
-plus how the data-parallel shards split the training state (none, ZeRO stages 1 and 2, or FSDP /
-ZeRO-3), CPU offload, precision, optimizer, micro-batch, sequence length and activation
-checkpointing. Pure data, no torch.
+:class:`RunLayout` names the same sizes as ``ParallelismConfig`` (dp_replicate, dp_shard, pp, cp,
+sp, tp) and its pipeline schedule, plus how the data-parallel shards split the training state (none,
+DeepSpeed's ZeRO stages 1-3, or FSDP) and DeepSpeed's bucket size, CPU offload, precision, optimizer,
+micro-batch, sequence length and activation checkpointing. Pure data, no torch.
 """
 
 from __future__ import annotations
@@ -23,6 +23,16 @@ PRECISIONS = MIXED_PRECISION_MODES
 # Sharding of the training state over the dp_shard group, as DeepSpeed numbers it: 0 none, 1 the
 # optimizer states, 2 those and the gradients, 3 those and the parameters (what FSDP does).
 ZERO_STAGES = (0, 1, 2, 3)
+ENGINES = ("fsdp", "deepspeed")
+# DeepSpeed's default reduce_bucket_size (elements): ZeRO allocates a gradient bucket this big whatever
+# the model's size (accelerate fills a transformers model's "auto" with hidden_size**2 instead).
+DEEPSPEED_BUCKET = 500_000_000
+# torch.distributed.pipelining's schedules (ParallelismConfig.pp_schedule): the names of
+# state/pipeline_options.PIPELINE_SCHEDULES, which imports torch with its package (tests/planning/test_stages.py
+# keeps the two equal).
+PIPELINE_SCHEDULES = ("GPipe", "1F1B", "Interleaved1F1B")
+# The mesh's dimensions, outermost first, as ParallelismConfig orders them.
+DIMS = ("dp_replicate", "dp_shard", "pp", "cp", "sp", "tp")
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kmgtp]?i?b?)\s*$", re.IGNORECASE)
 _UNIT = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "pb": 10**15,
          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "pib": 2**50,
@@ -49,7 +59,10 @@ class RunLayout:
     """One training run's parallel layout and training choices (see the module docstring).
 
     ``dp_shard=None`` takes the processes the other sizes leave, as ``ParallelismConfig`` does; a
-    ``zero_stage`` of 0 with ``dp_shard > 1`` means FSDP (stage 3), which is what ``dp_shard`` runs.
+    ``zero_stage`` of 0 with ``dp_shard > 1`` means FSDP (stage 3), which is what ``dp_shard`` runs, and
+    a ``zero_stage`` given means DeepSpeed (``engine`` says which when left ``None``).
+    ``micro_batch_size`` is the samples of one forward pass; under pipeline parallelism (``pp > 1``) a
+    step runs ``pp_microbatches`` of them (default: ``pp``) through the ``pp_schedule``.
 
     Example:
         >>> RunLayout(world_size=16, tp=2).resolved().dp_shard
@@ -68,6 +81,12 @@ class RunLayout:
     micro_batch_size: int = 1
     sequence_length: int = 1024
     activation_checkpointing: bool = False
+    pp: int = 1
+    sp: int = 1
+    pp_schedule: str = "1F1B"
+    pp_microbatches: int | None = None
+    engine: str | None = None
+    zero_bucket_size: int = DEEPSPEED_BUCKET
 
     def resolved(self) -> RunLayout:
         """The layout with ``dp_shard`` filled in and every value checked.
@@ -76,22 +95,32 @@ class RunLayout:
             ValueError: a size below 1, sizes that do not multiply to the world size, or an unknown
                 optimizer, precision or stage, naming the field and what it may be.
         """
-        for name in ("world_size", "dp_replicate", "tp", "cp", "micro_batch_size", "sequence_length"):
+        for name in (
+            "world_size",
+            "dp_replicate",
+            "tp",
+            "cp",
+            "pp",
+            "sp",
+            "micro_batch_size",
+            "sequence_length",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"RunLayout({name}={getattr(self, name)}) must be at least 1.")
-        others = self.dp_replicate * self.tp * self.cp
+        self._check_combinations()
+        others = self.dp_replicate * self.tp * self.cp * self.pp * self.sp
         shard = self.dp_shard
         if shard is None:
             if self.world_size % others:
                 raise ValueError(
-                    f"RunLayout: dp_replicate={self.dp_replicate} x tp={self.tp} x cp={self.cp} = {others} does "
-                    f"not divide world_size={self.world_size}; pick sizes whose product divides it."
+                    f"RunLayout: {self._others_text()} = {others} does not divide "
+                    f"world_size={self.world_size}; pick sizes whose product divides it."
                 )
             shard = self.world_size // others
         if shard < 1 or others * shard != self.world_size:
             raise ValueError(
-                f"RunLayout: dp_replicate={self.dp_replicate} x dp_shard={shard} x tp={self.tp} x cp={self.cp} = "
-                f"{others * shard}, but world_size={self.world_size}; their product must be the world size."
+                f"RunLayout: dp_shard={shard} x {self._others_text()} = {others * shard}, but "
+                f"world_size={self.world_size}; their product must be the world size."
             )
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(
@@ -103,25 +132,66 @@ class RunLayout:
             )
         if self.zero_stage not in ZERO_STAGES:
             raise ValueError(f"RunLayout(zero_stage={self.zero_stage}) must be 0, 1, 2 or 3.")
+        engine = self.engine or ("deepspeed" if self.zero_stage else "fsdp")
+        if engine not in ENGINES:
+            raise ValueError(f"RunLayout(engine={self.engine!r}) must be 'fsdp', 'deepspeed' or None.")
         stage = 3 if self.zero_stage == 0 and shard > 1 else self.zero_stage
-        return dataclasses.replace(self, dp_shard=shard, zero_stage=stage)
+        return dataclasses.replace(self, dp_shard=shard, zero_stage=stage, engine=engine)
+
+    def _others_text(self) -> str:
+        return " x ".join(f"{n}={getattr(self, n)}" for n in DIMS if n != "dp_shard")
+
+    def _check_combinations(self) -> None:
+        """What ``ParallelismConfig`` refuses, refused here too (with the same fix), and the pp options."""
+        if self.sp > 1 and (self.tp > 1 or self.cp > 1):
+            raise ValueError(
+                f"RunLayout(sp={self.sp}, tp={self.tp}, cp={self.cp}): sequence parallelism (Ulysses) does not "
+                "compose with tensor or context parallelism (ParallelismConfig refuses it); give those ranks "
+                "to dp_shard instead."
+            )
+        if self.pp_schedule not in PIPELINE_SCHEDULES:
+            raise ValueError(
+                f"RunLayout(pp_schedule={self.pp_schedule!r}) must be one of {', '.join(PIPELINE_SCHEDULES)}."
+            )
+        if self.pp_microbatches is not None and self.pp_microbatches < 1:
+            raise ValueError(
+                f"RunLayout(pp_microbatches={self.pp_microbatches}) must be at least 1 (or None)."
+            )
+        if self.zero_bucket_size < 1:
+            raise ValueError(
+                f"RunLayout(zero_bucket_size={self.zero_bucket_size}) must be at least 1 element."
+            )
+
+    @property
+    def microbatches(self) -> int:
+        """Forward passes per step per rank: ``pp_microbatches`` (default ``pp``) under a pipeline, else 1."""
+        if self.pp == 1:
+            return 1
+        return self.pp_microbatches or self.pp
+
+    @property
+    def tokens(self) -> int:
+        """Tokens one rank's forward pass holds: a micro-batch's, split by context or sequence parallelism."""
+        return self.micro_batch_size * self.sequence_length // (self.cp * self.sp)
 
     @property
     def shard_group(self) -> int:
-        """How many ranks split the training state: FSDP shards over dp_shard x cp (``dp_shard_cp``)."""
-        return int(self.dp_shard or 1) * self.cp
+        """How many ranks split the training state: FSDP shards over dp_shard x cp (``dp_shard_cp``), or
+        dp_shard x sp (``dp_shard_sp``): the ranks that split one batch's sequence hold the same weights."""
+        return int(self.dp_shard or 1) * self.cp * self.sp
 
     @property
     def data_parallel(self) -> int:
         return self.dp_replicate * int(self.dp_shard or 1)
 
     def describe(self) -> str:
-        """``dp_replicate=2 x dp_shard=4 x tp=2 (FSDP)``: the sizes above 1 and the sharding."""
-        sizes = [
-            f"{n}={getattr(self, n)}"
-            for n in ("dp_replicate", "dp_shard", "cp", "tp")
-            if getattr(self, n) != 1
-        ]
-        sharding = {0: "", 1: " (ZeRO-1)", 2: " (ZeRO-2)", 3: " (FSDP/ZeRO-3)"}[self.zero_stage]
+        """``dp_replicate=2 x dp_shard=4 x tp=2 (FSDP)``: the sizes above 1 and the sharding (of a
+        resolved layout)."""
+        sizes = [f"{n}={getattr(self, n)}" for n in DIMS if getattr(self, n) != 1]
+        fsdp = self.zero_stage == 3 and self.engine != "deepspeed"
+        sharding = (
+            " (FSDP)" if fsdp else {0: "", 1: " (ZeRO-1)", 2: " (ZeRO-2)", 3: " (ZeRO-3)"}[self.zero_stage]
+        )
         offload = " + CPU offload" if self.cpu_offload else ""
-        return (" x ".join(sizes) or "one process") + sharding + offload
+        pipeline = f" ({self.pp_schedule}, {self.microbatches} micro-batches)" if self.pp > 1 else ""
+        return (" x ".join(sizes) or "one process") + pipeline + sharding + offload

@@ -1,0 +1,111 @@
+"""Rank functions for the DeepSpeed ZeRO memory validation (top-level: the pool sends them by name).
+
+DeepSpeed keeps copies the model's parameters do not show (a flat fp32 partition for the optimizer,
+gradient partitions, bucket buffers), so the whole run is profiled from before the model is built:
+the CPU allocator's live bytes (``total_allocated``) then count everything the process allocated
+since, and the peak is taken over the third step's allocation events.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+from tests.planning.tp_payload import CONFIG
+
+STEP = "validated step"
+
+
+def _window(events: Iterable[Any]) -> tuple[int, int]:
+    stack = list(events)
+    while stack:
+        event = stack.pop()
+        if event.name == STEP:
+            return event.start_time_ns, event.start_time_ns + event.duration_time_ns
+        stack.extend(event.children)
+    raise RuntimeError(f"no {STEP!r} event in the profile")
+
+
+def peak_between(events: Any, start: int, stop: int) -> int:
+    """The most bytes allocated since the profile began and still live, at any allocation event between
+    ``start`` and ``stop`` (ns).
+
+    The allocator's count (``total_allocated``) also carries what earlier profiles in this process
+    allocated and is still alive (an earlier call's engine in the worker pool): the count just before
+    the profile's first allocation is subtracted.
+    """
+    peak, first, stack = 0, (2**63, 0), list(events)
+    while stack:
+        event = stack.pop()
+        fields = event.extra_fields
+        if type(fields).__name__ == "_ExtraFields_Allocation":
+            total = int(fields.total_allocated)
+            first = min(first, (event.start_time_ns, total - int(fields.alloc_size)))
+            if start <= event.start_time_ns <= stop:
+                peak = max(peak, total)
+        stack.extend(event.children)
+    return peak - first[1]
+
+
+def _plugin(stage: int, buckets: str) -> Any:
+    from accelerate.utils import DeepSpeedPlugin
+
+    if buckets == "default":  # DeepSpeed's own bucket sizes (500M elements)
+        return DeepSpeedPlugin(zero_stage=stage)
+    # What a transformers model's config fills "auto" with (hidden_size**2 and friends).
+    zero = {"stage": stage, "reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": "auto",
+            "stage3_param_persistence_threshold": "auto"}  # fmt: skip
+    config = {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
+              "gradient_accumulation_steps": 1, "gradient_clipping": 0.0, "zero_optimization": zero}  # fmt: skip
+    return DeepSpeedPlugin(hf_ds_config=config)
+
+
+def zero_peak(stage: int, batch: int, sequence: int, buckets: str = "auto") -> dict[str, int]:
+    """One rank's measured peak of a ZeRO-``stage`` AdamW step of the small Llama, and the estimate.
+
+    ``buckets``: ``"auto"`` (the sizes accelerate fills from the model's hidden size) or ``"default"``.
+    """
+    import transformers
+    from torch.utils.data import DataLoader
+
+    from accelerate import Accelerator
+    from accelerate.planning import RunLayout, estimate_memory
+    from accelerate.planning.shapes import shape_of_module
+
+    gc.collect()  # an earlier call's objects freed now, not during the profile
+    torch.manual_seed(0)
+    ids = torch.randint(
+        0, CONFIG["vocab_size"], (batch, sequence), generator=torch.Generator().manual_seed(1)
+    )
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True
+    ) as prof:
+        accelerator = Accelerator(deepspeed_plugin=_plugin(stage, buckets))
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**CONFIG))
+        shape = shape_of_module(model)
+        loader = DataLoader(range(2 * batch), batch_size=batch)  # sets the engine's micro-batch size
+        model, optimizer, _ = accelerator.prepare(model, torch.optim.AdamW(model.parameters()), loader)
+
+        def step() -> None:
+            accelerator.backward(model(input_ids=ids, labels=ids).loss)
+            optimizer.step()
+            optimizer.zero_grad()
+
+        step()
+        step()
+        with torch.profiler.record_function(STEP):
+            step()
+    events = prof.profiler.kineto_results.experimental_event_tree()  # type: ignore[union-attr]
+    peak = peak_between(events, *_window(events))
+    bucket = CONFIG["hidden_size"] ** 2 if buckets == "auto" else 500_000_000
+    layout = RunLayout(world_size=2, dp_shard=2, zero_stage=stage, micro_batch_size=batch, sequence_length=sequence,
+                       zero_bucket_size=bucket)  # fmt: skip
+    estimate = estimate_memory(shape, layout)
+    return {
+        "measured": peak,
+        "estimated": estimate.peak,
+        **{k: v for k, v in vars(estimate.groups[0].memory).items()},
+    }
