@@ -74,7 +74,7 @@ class TinyMoE(nn.Module):
             aux = aux + extra
         logits = self.head(x)
         loss = nn.functional.cross_entropy(logits.reshape(-1, VOCAB), labels.reshape(-1))
-        return {"loss": loss + 0.01 * aux, "logits": logits}
+        return {"loss": loss + 0.01 * aux}
 
 
 def make_qwen3_moe() -> Any:
@@ -130,7 +130,9 @@ def reference(kind: str, shards: int) -> tuple[dict[str, torch.Tensor], list[flo
     return {k: v.detach().clone() for k, v in model.state_dict().items()}, norms
 
 
-def train(sizes: dict[str, int], kind: str = "own", save_to: str | None = None) -> dict[str, Any]:
+def train(
+    sizes: dict[str, int], kind: str = "own", save_to: str | None = None, model_to: str | None = None
+) -> dict[str, Any]:
     """Trains STEPS steps of ACCUM micro-batches under ``sizes``; reports the whole state and the norms."""
     accelerator = Accelerator(
         cpu=True,
@@ -156,6 +158,8 @@ def train(sizes: dict[str, int], kind: str = "own", save_to: str | None = None) 
             optimizer.zero_grad()
     if save_to is not None:
         accelerator.save_state(save_to)
+    if model_to is not None:
+        accelerator.save_model(model, model_to)
     local = [
         tuple(p.to_local().shape)
         for n, p in model.named_parameters()
@@ -168,3 +172,24 @@ def train(sizes: dict[str, int], kind: str = "own", save_to: str | None = None) 
         "received": arrivals[1::2],
         "describe": accelerator.strategy.describe(),
     }
+
+
+def resume(sizes: dict[str, int], folder: str, global_batch: int = 4, chunks: int = 1) -> dict[str, Any]:
+    """Loads a state saved under another ep, then one step on a fixed global batch (its loss the mean of
+    ``chunks`` pieces' losses: the load-balancing term is per batch, so one process mimics the shards)."""
+    config = ParallelismConfig(**sizes) if sizes else None  # type: ignore[arg-type]
+    accelerator = Accelerator(cpu=True, parallelism_config=config)
+    model = make("own")
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+    shards = accelerator.state.run.data_shards[0]
+    loader = DataLoader(samples(global_batch), batch_size=global_batch // shards)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    accelerator.load_state(folder)
+    loaded = {key: value.clone() for key, value in accelerator.get_state_dict(model).items()}
+    for batch in loader:
+        pieces = [{k: v.chunk(chunks)[i] for k, v in batch.items()} for i in range(chunks)]
+        accelerator.backward(torch.stack([_loss(model, piece) for piece in pieces]).mean())
+        accelerator.clip_grad_norm_(model.parameters(), MAX_NORM)
+        optimizer.step()
+        optimizer.zero_grad()
+    return {"loaded": loaded, "state": accelerator.get_state_dict(model)}

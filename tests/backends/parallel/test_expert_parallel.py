@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from tests.backends.parallel import ep_workers as w
 from tests.conftest import get_pool
@@ -25,3 +28,37 @@ def test_ep2_trains_to_the_one_process_parameters(kind: str) -> None:
     assert "experts split over ep=2" in results[0]["describe"]
     for key, value in expected.items():
         torch.testing.assert_close(results[0]["state"][key], value, rtol=1e-5, atol=1e-5, msg=key)
+
+
+# Four processes, ep=2 carved from the data-parallel ranks: FSDP2 over dp_shard=4 (two expert groups,
+# each rank's experts replicated in the other group), and HSDP (dp_replicate=2 x dp_shard=2).
+@pytest.mark.parametrize(
+    "sizes", [{"dp_shard_size": 4, "ep_size": 2}, {"dp_replicate_size": 2, "dp_shard_size": 2, "ep_size": 2}]
+)
+def test_four_processes_with_ep2_train_to_the_one_process_parameters(sizes: dict[str, int]) -> None:
+    results = get_pool(4).run(w.train, sizes, "own", timeout=300)
+    expected, norms = w.reference("own", 4)
+    for result in results:
+        assert result["norms"] == pytest.approx(norms, rel=1e-5)
+    assert "FSDP2 over dp_" in results[0]["describe"]
+    for key, value in expected.items():
+        torch.testing.assert_close(results[0]["state"][key], value, rtol=1e-5, atol=1e-5, msg=key)
+
+
+def test_an_ep2_state_loads_under_ep1_and_ep4_and_save_model_writes_whole_experts(tmp_path: Path) -> None:
+    folder, whole = str(tmp_path / "ckpt"), str(tmp_path / "model")
+    saved = get_pool(2).run(w.train, {"ep_size": 2}, "own", folder, whole, timeout=300)[0]["state"]
+    after = {
+        "ep1": w.resume({}, folder, chunks=4),  # one process, the four ranks' batches as four pieces
+        "ep4": get_pool(4).run(w.resume, {"ep_size": 4}, folder, timeout=300)[0],
+    }
+    for name, result in after.items():
+        for key, value in saved.items():  # the experts resharded from 2 ranks to 1 and to 4
+            torch.testing.assert_close(result["loaded"][key], value, msg=f"{name}: {key}")
+    for key, value in after["ep1"]["state"].items():  # and the next step (momentum included) matches
+        torch.testing.assert_close(after["ep4"]["state"][key], value, rtol=1e-5, atol=1e-5, msg=key)
+    model = w.make("own")
+    model.load_state_dict(load_file(str(Path(whole) / "model.safetensors")), strict=True)
+    assert model.layers[0].experts.up.shape[0] == w.EXPERTS
+    for key, value in model.state_dict().items():
+        torch.testing.assert_close(value, saved[key], msg=key)
