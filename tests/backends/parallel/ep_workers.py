@@ -193,3 +193,17 @@ def resume(sizes: dict[str, int], folder: str, global_batch: int = 4, chunks: in
         optimizer.step()
         optimizer.zero_grad()
     return {"loaded": loaded, "state": accelerator.get_state_dict(model)}
+
+
+def refusals() -> dict[str, str]:
+    """Each model ep cannot split, and its message (caught on every rank)."""
+    messages: dict[str, str] = {}
+    accelerator = Accelerator(cpu=True, parallelism_config=ParallelismConfig(ep_size=2))
+    odd = TinyMoE()
+    odd.layers[1].experts = StackedExperts(num_experts=3)
+    for name, model in (("odd", odd), ("dense", nn.Sequential(nn.Linear(HIDDEN, HIDDEN)))):
+        try:
+            accelerator.prepare(model)
+        except ValueError as error:
+            messages[name] = str(error)
+    return messages

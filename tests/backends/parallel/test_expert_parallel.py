@@ -62,3 +62,9 @@ def test_an_ep2_state_loads_under_ep1_and_ep4_and_save_model_writes_whole_expert
     assert model.layers[0].experts.up.shape[0] == w.EXPERTS
     for key, value in model.state_dict().items():
         torch.testing.assert_close(value, saved[key], msg=key)
+
+
+def test_what_ep_cannot_split_is_an_error_naming_why() -> None:
+    messages = get_pool(2).run(w.refusals, timeout=300)[0]
+    assert "ep_size=2" in messages["odd"] and "layers.1.experts has num_experts=3" in messages["odd"]
+    assert "has no experts module" in messages["dense"] and "Sequential" in messages["dense"]
