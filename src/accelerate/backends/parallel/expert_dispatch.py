@@ -98,9 +98,9 @@ def dispatch_to_experts(
     arrived = all_to_all(hidden_states[token_of], send, recv, group)
     local_index = torch.arange(per_rank, device=got.device).repeat(ranks).repeat_interleave(got)
     outputs = local_experts(arrived, local_index.to(hidden_states.device))
-    if torch.is_grad_enabled() and arrived.requires_grad:
+    if arrived.shape[0] == 0 and torch.is_grad_enabled() and arrived.requires_grad:
         # Every rank must run both exchanges' backward (they are collectives), even one whose experts got
-        # no token: tie the outputs to the arrivals (a zero gradient) so the path always exists.
+        # no token: tie the outputs to the (empty) arrivals so the path always exists.
         outputs = outputs + arrived.sum() * 0
     back = all_to_all(outputs.to(hidden_states.dtype), recv, send, group)
     weights = top_k_weights.reshape(-1)[order].unsqueeze(-1)

@@ -31,7 +31,7 @@ import inspect
 import types
 import weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -163,18 +163,25 @@ def _run_local(module: nn.Module, rows: torch.Tensor, index: torch.Tensor) -> to
     """The module's own forward over its local experts: plain local tensors, ``num_experts`` of them,
     each row to one expert with weight 1 (the combine happens after the exchange back)."""
     split = _SPLIT[module]
-    local = {n: p.to_local() for n, p in module.named_parameters(recurse=False) if isinstance(p, DTensor)}
+    params = module._parameters
+    kept = {n: cast(DTensor, p) for n, p in params.items() if isinstance(p, DTensor)}
     whole = _experts_count(module)
     split.inside = True
     setattr(module, "num_experts", split.local_count)  # noqa: B010 (read by the module's own forward)
     try:
+        # The local tensors stand in for the parameters during this call (autograd reaches the DTensor
+        # parameters through to_local); a plain swap costs less than torch.func.functional_call.
+        for name, param in kept.items():
+            params[name] = param.to_local()  # type: ignore[assignment]
         ones = torch.ones(rows.shape[0], 1, dtype=rows.dtype, device=rows.device)
-        out: torch.Tensor = torch.func.functional_call(module, local, (rows, index.unsqueeze(-1), ones))
-        if torch.is_grad_enabled():
-            # Experts that got no token still get a (zero) gradient: every rank then reduces the same
-            # tensors at the step (see ExpertGradients), and the optimizer treats them alike.
-            out = out + sum((p.sum() for p in local.values() if p.requires_grad), rows.new_zeros(())) * 0
+        out: torch.Tensor = module(rows, index.unsqueeze(-1), ones)
+        if rows.shape[0] == 0 and torch.is_grad_enabled():
+            # No token reached these experts: tie them to the output with a zero gradient, so every rank
+            # has gradients to reduce at the step and the optimizer treats them alike.
+            local = [params[n] for n, p in kept.items() if p.requires_grad]
+            out = out + sum((p.sum() for p in local if p is not None), rows.new_zeros(())) * 0
     finally:
+        params.update(kept)  # type: ignore[arg-type]
         setattr(module, "num_experts", whole)  # noqa: B010
         split.inside = False
     return out
@@ -205,7 +212,7 @@ class ExpertGradients:
         replicas = self.mesh["ep_replicate"]
         for param in self.params:
             grad = param.grad
-            if grad is None:
+            if grad is None:  # frozen, or unused on every rank alike (the experts are tied to the output)
                 continue
             local = grad.to_local() if isinstance(grad, DTensor) else grad
             if replicas.size() > 1:
