@@ -28,6 +28,7 @@ FSDP's average is for the other weights. It runs once per optimizer step, at cli
 from __future__ import annotations
 
 import inspect
+import math
 import types
 import weakref
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.tensor import DTensor, Shard
 
+from accelerate.backends.fsdp.strategy import combine_norms, norm_parts, scale_grads
 from accelerate.backends.parallel.expert_dispatch import dispatch_to_experts
 
 _ROUTED = ("top_k_index", "top_k_weights")
@@ -218,3 +220,29 @@ class ExpertGradients:
             if replicas.size() > 1:
                 dist.all_reduce(local, group=replicas.get_group())
             local.div_(self.data_parallel_size)
+
+
+def clip_with_experts(
+    params: list[torch.Tensor], max_norm: float, norm_type: float, experts: list[ExpertGradients]
+) -> torch.Tensor:
+    """Clips by the global norm, each expert counted once: the other weights' norm as FSDP computes it,
+    plus the local experts' norm summed over the ``ep`` group (one collective on plain tensors)."""
+    ids = set().union(*(group.ids() for group in experts))
+    other = [p.grad for p in params if p.grad is not None and id(p) not in ids]
+    mine = [_local(p.grad) for p in params if p.grad is not None and id(p) in ids]
+    parts = norm_parts(other, norm_type)
+    local = torch.nn.utils.get_total_norm(mine, norm_type).to(torch.float32) if mine else torch.zeros(())
+    group = experts[0].mesh["ep"].get_group()  # every rank calls this, whatever its experts received
+    if math.isinf(norm_type):
+        dist.all_reduce(local, op=dist.ReduceOp.MAX, group=group)
+    else:
+        local = local.pow(norm_type)
+        dist.all_reduce(local, group=group)
+        local = local.pow(1.0 / norm_type)
+    total = combine_norms([*parts, local], norm_type)
+    scale_grads([*other, *mine], max_norm, total)
+    return total
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor

@@ -21,7 +21,7 @@ from accelerate.backends.dtensor_io.checkpoint_io import ShardedCheckpointIO
 from accelerate.backends.fsdp.plugin import FullyShardedDataParallelPlugin
 from accelerate.backends.fsdp.strategy import FSDPStrategy
 from accelerate.backends.parallel.activation import apply_activation_checkpointing
-from accelerate.backends.parallel.experts import ExpertGradients, apply_expert_parallel
+from accelerate.backends.parallel.experts import ExpertGradients, apply_expert_parallel, clip_with_experts
 from accelerate.backends.parallel.fsdp import REPLICATE_DIMS, fsdp_mesh
 from accelerate.backends.parallel.pipeline import (
     PipelineCheckpointIO,
@@ -174,6 +174,8 @@ class ParallelStrategy(FSDPStrategy):
         """Clips by the global norm; under a pipeline, the norm over every stage's gradients; with experts,
         each expert counted once (its ep rank's slice, after the reduction over its replicas)."""
         self._reduce_experts()
+        if self._experts:
+            return clip_with_experts(list(parameters), max_norm, norm_type, self._experts)
         if self.config.pp_enabled:
             group = self.config.device_mesh["pp"].get_group()
             return clip_pipeline_grad_norm_(list(parameters), max_norm, norm_type, group)
