@@ -89,10 +89,24 @@ def make_qwen3_moe() -> Any:
     return Qwen3MoeForCausalLM(config)
 
 
+def make_mixtral() -> Any:
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    config = MixtralConfig(
+        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=INTER, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=2, head_dim=8, num_local_experts=EXPERTS, num_experts_per_tok=2,
+        output_router_logits=True, router_aux_loss_coef=0.01, max_position_embeddings=64,
+    )  # fmt: skip
+    config._attn_implementation = "eager"
+    return MixtralForCausalLM(config)
+
+
 def make(kind: str) -> nn.Module:
     torch.manual_seed(0)
     if kind == "qwen3_moe":
         return make_qwen3_moe()
+    if kind == "mixtral":
+        return make_mixtral()
     if kind == "skewed":  # top-1, every token to expert 0: the other rank's experts get nothing
         return TinyMoE(top_k=1, skew=50.0)
     return TinyMoE()

@@ -13,8 +13,8 @@ from tests.conftest import get_pool
 
 
 # Our own experts module (top-2), the same with every token sent to expert 0 (rank 1's experts get no
-# token at all), and transformers' Qwen3-MoE built from a config.
-@pytest.mark.parametrize("kind", ["own", "skewed", "qwen3_moe"])
+# token at all), and transformers' Qwen3-MoE and Mixtral built from a config.
+@pytest.mark.parametrize("kind", ["own", "skewed", "qwen3_moe", "mixtral"])
 def test_ep2_trains_to_the_one_process_parameters(kind: str) -> None:
     results = get_pool(2).run(w.train, {"ep_size": 2}, kind, timeout=300)
     expected, norms = w.reference(kind, 2)
