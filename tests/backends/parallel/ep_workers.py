@@ -9,6 +9,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
+import accelerate.backends.parallel.experts as experts_module
 from accelerate import Accelerator
 from accelerate.parallelism_config import ParallelismConfig
 
@@ -158,32 +159,41 @@ def train(
     shards = accelerator.state.run.data_shards[0]
     loader = DataLoader(samples(STEPS * ACCUM * PER_RANK * shards), batch_size=PER_RANK)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
-    arrivals: list[int] = []  # rows each experts module's local pass gets (every other call is the outer one)
-    for module in model.modules():
-        if hasattr(module, "num_experts") and type(module).__name__.endswith("Experts"):
-            module.register_forward_pre_hook(lambda _m, args: arrivals.append(int(args[0].shape[0])))
+    arrivals: list[int] = []  # rows each experts module's local pass gets
+    local_pass = experts_module._run_local
+
+    def counting(module: nn.Module, rows: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        arrivals.append(int(rows.shape[0]))
+        return local_pass(module, rows, index)
+
+    experts_module._run_local = counting  # type: ignore[assignment]
     norms = []
-    for batch in loader:
-        with accelerator.accumulate(model):
-            accelerator.backward(_loss(model, batch))
-            if accelerator.sync_gradients:
-                norms.append(float(accelerator.clip_grad_norm_(model.parameters(), MAX_NORM)))
-            optimizer.step()
-            optimizer.zero_grad()
+    try:
+        for batch in loader:
+            with accelerator.accumulate(model):
+                accelerator.backward(_loss(model, batch))
+                if accelerator.sync_gradients:
+                    norms.append(float(accelerator.clip_grad_norm_(model.parameters(), MAX_NORM)))
+                optimizer.step()
+                optimizer.zero_grad()
+    finally:
+        experts_module._run_local = local_pass  # type: ignore[assignment]
     if save_to is not None:
         accelerator.save_state(save_to)
     if model_to is not None:
         accelerator.save_model(model, model_to)
-    local = [
+    local = [  # this rank's piece of each layer's stacked experts
         tuple(p.to_local().shape)
         for n, p in model.named_parameters()
         if n.endswith(("experts.up", "experts.gate_up_proj")) and hasattr(p, "to_local")
     ]
+    sharded = [p.device_mesh.mesh_dim_names for n, p in model.named_parameters() if n.endswith("experts.up")]
     return {
         "state": accelerator.get_state_dict(model),
         "norms": norms,
         "local_experts": local,
-        "received": arrivals[1::2],
+        "received": arrivals,
+        "expert_meshes": sharded,
         "describe": accelerator.strategy.describe(),
     }
 

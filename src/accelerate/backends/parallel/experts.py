@@ -18,11 +18,13 @@ checkpoints hold whole experts and reshard to any ``ep``), and makes its forward
 :func:`~accelerate.backends.parallel.expert_dispatch.dispatch_to_experts`, which calls the module's
 own forward on the tokens that reach its local experts.
 
-**Gradients.** The expert parameters are not FSDP's (its ``ignored_params``): after the exchange, an
-expert's gradient on its rank holds the contributions of the tokens of every rank of its expert group.
-:class:`ExpertGradients` sums it over the ranks that hold the same experts (the other expert groups)
-and divides by the whole data-parallel size, so it is the gradient of the global-batch mean loss, as
-FSDP's average is for the other weights. It runs once per optimizer step, at clipping or at the step.
+**Gradients.** The expert parameters are not the model's FSDP units' (their ``ignored_params``):
+after the exchange, an expert's gradient on its rank holds the contributions of the tokens of every
+rank of its expert group. :class:`ExpertGradients` sums it over the ranks that hold the same experts
+(the other expert groups: an all-reduce, or FSDP2's reduce-scatter when each experts module is its own
+FSDP unit over them, see :meth:`ExpertGradients.shard_over_replicas`) and divides by the whole
+data-parallel size, so it is the gradient of the global-batch mean loss, as FSDP's average is for the
+other weights. It runs once per optimizer step, at clipping or at the step.
 """
 
 from __future__ import annotations
@@ -47,12 +49,10 @@ _ROUTED = ("top_k_index", "top_k_weights")
 
 @dataclass
 class _Split:
-    """What a split experts module keeps: its ``ep`` mesh, its local expert count, and whether its forward
-    is running the local experts (the inner call, see :func:`_run_local`)."""
+    """What a split experts module keeps: its ``ep`` mesh and its local expert count."""
 
     mesh: Any
     local_count: int
-    inside: bool = False
 
 
 _SPLIT: weakref.WeakKeyDictionary[nn.Module, _Split] = weakref.WeakKeyDictionary()
@@ -117,7 +117,7 @@ def apply_expert_parallel(model: nn.Module, config: Any, device: torch.device) -
                 f"over {ep} ranks. Use an ep_size that divides {count}."
             )
         params += _shard_module(module, mesh["ep"], device)
-    return ExpertGradients(params, mesh, int(config.data_parallel_size))
+    return ExpertGradients([m for _, m in found], params, mesh, int(config.data_parallel_size))
 
 
 def _shard_module(module: nn.Module, ep_mesh: Any, device: torch.device) -> list[nn.Parameter]:
@@ -148,9 +148,6 @@ def _dispatched_forward(
     self: nn.Module, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor
 ) -> torch.Tensor:
     split = _SPLIT[self]
-    if split.inside:  # the local experts' pass (see _run_local)
-        out: torch.Tensor = type(self).forward(self, hidden_states, top_k_index, top_k_weights)
-        return out
     return dispatch_to_experts(
         hidden_states,
         top_k_index,
@@ -168,7 +165,6 @@ def _run_local(module: nn.Module, rows: torch.Tensor, index: torch.Tensor) -> to
     params = module._parameters
     kept = {n: cast(DTensor, p) for n, p in params.items() if isinstance(p, DTensor)}
     whole = _experts_count(module)
-    split.inside = True
     setattr(module, "num_experts", split.local_count)  # noqa: B010 (read by the module's own forward)
     try:
         # The local tensors stand in for the parameters during this call (autograd reaches the DTensor
@@ -176,7 +172,8 @@ def _run_local(module: nn.Module, rows: torch.Tensor, index: torch.Tensor) -> to
         for name, param in kept.items():
             params[name] = param.to_local()  # type: ignore[assignment]
         ones = torch.ones(rows.shape[0], 1, dtype=rows.dtype, device=rows.device)
-        out: torch.Tensor = module(rows, index.unsqueeze(-1), ones)
+        # The class's forward itself: calling the module again would run its hooks (FSDP's) a second time.
+        out: torch.Tensor = type(module).forward(module, rows, index.unsqueeze(-1), ones)
         if rows.shape[0] == 0 and torch.is_grad_enabled():
             # No token reached these experts: tie them to the output with a zero gradient, so every rank
             # has gradients to reduce at the step and the optimizer treats them alike.
@@ -185,7 +182,6 @@ def _run_local(module: nn.Module, rows: torch.Tensor, index: torch.Tensor) -> to
     finally:
         params.update(kept)  # type: ignore[arg-type]
         setattr(module, "num_experts", whole)  # noqa: B010
-        split.inside = False
     return out
 
 
@@ -197,11 +193,34 @@ class ExpertGradients:
     the sum of per-rank mean losses into their mean, as FSDP's average does for the other weights.
     """
 
-    def __init__(self, params: list[nn.Parameter], mesh: Any, data_parallel_size: int) -> None:
+    def __init__(
+        self, modules: list[nn.Module], params: list[nn.Parameter], mesh: Any, data_parallel_size: int
+    ) -> None:
+        self.modules = modules
         self.params = params
         self.mesh = mesh
         self.data_parallel_size = data_parallel_size
         self.pending = False
+        self.sharded = False  # FSDP2 over ep_replicate reduces them (see shard_over_replicas)
+
+    def shard_over_replicas(self, **fsdp_kwargs: Any) -> None:
+        """FSDP2 over the ranks that hold the same experts (``ep_replicate``), when there are several.
+
+        Each experts module becomes its own FSDP unit on the ``ep_replicate`` dimension of the expert
+        mesh (its parameters, already split over ``ep``, become 2-D shards, as tensor-parallel ones do).
+        Its reduce-scatter averages the replicas' gradients; :meth:`reduce` then divides by ``ep`` too, so
+        they are the global-batch mean, as without sharding. (FSDP2's own divide factor would need a
+        pre-multiplied sum, which gloo has not.)
+        """
+        from torch.distributed.fsdp import fully_shard
+
+        replicas = self.mesh["ep_replicate"]
+        if replicas.size() <= 1:
+            return
+        for module in self.modules:
+            fully_shard(module, mesh=replicas, **fsdp_kwargs)
+        self.params = [p for m in self.modules for p in m.parameters(recurse=False) if isinstance(p, DTensor)]
+        self.sharded = True
 
     def ids(self) -> set[int]:
         return {id(p) for p in self.params}
@@ -217,6 +236,9 @@ class ExpertGradients:
             if grad is None:  # frozen, or unused on every rank alike (the experts are tied to the output)
                 continue
             local = grad.to_local() if isinstance(grad, DTensor) else grad
+            if self.sharded:  # FSDP2 averaged over the replicas already
+                local.div_(self.mesh["ep"].size())
+                continue
             if replicas.size() > 1:
                 dist.all_reduce(local, group=replicas.get_group())
             local.div_(self.data_parallel_size)
@@ -227,7 +249,7 @@ def clip_with_experts(
 ) -> torch.Tensor:
     """Clips by the global norm, each expert counted once: the other weights' norm as FSDP computes it,
     plus the local experts' norm summed over the ``ep`` group (one collective on plain tensors)."""
-    ids = set().union(*(group.ids() for group in experts))
+    ids = set().union(*(group.ids() for group in experts if not group.sharded))
     other = [p.grad for p in params if p.grad is not None and id(p) not in ids]
     mine = [_local(p.grad) for p in params if p.grad is not None and id(p) in ids]
     parts = norm_parts(other, norm_type)

@@ -163,8 +163,8 @@ class ParallelStrategy(FSDPStrategy):
     def _shard_kwargs(self, model: nn.Module) -> dict[str, Any]:
         kwargs = super()._shard_kwargs(model)
         mine = {id(p) for p in model.parameters()}
-        experts = {p for group in self._experts for p in group.params if id(p) in mine}
-        if experts:  # split over ep and reduced by ExpertGradients, not FSDP's
+        experts = {p for group in self._experts if not group.sharded for p in group.params if id(p) in mine}
+        if experts:  # split over ep and reduced by ExpertGradients, not the model's FSDP units
             kwargs["ignored_params"] = set(kwargs.get("ignored_params", set())) | experts
         return kwargs
 
@@ -185,7 +185,15 @@ class ParallelStrategy(FSDPStrategy):
         before = list(model.named_parameters())
         if device_placement:
             model.to(self.device)
-        self._experts.append(apply_expert_parallel(model, self.config, self.device))
+        experts = apply_expert_parallel(model, self.config, self.device)
+        self._experts.append(experts)
+        if (
+            self.config.data_parallel_size > self.config.ep_size
+        ):  # replicas of the same experts: FSDP2 over them
+            kwargs = {
+                k: v for k, v in self._shard_kwargs(model).items() if k not in ("mesh", "ignored_params")
+            }
+            experts.shard_over_replicas(**kwargs)
         after = dict(model.named_parameters())
         for name, old in before:  # an optimizer built over the whole experts finds their slices
             new = after.get(name)
