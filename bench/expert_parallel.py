@@ -1,6 +1,6 @@
 """Expert parallelism: a hand-written all-to-all MoE loop vs ``Accelerator(parallelism_config=ParallelismConfig(ep_size=2))``.
 
-``bench/_workers/expert_worker.py`` (2 MoE layers of width 128, 8 experts of width 256, top-2; sequence
+``bench/_workers/expert_worker.py`` (2 MoE layers of width 256, 8 experts of width 512, top-2; sequence
 64, batch 8 per rank; AdamW; global-norm clipping; gloo, one thread per process) on 2 processes: each
 rank holds 4 experts in both loops; the hand-written loop exchanges counts then tokens with
 ``torch.distributed.nn.functional.all_to_all_single`` and runs FSDP2 over the other weights by hand.

@@ -1,6 +1,6 @@
 """One rank of the expert-parallel benchmark (started by torchrun on 2 processes, ep=2).
 
-A mixture-of-experts model (2 layers, width 128, 8 experts of width 256, top-2 routing; sequence 64,
+A mixture-of-experts model (2 layers, width 256, 8 experts of width 512, top-2 routing; sequence 64,
 batch 8 per rank; AdamW; global-norm clipping) trained two ways in the same processes, alternating
 optimizer step by optimizer step: a hand-written loop (each rank builds only its experts, tokens sent
 with ``torch.distributed.nn.functional.all_to_all_single`` after an exchange of counts, ``fully_shard``
@@ -26,18 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # torchrun runs th
 
 from bench._workers.common import Step, interleave, parse_args, run_rank  # noqa: E402
 
-WIDTH, INTER, EXPERTS, TOP_K, SEQ, BATCH, DEPTH, VOCAB, NUM_BATCHES, MAX_NORM = (
-    128,
-    256,
-    8,
-    2,
-    64,
-    8,
-    2,
-    512,
-    4,
-    1.0,
-)
+WIDTH, INTER, EXPERTS, TOP_K, SEQ, BATCH = 256, 512, 8, 2, 64, 8
+DEPTH, VOCAB, NUM_BATCHES, MAX_NORM = 2, 512, 4, 1.0
 
 
 class Experts(nn.Module):
