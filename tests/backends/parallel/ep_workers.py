@@ -231,3 +231,19 @@ def refusals() -> dict[str, str]:
         except ValueError as error:
             messages[name] = str(error)
     return messages
+
+
+def bf16_step() -> dict[str, Any]:
+    """One bf16 step of a Qwen3-MoE under ep=2: the experts keep fp32 weights, compute in bf16."""
+    accelerator = Accelerator(
+        cpu=True, mixed_precision="bf16", parallelism_config=ParallelismConfig(ep_size=2)
+    )
+    model = make("qwen3_moe")
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, DataLoader(samples(4), batch_size=2))
+    loss = _loss(model, next(iter(loader)))
+    accelerator.backward(loss)
+    accelerator.clip_grad_norm_(model.parameters(), MAX_NORM)
+    optimizer.step()
+    experts = model.model.layers[0].mlp.experts.gate_up_proj
+    return {"loss": float(loss.detach()), "dtype": str(experts.dtype), "grad": str(experts.grad.dtype)}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -81,3 +82,9 @@ def test_what_ep_cannot_split_is_an_error_naming_why() -> None:
     messages = get_pool(2).run(w.refusals, timeout=300)[0]
     assert "ep_size=2" in messages["odd"] and "layers.1.experts has num_experts=3" in messages["odd"]
     assert "has no experts module" in messages["dense"] and "Sequential" in messages["dense"]
+
+
+def test_bf16_keeps_fp32_experts() -> None:
+    for result in get_pool(2).run(w.bf16_step, timeout=300):
+        assert math.isfinite(result["loss"])
+        assert (result["dtype"], result["grad"]) == ("torch.float32", "torch.float32")

@@ -170,15 +170,20 @@ def _run_local(module: nn.Module, rows: torch.Tensor, index: torch.Tensor) -> to
         # The local tensors stand in for the parameters during this call (autograd reaches the DTensor
         # parameters through to_local); a plain swap costs less than torch.func.functional_call.
         for name, param in kept.items():
-            params[name] = param.to_local()  # type: ignore[assignment]
+            local = param.to_local()
+            if local.is_floating_point() and rows.is_floating_point() and local.dtype != rows.dtype:
+                # FSDP2's mixed precision computes the other weights in rows' dtype; the experts keep
+                # full-precision weights (and gradients) and compute in that dtype too.
+                local = local.to(rows.dtype)
+            params[name] = local  # type: ignore[assignment]
         ones = torch.ones(rows.shape[0], 1, dtype=rows.dtype, device=rows.device)
         # The class's forward itself: calling the module again would run its hooks (FSDP's) a second time.
         out: torch.Tensor = type(module).forward(module, rows, index.unsqueeze(-1), ones)
         if rows.shape[0] == 0 and torch.is_grad_enabled():
             # No token reached these experts: tie them to the output with a zero gradient, so every rank
             # has gradients to reduce at the step and the optimizer treats them alike.
-            local = [params[n] for n, p in kept.items() if p.requires_grad]
-            out = out + sum((p.sum() for p in local if p is not None), rows.new_zeros(())) * 0
+            used = [params[n] for n, p in kept.items() if p.requires_grad]
+            out = out + sum((p.sum() for p in used if p is not None), rows.new_zeros(())) * 0
     finally:
         params.update(kept)  # type: ignore[arg-type]
         setattr(module, "num_experts", whole)  # noqa: B010
