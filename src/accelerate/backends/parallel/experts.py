@@ -107,15 +107,16 @@ def apply_expert_parallel(model: nn.Module, config: Any, device: torch.device) -
             "forward(hidden_states, top_k_index, top_k_weights) (transformers' MoE experts, or your own "
             "following the protocol in accelerate.backends.parallel.experts). Leave ep_size unset otherwise."
         )
-    mesh = expert_mesh(config, device.type)
-    params: list[nn.Parameter] = []
-    for name, module in found:
+    for name, module in found:  # every layer checked before any is split
         count = _experts_count(module)
         if count % ep:
             raise ValueError(
                 f"ParallelismConfig(ep_size={ep}): {name} has num_experts={count}, which does not divide "
                 f"over {ep} ranks. Use an ep_size that divides {count}."
             )
+    mesh = expert_mesh(config, device.type)
+    params: list[nn.Parameter] = []
+    for _, module in found:
         params += _shard_module(module, mesh["ep"], device)
     return ExpertGradients([m for _, m in found], params, mesh, int(config.data_parallel_size))
 
@@ -133,7 +134,8 @@ def _shard_module(module: nn.Module, ep_mesh: Any, device: torch.device) -> list
         )
     out = []
     for name, param in stacked:
-        # Every rank built the same whole tensor (same seed or same checkpoint): keep my slice, send nothing.
+        # Each rank keeps its slice of the tensor it built (nothing is sent): the slices of different ranks
+        # form one whole tensor, as FSDP2's shards do (ranks holding the same slice are then FSDP2-sharded).
         local = param.detach().to(device).chunk(ranks, dim=0)[rank].clone()
         shard = DTensor.from_local(local, ep_mesh, [Shard(0)], run_check=False)
         new = nn.Parameter(shard, requires_grad=param.requires_grad)

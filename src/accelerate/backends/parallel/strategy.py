@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.distributed.fsdp import FSDPModule
 
 from accelerate.backends.dtensor_io.checkpoint_io import ShardedCheckpointIO
 from accelerate.backends.fsdp.plugin import FullyShardedDataParallelPlugin
@@ -207,7 +208,7 @@ class ParallelStrategy(FSDPStrategy):
             self._sharded.update({id(p): weakref.ref(p) for p in model.parameters()})  # kept, not sharded
             return pipelined
         check_tensor_parallel(model, self.config)  # step 1: a plan on the tp mesh, applied before prepare
-        if self.config.ep_enabled:
+        if self.config.ep_enabled and not isinstance(model, FSDPModule):  # prepared once
             self._split_experts(model, device_placement=device_placement)  # step 1c: this rank's experts
         if self.config.sp_enabled:
             apply_sequence_parallel(model, self.config)  # step 1b: Ulysses attention, whole-sequence loss
