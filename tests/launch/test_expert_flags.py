@@ -46,6 +46,7 @@ def test_dry_run_prints_the_ep_coordinate() -> None:
     text = cpu_plan(4, **ON, parallelism_config_dp_shard_size=4, parallelism_config_ep_size=2).describe()
     lines = text.splitlines()
     start = lines.index("Device mesh (ParallelismConfig, outermost dimension first):")
+    assert "dp_shard=4" in lines[start + 1] and "(ep=2 within dp_shard)" in lines[start + 1]
     header = lines[start + 2].split()
     assert header[:4] == ["rank", "dp_replicate", "dp_shard", "ep"]
     eps = [int(lines[start + 3 + r].split()[3]) for r in range(4)]

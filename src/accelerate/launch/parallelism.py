@@ -290,12 +290,14 @@ def mesh_lines(settings: Mapping[str, Setting]) -> list[str]:
     shape = sizes(settings)
     active = [dim for dim, value in shape.items() if value > 1]
     named = "  ".join(f"{dim}={value}" for dim, value in shape.items())
+    ep = int(settings[size_name(EXPERT_DIM)].value)
+    if ep > 1:  # no dimension of its own: the inner factor of dp_shard
+        named += f"  (ep={ep} within dp_shard)"
     lines = [
         "Device mesh (ParallelismConfig, outermost dimension first):",
         f"  {named}  ->  mesh dims: {', '.join(active) if active else '(none: one process per replica)'}",
     ]
     columns = [dim for dim in shape if dim != "sp" or shape["sp"] > 1]
-    ep = int(settings[size_name(EXPERT_DIM)].value)
     if ep > 1:  # the inner factor of dp_shard: which slice of every layer's experts the process holds
         columns.insert(columns.index("dp_shard") + 1, EXPERT_DIM)
     per_machine = int(settings["num_processes"].value) // max(int(settings["num_machines"].value), 1)
