@@ -24,6 +24,7 @@ def test_fields_and_defaults_match_upstream() -> None:
         "tp_handler", "cp_handler", "sp_handler",
         # beyond upstream, after its fields (positional calls keep working): pipeline parallelism
         "pp_size", "pp_schedule", "pp_microbatches", "pp_split_points", "pp_loss_fn",
+        "ep_size",  # expert parallelism
     ]  # fmt: skip
     config = ParallelismConfig()
     assert (config.dp_replicate_size, config.dp_shard_size, config.tp_size, config.cp_size, config.sp_size) == (
@@ -73,6 +74,9 @@ def test_to_json_round_trips_sizes_and_handlers() -> None:
         ({"dp_shard_size": 1.5}, "dp_shard_size=1.5"),
         ({"cp_backend": "ring"}, "cp_backend='ring'"),
         ({"cp_size": 2, "sp_size": 2}, "use one of them"),
+        ({"ep_size": 0}, "ep_size=0"),
+        ({"ep_size": 2, "tp_size": 2}, r"ep_size=2, tp_size=2\): ep with tp is not supported yet"),
+        ({"ep_size": 2, "sp_size": 2}, "ep with sp is not supported yet"),
     ],
 )
 def test_invalid_values_are_errors_naming_them(kwargs: dict[str, object], match: str) -> None:
@@ -231,3 +235,15 @@ def test_native_sequence_parallelism_is_a_mesh_dimension_fsdp_shards_over() -> N
         ParallelismConfig(sp_size=2, sp_backend="ring")
     with pytest.raises(ValueError, match=r"sp_size=2, tp_size=1.*this run has 1"):
         Accelerator(cpu=True, parallelism_config=ParallelismConfig(sp_size=2))
+
+
+def test_ep_is_carved_from_dp_shard_and_must_divide_it() -> None:
+    config = ParallelismConfig(ep_size=2)
+    config.validate(4)  # adds no process: dp_shard takes all 4, ep splits it into 2 x 2
+    assert (config.total_size, config.dp_shard_size, config.ep_enabled) == (4, 4, True)
+    assert [config.coordinates(r)["ep"] for r in range(4)] == [0, 1, 0, 1]
+    assert "ep" not in ParallelismConfig(dp_shard_size=2).coordinates(1)
+    with pytest.raises(
+        ValueError, match=r"ep_size=4, dp_shard_size=2\): .*ep_size must divide dp_shard_size"
+    ):
+        ParallelismConfig(ep_size=4, dp_shard_size=2).validate(2)

@@ -174,7 +174,14 @@ def _literal(text: str) -> Any:
 # Parameters we add after upstream's, each with a default so that every upstream call binds the same
 # way; each is a deliberate difference listed in README.md and docs/differences.md.
 _ADDED_PARAMETERS: dict[str, tuple[str, ...]] = {
-    "ParallelismConfig": ("pp_size", "pp_schedule", "pp_microbatches", "pp_split_points", "pp_loss_fn"),
+    "ParallelismConfig": (
+        "pp_size",
+        "pp_schedule",
+        "pp_microbatches",
+        "pp_split_points",
+        "pp_loss_fn",
+        "ep_size",
+    ),
 }
 
 

@@ -274,6 +274,12 @@ ENV_CONTRACT: tuple[EnvVar, ...] = (
         "pipeline schedule: GPipe | 1F1B | Interleaved1F1B",
     ),
     EnvVar(
+        "PARALLELISM_CONFIG_EP_SIZE",
+        "parallelism_config_ep_size",
+        "int",
+        "expert-parallel degree, carved from dp_shard (ParallelismConfig.ep_size; beyond upstream)",
+    ),
+    EnvVar(
         "PARALLELISM_CONFIG_SP_SIZE",
         "parallelism_config_sp_size",
         "int",

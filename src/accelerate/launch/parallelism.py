@@ -27,6 +27,8 @@ MESH_DIMS = ("dp_replicate", "dp_shard", "cp", "sp", "tp")
 # Beyond upstream: pipeline stages, after the data-parallel dimensions (ParallelismConfig's order),
 # listed only when in use (pp_size > 1).
 PIPELINE_DIM = "pp"
+# Beyond upstream: expert parallelism splits dp_shard (adds no process); shown only when in use.
+EXPERT_DIM = "ep"
 # Every upstream parallelism flag and its default (upstream's argparse defaults). The flag name is
 # the config file's key inside ``parallelism_config`` and the env-contract field.
 DEFAULTS: dict[str, Any] = {
@@ -44,6 +46,8 @@ DEFAULTS: dict[str, Any] = {
     # Beyond upstream: pipeline-parallel training (ParallelismConfig.pp_size / pp_schedule).
     "parallelism_config_pp_size": 1,
     "parallelism_config_pp_schedule": "1F1B",
+    # Beyond upstream: expert parallelism (ParallelismConfig.ep_size), carved from dp_shard.
+    "parallelism_config_ep_size": 1,
 }
 SETTINGS = ("use_parallelism_config", *DEFAULTS)
 _CHOICES = {
@@ -111,7 +115,7 @@ def check_parallelism(settings: dict[str, Setting]) -> None:
                     f"--use_parallelism_config, or drop --{name}."
                 )
         return
-    for dim in (PIPELINE_DIM, *MESH_DIMS):
+    for dim in (PIPELINE_DIM, EXPERT_DIM, *MESH_DIMS):
         setting = settings[size_name(dim)]
         try:
             value = int(setting.value)
@@ -167,6 +171,7 @@ def _check_combinations(settings: dict[str, Setting]) -> None:
             f"{_where(cp)} and {_where(sp)}: context and sequence parallelism split the same sequence "
             "dimension; set one of them to 1."
         )
+    _check_experts(settings, size)
     deepspeed = settings["use_deepspeed"]
     if size["sp"] > 1:
         _settle_sp_backend(settings, sp, deepspeed)
@@ -183,6 +188,25 @@ def _check_combinations(settings: dict[str, Setting]) -> None:
             "with FSDP on one device mesh, not with DeepSpeed's ZeRO. Drop --use_deepspeed (use "
             "--parallelism_config_dp_shard_size with --use_fsdp to shard as well), or set "
             "parallelism_config_tp_size to 1."
+        )
+
+
+def _check_experts(settings: dict[str, Setting], size: Mapping[str, int]) -> None:
+    """``ep`` is carved from ``dp_shard``: it must divide it and composes with nothing that splits a batch."""
+    ep = settings[size_name(EXPERT_DIM)]
+    if int(ep.value) <= 1:
+        return
+    for dim in ("tp", "cp", "sp", "pp"):
+        if size.get(dim, 1) > 1:
+            raise LaunchError(
+                f"{_where(ep)} and {_where(settings[size_name(dim)])}: ep with {dim} is not supported yet (expert "
+                f"parallelism composes with dp_shard and dp_replicate only); set parallelism_config_{dim}_size to 1."
+            )
+    shard = settings[size_name("dp_shard")]
+    if size["dp_shard"] % int(ep.value):
+        raise LaunchError(
+            f"{_where(ep)} and {_where(shard)}: expert parallelism is carved from the data-parallel shard dimension, "
+            f"so ep_size must divide dp_shard_size. Use an ep_size that divides {shard.value}."
         )
 
 
@@ -217,6 +241,8 @@ def child_env_values(values: Mapping[str, Any]) -> dict[str, Any]:
         del out["parallelism_config_cp_comm_strategy"]
     if int(out["parallelism_config_pp_size"]) <= 1:  # beyond upstream: its variables only when in use
         del out["parallelism_config_pp_size"], out["parallelism_config_pp_schedule"]
+    if int(out["parallelism_config_ep_size"]) <= 1:  # beyond upstream: only when in use
+        del out["parallelism_config_ep_size"]
     if int(out["parallelism_config_sp_size"]) <= 1:
         for name in ("sp_seq_length", "sp_seq_length_is_variable", "sp_attn_implementation"):
             del out[f"parallelism_config_{name}"]
@@ -264,11 +290,16 @@ def mesh_lines(settings: Mapping[str, Setting]) -> list[str]:
     shape = sizes(settings)
     active = [dim for dim, value in shape.items() if value > 1]
     named = "  ".join(f"{dim}={value}" for dim, value in shape.items())
+    ep = int(settings[size_name(EXPERT_DIM)].value)
+    if ep > 1:  # no dimension of its own: the inner factor of dp_shard
+        named += f"  (ep={ep} within dp_shard)"
     lines = [
         "Device mesh (ParallelismConfig, outermost dimension first):",
         f"  {named}  ->  mesh dims: {', '.join(active) if active else '(none: one process per replica)'}",
     ]
     columns = [dim for dim in shape if dim != "sp" or shape["sp"] > 1]
+    if ep > 1:  # the inner factor of dp_shard: which slice of every layer's experts the process holds
+        columns.insert(columns.index("dp_shard") + 1, EXPERT_DIM)
     per_machine = int(settings["num_processes"].value) // max(int(settings["num_machines"].value), 1)
     machines = int(settings["num_machines"].value) > 1
     header = ["rank", *(["machine"] if machines else []), *columns, "dp rank"]
@@ -276,6 +307,7 @@ def mesh_lines(settings: Mapping[str, Setting]) -> list[str]:
     world = _product(shape)
     for rank in range(min(world, _MAX_ROWS)):
         coords = mesh_coordinates(shape, rank)
+        coords[EXPERT_DIM] = coords["dp_shard"] % ep
         dp_rank = coords["dp_replicate"] * shape["dp_shard"] + coords["dp_shard"]
         machine = [str(rank // per_machine)] if machines else []
         rows.append([str(rank), *machine, *(str(coords[dim]) for dim in columns), str(dp_rank)])

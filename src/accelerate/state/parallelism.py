@@ -5,6 +5,7 @@ does), data-parallel sharding (``dp_shard``, FSDP), context (``cp``), sequence (
 (``tp``) parallelism. Unset sizes mean 1, except ``dp_shard_size``, which takes the processes the
 other sizes leave. The mesh is one named N-D ``DeviceMesh`` (dims dp_replicate, dp_shard, cp, sp, tp,
 those above 1) with the flattened sub-meshes ``dp``, ``dp_shard_cp``, ``dp_cp`` (and ``dp_shard_sp``);
+expert parallelism (``ep_size``) adds no process: it splits ``dp_shard`` into (expert replica, ``ep``);
 ``backends/parallel/`` composes tensor parallelism, FSDP2/HSDP, replication and sequence parallelism
 on it. Sequence parallelism (``sp``) is DeepSpeed's Ulysses in upstream; here ``sp_backend="torch"``
 (the default unless DeepSpeed is the engine) runs a native Ulysses (``backends/parallel/ulysses.py``)
@@ -64,6 +65,8 @@ class ParallelismConfig:
     pp_microbatches: int | None = None
     pp_split_points: Any = None
     pp_loss_fn: Any = None
+    # Expert parallelism (beyond upstream): carved from dp_shard, see backends/parallel/experts.py.
+    ep_size: int | None = None
 
     def __post_init__(self) -> None:
         self.device_mesh: Any = None  # built on demand; not a field (not compared, printed or serialised)
@@ -82,6 +85,12 @@ class ParallelismConfig:
                 raise ValueError(
                     f"ParallelismConfig({name}={value!r}) must be an integer >= 1 (or None for 1)."
                 )
+        if self.ep_size is None:
+            self.ep_size = 1
+        elif not isinstance(self.ep_size, int) or isinstance(self.ep_size, bool) or self.ep_size < 1:
+            raise ValueError(
+                f"ParallelismConfig(ep_size={self.ep_size!r}) must be an integer >= 1 (or None for 1)."
+            )
         self.cp_backend = self.cp_backend or "torch"
         # Upstream's default is "deepspeed" (its only sequence-parallel engine). Here an unset backend
         # runs the native Ulysses; the resolver switches it to "deepspeed" when DeepSpeed is the engine
@@ -118,6 +127,22 @@ class ParallelismConfig:
                 "(Ulysses) and tensor parallelism both split the attention heads and do not compose here. Use "
                 "one of them, and give the other processes to dp_shard_size (FSDP) or dp_replicate_size."
             )
+
+        self._check_expert_composition()
+
+    def _check_expert_composition(self) -> None:
+        # ep is carved from dp_shard: the expert all-to-all runs between ranks that read different
+        # batches. The dimensions that split one batch (cp, sp), the model (tp) or the layers (pp) would
+        # need the exchange to run per slice or per stage; not built yet.
+        if not self.ep_enabled:
+            return
+        for dim in ("tp", "cp", "sp", "pp"):
+            if self._size(dim) > 1:
+                raise ValueError(
+                    f"ParallelismConfig(ep_size={self.ep_size}, {dim}_size={self._size(dim)}): ep with {dim} is not "
+                    f"supported yet (expert parallelism composes with dp_shard_size and dp_replicate_size only). "
+                    f"Set {dim}_size=1 and give those processes to dp_shard_size, which ep is carved from."
+                )
 
     def _size(self, dim: str) -> int:
         return int(getattr(self, f"{dim}_size"))
@@ -162,6 +187,11 @@ class ParallelismConfig:
     @property
     def pp_enabled(self) -> bool:
         return self._size("pp") > 1
+
+    @property
+    def ep_enabled(self) -> bool:
+        """Whether the experts of mixture-of-experts layers are split over ``ep_size`` ranks."""
+        return int(self.ep_size or 1) > 1
 
     # --- mesh dimension names (enabled dimensions only, outermost first) -------------------------
     def _enabled(self, *dims: str) -> list[str]:
@@ -259,6 +289,17 @@ class ParallelismConfig:
         others = self.total_size // self._size("dp_shard")
         if not self._dp_shard_given and world_size % others == 0 and world_size >= others:
             self.dp_shard_size = world_size // others
+        if (
+            self.total_size == world_size
+            and self.ep_enabled
+            and self._size("dp_shard") % int(self.ep_size or 1)
+        ):
+            raise ValueError(
+                f"ParallelismConfig(ep_size={self.ep_size}, dp_shard_size={self.dp_shard_size}): expert parallelism "
+                f"is carved from the data-parallel shard dimension, so ep_size must divide dp_shard_size "
+                f"({self.dp_shard_size} is not a multiple of {self.ep_size}). Use an ep_size that divides "
+                f"{self.dp_shard_size}, or more processes in dp_shard_size."
+            )
         if self.total_size != world_size:
             raise ValueError(
                 f"ParallelismConfig spans {self.total_size} processes ({self._sizes_text()}, whose product is "
@@ -278,6 +319,8 @@ class ParallelismConfig:
             size = self._size(dim)
             coords[dim] = rank % size
             rank //= size
+        if self.ep_enabled:  # the inner factor of dp_shard: neighbouring shards exchange tokens
+            coords["ep"] = coords["dp_shard"] % int(self.ep_size or 1)
         return coords
 
     def data_parallel_index(self, rank: int) -> int:

@@ -235,21 +235,47 @@ class FSDPStrategy(Strategy):
             norm = torch.nn.utils.clip_grad_norm_(params, max_norm, norm_type=norm_type)
             return norm.full_tensor() if isinstance(norm, DTensor) else norm
         # Grads on several meshes (tensor parallel + FSDP), or sharded and plain together: one norm per
-        # (mesh, placements) group, each reduced over its own mesh (one collective per group, not per
-        # gradient), then combined by hand.
-        groups: dict[tuple[int, tuple[Any, ...]], list[torch.Tensor]] = {}
-        for g in sharded:
-            groups.setdefault((id(g.device_mesh), tuple(g.placements)), []).append(g)
-        parts = [_full(torch.nn.utils.get_total_norm(group, norm_type)) for group in groups.values()]
-        if plain:
-            parts.append(torch.nn.utils.get_total_norm(plain, norm_type))
-        stacked = torch.stack([p.to(torch.float32).cpu() for p in parts])
-        total = stacked.max() if math.isinf(norm_type) else stacked.pow(norm_type).sum().pow(1.0 / norm_type)
-        coef = min(1.0, max_norm / (float(total) + 1e-6))
-        if coef < 1.0:
-            for p in params:
-                p.grad.mul_(coef)  # type: ignore[union-attr]
+        # (mesh, placements) group, each reduced over its own mesh, then combined by hand.
+        total = combine_norms(norm_parts(grads, norm_type), norm_type)
+        scale_grads(grads, max_norm, total)
         return total
+
+
+def norm_parts(grads: list[torch.Tensor], norm_type: float) -> list[torch.Tensor]:
+    """The global norm of ``grads`` in parts: one per (mesh, placements) group of DTensors, each reduced over
+    its own mesh (one collective per group, not per gradient), and one for the plain tensors (local)."""
+    groups: dict[tuple[int, tuple[Any, ...]], list[torch.Tensor]] = {}
+    plain = []
+    for g in grads:
+        if isinstance(g, DTensor):
+            groups.setdefault((id(g.device_mesh), tuple(g.placements)), []).append(g)
+        else:
+            plain.append(g)
+    parts = [_full(torch.nn.utils.get_total_norm(group, norm_type)) for group in groups.values()]
+    if plain:
+        parts.append(torch.nn.utils.get_total_norm(plain, norm_type))
+    return parts
+
+
+def combine_norms(parts: list[torch.Tensor], norm_type: float) -> torch.Tensor:
+    """The norm of the parts' norms (their max for the infinity norm), on the CPU."""
+    if not parts:
+        return torch.tensor(0.0)
+    stacked = torch.stack([p.to(torch.float32).cpu() for p in parts])
+    return stacked.max() if math.isinf(norm_type) else stacked.pow(norm_type).sum().pow(1.0 / norm_type)
+
+
+def scale_grads(grads: list[torch.Tensor], max_norm: float, total: torch.Tensor) -> None:
+    """Multiplies every gradient by ``max_norm / total`` when that is below 1 (one foreach call per mesh:
+    a foreach over DTensors of different meshes, or mixed with plain tensors, is not dispatched)."""
+    coef = min(1.0, max_norm / (float(total) + 1e-6))
+    if coef >= 1.0:
+        return
+    groups: dict[int | None, list[torch.Tensor]] = {}
+    for g in grads:
+        groups.setdefault(id(g.device_mesh) if isinstance(g, DTensor) else None, []).append(g)
+    for group in groups.values():
+        torch._foreach_mul_(group, coef)
 
 
 def _full(tensor: torch.Tensor) -> torch.Tensor:

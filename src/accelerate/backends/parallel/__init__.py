@@ -21,6 +21,11 @@ shards, ``no_sync``, global-norm clipping), reused rather than copied. ``strateg
 attention becomes an all-to-all exchange around unchanged attention, and its loss the whole
 sequence's; the prepared loader gives each sp rank its slice of every sequence. FSDP2 shards over
 ``dp_shard x sp``.
+``experts`` and ``expert_dispatch``: expert parallelism (``ep_size``, carved from ``dp_shard``, so no
+mesh dimension of its own): before FSDP2, every experts module (the protocol in ``experts``) keeps
+this rank's slice of its stacked weights (DTensors on an ``(ep_replicate, ep)`` mesh, FSDP2 units of
+their own over ``ep_replicate`` when several ranks hold them) and its forward exchanges tokens by
+all-to-all; the model's FSDP units ignore those weights.
 ``pipeline`` (``pp_size > 1``, instead of the steps above; with ``dp_replicate`` only): the model cut
 into stages, trained by a ``torch.distributed.pipelining`` schedule (``pipeline_model``), checkpointed
 stage by stage.
@@ -33,7 +38,9 @@ from accelerate._lazy import lazy_exports
 
 _EXPORTS = {
     "ParallelStrategy": "accelerate.backends.parallel.strategy",
+    "apply_expert_parallel": "accelerate.backends.parallel.experts",
     "check_tensor_parallel": "accelerate.backends.parallel.tp",
+    "dispatch_to_experts": "accelerate.backends.parallel.expert_dispatch",
     "fsdp_mesh": "accelerate.backends.parallel.fsdp",
     "maybe_context_parallel": "accelerate.backends.parallel.context",
     "ulysses_attention": "accelerate.backends.parallel.ulysses",

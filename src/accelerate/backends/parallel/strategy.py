@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import functools
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 from torch import nn
+from torch.distributed.fsdp import FSDPModule
 
 from accelerate.backends.dtensor_io.checkpoint_io import ShardedCheckpointIO
 from accelerate.backends.fsdp.plugin import FullyShardedDataParallelPlugin
 from accelerate.backends.fsdp.strategy import FSDPStrategy
 from accelerate.backends.parallel.activation import apply_activation_checkpointing
+from accelerate.backends.parallel.experts import ExpertGradients, apply_expert_parallel, clip_with_experts
 from accelerate.backends.parallel.fsdp import REPLICATE_DIMS, fsdp_mesh
 from accelerate.backends.parallel.pipeline import (
     PipelineCheckpointIO,
@@ -70,6 +72,7 @@ class ParallelStrategy(FSDPStrategy):
         self.config = config
         check_pipeline_composition(config)
         self._pipelines: list[weakref.ref[PipelinedModel]] = []  # the pipelines prepared (pp_size > 1)
+        self._experts: list[ExpertGradients] = []  # each prepared MoE model's expert parameters (ep_size > 1)
         # None: tensor parallelism alone (nothing to shard), or pipelines (replicas sync their stages' gradients)
         self._mesh = None if config.pp_enabled else fsdp_mesh(config)
         # Upstream reports FSDP whenever FSDP2 shards; tensor parallelism alone keeps the process's type.
@@ -109,6 +112,8 @@ class ParallelStrategy(FSDPStrategy):
         if self.config.pp_enabled:
             return f"parallelism mesh [{mesh}]: pipeline of {self.config.pp_schedule} over pp, {fsdp}"
         split = "Ulysses sequence parallel on sp" if self.config.sp_enabled else "tensor parallel on tp"
+        if self.config.ep_enabled:
+            split = f"experts split over ep={self.config.ep_size} (all-to-all token dispatch)"
         return f"parallelism mesh [{mesh}]: {split}, {fsdp}"
 
     def setup_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
@@ -142,14 +147,59 @@ class ParallelStrategy(FSDPStrategy):
     def unwrap(self, model: nn.Module) -> nn.Module:
         return model.module if isinstance(model, PipelinedModel) else model
 
+    def before_backward(self, loss: torch.Tensor) -> None:
+        super().before_backward(loss)
+        if not self._no_sync:  # a synced backward: the expert gradients are reduced before clip or step
+            for experts in self._experts:
+                experts.pending = True
+
+    def _reduce_experts(self) -> None:
+        for experts in self._experts:
+            experts.reduce()
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer, step: Callable[[], Any]) -> Any:
+        self._reduce_experts()
+        return super().optimizer_step(optimizer, step)
+
+    def _shard_kwargs(self, model: nn.Module) -> dict[str, Any]:
+        kwargs = super()._shard_kwargs(model)
+        mine = {id(p) for p in model.parameters()}
+        experts = {p for group in self._experts if not group.sharded for p in group.params if id(p) in mine}
+        if experts:  # split over ep and reduced by ExpertGradients, not the model's FSDP units
+            kwargs["ignored_params"] = set(kwargs.get("ignored_params", set())) | experts
+        return kwargs
+
     def clip_grad_norm_(
         self, parameters: Iterable[torch.Tensor], max_norm: float, norm_type: float = 2.0
     ) -> torch.Tensor:
-        """Clips by the global norm; under a pipeline, the norm over every stage's gradients."""
+        """Clips by the global norm; under a pipeline, the norm over every stage's gradients; with experts,
+        each expert counted once (its ep rank's slice, after the reduction over its replicas)."""
+        self._reduce_experts()
+        if self._experts:
+            return clip_with_experts(list(parameters), max_norm, norm_type, self._experts)
         if self.config.pp_enabled:
             group = self.config.device_mesh["pp"].get_group()
             return clip_pipeline_grad_norm_(list(parameters), max_norm, norm_type, group)
         return super().clip_grad_norm_(parameters, max_norm, norm_type)
+
+    def _split_experts(self, model: nn.Module, *, device_placement: bool) -> None:
+        before = list(model.named_parameters())
+        if device_placement:
+            model.to(self.device)
+        experts = apply_expert_parallel(model, self.config, self.device)
+        self._experts.append(experts)
+        if (
+            self.config.data_parallel_size > self.config.ep_size
+        ):  # replicas of the same experts: FSDP2 over them
+            kwargs = {
+                k: v for k, v in self._shard_kwargs(model).items() if k not in ("mesh", "ignored_params")
+            }
+            experts.shard_over_replicas(**kwargs)
+        after = dict(model.named_parameters())
+        for name, old in before:  # an optimizer built over the whole experts finds their slices
+            new = after.get(name)
+            if new is not None and new is not old:
+                self._replaced[id(old)] = (weakref.ref(old), new)
 
     def setup_module(self, model: nn.Module, *, device_placement: bool) -> nn.Module:
         if self.config.pp_enabled:  # the pipeline step: this rank's stages of the model
@@ -158,6 +208,8 @@ class ParallelStrategy(FSDPStrategy):
             self._sharded.update({id(p): weakref.ref(p) for p in model.parameters()})  # kept, not sharded
             return pipelined
         check_tensor_parallel(model, self.config)  # step 1: a plan on the tp mesh, applied before prepare
+        if self.config.ep_enabled and not isinstance(model, FSDPModule):  # prepared once
+            self._split_experts(model, device_placement=device_placement)  # step 1c: this rank's experts
         if self.config.sp_enabled:
             apply_sequence_parallel(model, self.config)  # step 1b: Ulysses attention, whole-sequence loss
         if self._mesh is not None:
