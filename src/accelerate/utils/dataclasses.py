@@ -384,6 +384,13 @@ _HANDLER_TYPES: tuple[type, ...] = (
 )
 
 
+def _is_fault_tolerance(handler: Any) -> bool:
+    # Its own module (utils/fault_tolerance.py) imports this one for KwargsHandler.
+    from accelerate.utils.fault_tolerance import FaultToleranceKwargs
+
+    return type(handler) is FaultToleranceKwargs
+
+
 def collect_kwargs_handlers(handlers: Any) -> dict[type, Any]:
     """Validates ``Accelerator(kwargs_handlers=...)``: known types only, each at most once."""
     found: dict[type, Any] = {}
@@ -393,7 +400,7 @@ def collect_kwargs_handlers(handlers: Any) -> dict[type, Any]:
         refuse = getattr(handler, "refuse_use", None)
         if refuse is not None:
             raise refuse("Accelerator(kwargs_handlers=...)")
-        if kind not in _HANDLER_TYPES:
+        if kind not in _HANDLER_TYPES and not _is_fault_tolerance(handler):
             known = ", ".join(t.__name__ for t in _HANDLER_TYPES)
             raise TypeError(
                 f"kwargs_handlers got an object of type {kind.__name__}, which is not a kwargs handler. "
