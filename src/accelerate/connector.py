@@ -187,9 +187,13 @@ def _with_fault_tolerance(
     strategy: Strategy, handlers: dict[type, Any], launch: LaunchEnv, partial: PartialState
 ) -> Strategy:
     """``strategy`` as one replica group when ``FaultToleranceKwargs`` or the launcher asks for it."""
-    from accelerate.utils.fault_tolerance import FaultToleranceKwargs
+    settings = launch.fault_tolerance_settings()
+    if (
+        "accelerate.utils.fault_tolerance" in sys.modules
+    ):  # else no handler can be one: not loaded for nothing
+        from accelerate.utils.fault_tolerance import FaultToleranceKwargs
 
-    settings = handlers.get(FaultToleranceKwargs) or launch.fault_tolerance_settings()
+        settings = handlers.get(FaultToleranceKwargs) or settings
     if settings is None:
         return strategy
     # Imported only here: a run without fault tolerance never loads the package (nor torchft).

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 # The rows live in their own module (the table is long); ENV_CONTRACT and EnvVar stay importable here.
 from accelerate.config.env_contract import ENV_CONTRACT, EnvVar
-from accelerate.utils.fault_tolerance import FaultToleranceKwargs
 from accelerate.utils.records import frozen_record
+
+if TYPE_CHECKING:
+    from accelerate.utils.fault_tolerance import FaultToleranceKwargs
 
 __all__ = [
     "ENV_CONTRACT", "EnvVar", "LaunchEnv", "dynamo_defaults", "parallelism_defaults", "parse_bool",
@@ -127,6 +129,8 @@ class LaunchEnv:
         """The launcher's ``--fault_tolerance`` settings as a handler (None when not asked)."""
         if not self.fault_tolerance:
             return None
+        from accelerate.utils.fault_tolerance import FaultToleranceKwargs
+
         given: dict[str, Any] = {
             "replica_group_id": self.ft_replica_group_id, "num_replica_groups": self.ft_num_replica_groups,
             "lighthouse_address": self.ft_lighthouse, "bind_address": self.ft_bind_address,

@@ -7,6 +7,7 @@ Pure data: nothing here reads ``os.environ`` or imports torch at module import.
 from __future__ import annotations
 
 import enum
+import sys
 from dataclasses import dataclass, field, fields
 from datetime import timedelta
 from typing import Any, Literal
@@ -385,10 +386,10 @@ _HANDLER_TYPES: tuple[type, ...] = (
 
 
 def _is_fault_tolerance(handler: Any) -> bool:
-    # Its own module (utils/fault_tolerance.py) imports this one for KwargsHandler.
-    from accelerate.utils.fault_tolerance import FaultToleranceKwargs
-
-    return type(handler) is FaultToleranceKwargs
+    # Its own module (utils/fault_tolerance.py) imports this one for KwargsHandler; an instance exists
+    # only once that module is loaded, so a run without one never loads it.
+    module = sys.modules.get("accelerate.utils.fault_tolerance")
+    return module is not None and type(handler) is module.FaultToleranceKwargs
 
 
 def collect_kwargs_handlers(handlers: Any) -> dict[type, Any]:

@@ -50,6 +50,8 @@ class TensorTransport(CheckpointTransport[Any]):  # type: ignore[misc]  # torchf
             works.append(self._pg.send([length], dst, tag=_TAG_LENGTH))
             works.append(self._pg.send([header_t], dst, tag=_TAG_HEADER))
             for i, payload in enumerate(payloads):
+                if payload.numel() == 0:
+                    continue  # nothing to send (the receiver knows the shape from the header)
                 works.append(self._pg.send([payload], dst, tag=_TAG_FIRST_TENSOR + i))
         for work in works:
             work.wait(timeout)
@@ -70,7 +72,8 @@ class TensorTransport(CheckpointTransport[Any]):  # type: ignore[misc]  # torchf
         tensors: list[torch.Tensor] = []
         for i, (dtype, shape) in enumerate(specs):
             out = torch.empty(shape, dtype=dtype)
-            self._pg.recv([_as_bytes(out)], src_rank, tag=_TAG_FIRST_TENSOR + i).wait(timeout)
+            if out.numel():
+                self._pg.recv([_as_bytes(out)], src_rank, tag=_TAG_FIRST_TENSOR + i).wait(timeout)
             tensors.append(out)
         message = wire.decode(tree, tensors)
         if not isinstance(message, dict) or message.get("step") != step or "state" not in message:
