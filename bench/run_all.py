@@ -24,6 +24,7 @@ from bench import (
     ddp_two_proc,
     deepspeed_zero2,
     elastic,
+    fault_tolerance,
     fp8_ao,
     fsdp_checkpoint,
     fsdp_two_proc,
@@ -37,7 +38,7 @@ BENCHMARKS = [
     startup, step_overhead, ddp_two_proc, deepspeed_zero2, data_loading, collectives, checkpoint_io, checkpoint_large,
     big_modeling,
 ]  # fmt: skip
-BENCHMARKS += [fsdp_two_proc, fsdp_checkpoint, bnb_loading, parallel_nd, fp8_ao, elastic]
+BENCHMARKS += [fsdp_two_proc, fsdp_checkpoint, bnb_loading, parallel_nd, fp8_ao, elastic, fault_tolerance]
 
 
 def main() -> None:

@@ -105,3 +105,31 @@ class CommittedBatchLoader:
                 epoch, order = self.runtime.epoch, self._order()
             for micro in range(self.accumulation):
                 yield self.batch(slot * self.accumulation + micro, order)
+
+    # -- save_state / load_state: the position and the replica-group layout --------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The epoch position (torchft's step and batches committed) and the replica-group layout."""
+        runtime, settings = self.runtime, self.runtime.settings
+        step, committed = runtime.progress()
+        return {
+            "fault_tolerance": {
+                "replica_group_id": settings.replica_group_id, "num_replica_groups": settings.num_replica_groups,
+                "min_replicas": settings.min_replicas,
+            },
+            "step": step, "batches_committed": committed, "epoch": runtime.epoch, "epoch_start": runtime.epoch_start,
+            # what a loader without fault tolerance reads: samples of this epoch already trained
+            "samples_consumed": (committed - runtime.epoch_start) * self.batch_size * self.accumulation,
+        }  # fmt: skip
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if "fault_tolerance" not in state:
+            raise ValueError(
+                "load_state: this loader state was saved without fault tolerance; a fault-tolerant run resumes "
+                "only from a fault-tolerant checkpoint (its position counts committed batches across groups)."
+            )
+        self.runtime.resume(
+            int(state["step"]),
+            int(state["batches_committed"]),
+            int(state["epoch"]),
+            int(state["epoch_start"]),
+        )

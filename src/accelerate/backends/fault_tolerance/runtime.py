@@ -64,6 +64,7 @@ class Runtime:
         self._decision: bool | None = None
         self._weight = 1.0
         self._contributors = 1
+        self._resumed: tuple[int, int] | None = None  # load_state's (step, batches committed)
 
     # -- the manager -------------------------------------------------------------------------
     def _ensure_manager(self) -> Any:
@@ -80,6 +81,10 @@ class Runtime:
                 self.settings, state_dict=self.state_dict, load_state_dict=self.load_state_dict,
                 store_port=self._store.port,
             )  # fmt: skip
+            if self._resumed is not None:
+                self.manager.load_state_dict(
+                    {"step": self._resumed[0], "batches_committed": self._resumed[1]}
+                )
         return self.manager
 
     def state_dict(self) -> dict[str, Any]:
@@ -105,6 +110,19 @@ class Runtime:
         self.epoch = int(state["loader"]["epoch"])
         self.epoch_start = int(state["loader"]["epoch_start"])
         logger.info("healed: epoch %d, step %d", self.epoch, self.manager.current_step())
+
+    def progress(self) -> tuple[int, int]:
+        """(torchft's step, batches committed), what save_state records."""
+        if self.manager is None:
+            return self._resumed or (0, 0)
+        return int(self.manager.current_step()), int(self.manager.batches_committed())
+
+    def resume(self, step: int, batches_committed: int, epoch: int, epoch_start: int) -> None:
+        """load_state: continue from a saved position (applied to the manager now or when it is built)."""
+        self._resumed = (step, batches_committed)
+        self.epoch, self.epoch_start = epoch, epoch_start
+        if self.manager is not None:
+            self.manager.load_state_dict({"step": step, "batches_committed": batches_committed})
 
     # -- the step ----------------------------------------------------------------------------
     def begin_step(self) -> None:
