@@ -101,13 +101,14 @@ def run(out: Path) -> dict[str, Any]:
         everyone.remove(victim)
         first = out / f"steps_{survivors[0]}_survivor.jsonl"
 
-        def survivors_committed_without_it() -> bool:
-            return any(r["committed"] and r["participants"] == GROUPS - 1 for r in _records(first))
+        def commits_without_it() -> list[float]:
+            return [
+                r["time"] for r in _records(first)
+                if r["committed"] and r["participants"] == GROUPS - 1 and r["time"] > killed_at
+            ]  # fmt: skip
 
-        _until(survivors_committed_without_it, "a survivor committing a step without the victim", everyone)
-        next_commit = min(
-            r["time"] for r in _records(first) if r["committed"] and r["participants"] == GROUPS - 1
-        )
+        _until(commits_without_it, "a survivor committing a step without the victim", everyone)
+        next_commit = min(commits_without_it())
         restarted = _spawn(out, VICTIM, lighthouse, "restarted")
         everyone.append(restarted)
         for process in [*(processes[g] for g in survivors), restarted]:
