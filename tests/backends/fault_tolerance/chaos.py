@@ -148,7 +148,8 @@ def run(out: Path) -> dict[str, Any]:
     summary = {
         "survivor_pids_unchanged": all({r["pid"] for r in logs[g]} == {processes[g].pid} for g in survivors),
         "skipped_steps": [r["step"] for r in logs[survivors[0]] if not r["committed"]],
-        "victim_steps_before_kill": len(victim_log),
+        # the victim logged every step before the one it died in (it may have joined at step 1, healed)
+        "victim_last_step": max((r["step"] for r in victim_log), default=None),
         # the killed step's batches went back to the pool: the next committed step drew from the same position
         "killed_step_redrawn": [
             (r["position"], next(c["position"] for c in logs[survivors[0]][i:] if c["committed"]))

@@ -39,9 +39,10 @@ def test_a_killed_replica_group_heals_and_nothing_is_lost(tmp_path: Path) -> Non
     assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}\n{logs}"
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["survivor_pids_unchanged"], summary
-    assert summary["victim_steps_before_kill"] == KILL_STEP, summary
-    # The kill landed mid-exchange: that step was skipped (not half-applied) and its batches redrawn.
-    assert summary["skipped_steps"] == [KILL_STEP], summary
+    assert summary["victim_last_step"] == KILL_STEP - 1, summary
+    # The kill landed mid-exchange: that step was skipped (not half-applied) and its batches redrawn
+    # (a later skip would be legal too, e.g. a rejoin racing a step; each_batch_once still holds).
+    assert summary["skipped_steps"][:1] == [KILL_STEP], summary
     assert all(before == after for before, after in summary["killed_step_redrawn"]), summary
     assert summary["restarted_first_step"] > KILL_STEP, summary  # it healed to the live step
     assert summary["restarted_committed_with_all"] > 0, summary  # and trained again with everyone
