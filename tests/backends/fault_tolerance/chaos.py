@@ -68,6 +68,28 @@ def _until(condition: Any, what: str, processes: list[subprocess.Popen[bytes]]) 
         time.sleep(0.002)
 
 
+def listening_addresses(pids: list[int]) -> set[str]:
+    """The local addresses the processes ``pids`` listen on (TCP, from /proc; Linux only)."""
+    inodes: set[str] = set()
+    for pid in pids:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            target = os.readlink(fd) if fd.is_symlink() else ""
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    found = set()
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pids[0]}/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                address = fields[1].split(":")[0]
+                found.add(
+                    ".".join(str(int(address[i : i + 2], 16)) for i in (6, 4, 2, 0))
+                    if table == "tcp"
+                    else address
+                )
+    return found
+
+
 def reference(committed: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
     """One process training the batches the committed steps trained, with no failure."""
     model = make_model()
@@ -94,6 +116,10 @@ def run(out: Path) -> dict[str, Any]:
     survivors = [g for g in range(GROUPS) if g != VICTIM]
     try:
         _until(lambda: (out / "victim_ready").exists(), "the victim reaching its kill step", everyone)
+        # Every server the groups opened (manager, gloo, rendezvous store) listens on loopback only.
+        listeners = (
+            listening_addresses([p.pid for p in processes.values()]) if sys.platform == "linux" else None
+        )
         victim = processes[VICTIM]
         victim.send_signal(signal.SIGKILL)
         killed_at = time.time()
@@ -146,6 +172,7 @@ def run(out: Path) -> dict[str, Any]:
             trained[b] = trained.get(b, 0) + 1
     healed = json.loads((out / f"heal_{VICTIM}_restarted.json").read_text())
     summary = {
+        "listen_addresses": sorted(listeners) if listeners is not None else None,
         "survivor_pids_unchanged": all({r["pid"] for r in logs[g]} == {processes[g].pid} for g in survivors),
         "skipped_steps": [r["step"] for r in logs[survivors[0]] if not r["committed"]],
         # the victim logged every step before the one it died in (it may have joined at step 1, healed)

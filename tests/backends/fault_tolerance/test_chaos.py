@@ -39,6 +39,8 @@ def test_a_killed_replica_group_heals_and_nothing_is_lost(tmp_path: Path) -> Non
     assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}\n{logs}"
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["survivor_pids_unchanged"], summary
+    if summary["listen_addresses"] is not None:
+        assert summary["listen_addresses"] == ["127.0.0.1"], summary  # bound to the given address only
     assert summary["victim_last_step"] == KILL_STEP - 1, summary
     # The kill landed mid-exchange: that step was skipped (not half-applied) and its batches redrawn
     # (a later skip would be legal too, e.g. a rejoin racing a step; each_batch_once still holds).

@@ -11,6 +11,7 @@ here since a group heals between steps).
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -64,6 +65,22 @@ def _manager_server_bound_to(host: str) -> Iterator[None]:
             yield
         finally:
             torchft_manager.ManagerServer = original
+
+
+def bound_store(host: str) -> Any:
+    """The replica group's rendezvous ``TCPStore``, listening on ``host`` only.
+
+    torch's TCPStore master listens on every interface; handed a socket we bound (``master_listen_fd``)
+    it listens where we say. The socket's descriptor is handed over (detached): the store owns it.
+    """
+    family, _, _, _, address = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)[0]
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    listener.bind(address)
+    listener.listen(128)
+    port = int(listener.getsockname()[1])
+    return dist.TCPStore(
+        host, port, is_master=True, wait_for_workers=False, master_listen_fd=listener.detach(), use_libuv=True
+    )
 
 
 def build_manager(

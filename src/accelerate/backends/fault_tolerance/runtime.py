@@ -69,14 +69,10 @@ class Runtime:
     # -- the manager -------------------------------------------------------------------------
     def _ensure_manager(self) -> Any:
         if self.manager is None:
-            import torch.distributed as dist
-
-            from accelerate.backends.fault_tolerance.manager import build_manager
+            from accelerate.backends.fault_tolerance.manager import bound_store, build_manager
 
             # The group's rendezvous store (one process per group: this one is its master).
-            self._store = dist.TCPStore(
-                self.settings.bind_address, 0, is_master=True, wait_for_workers=False, use_libuv=True
-            )
+            self._store = bound_store(self.settings.bind_address)
             self.manager, self.transport = build_manager(
                 self.settings, state_dict=self.state_dict, load_state_dict=self.load_state_dict,
                 store_port=self._store.port,
