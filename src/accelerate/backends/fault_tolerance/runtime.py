@@ -39,7 +39,9 @@ class StepRecord:
     position: int  # batches committed this epoch before the step
     participants: int
     rank: int  # this group's participating rank
-    batch: int | None  # the batch this group trained (None: a padding slot in the epoch's last round)
+    batch: (
+        int | None
+    )  # the batch (with accumulation G: the slot of G batches) this group trained; None: padding
     contributors: int  # groups that trained a real batch this step
     committed: bool | None = None
 
