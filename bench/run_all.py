@@ -25,6 +25,7 @@ from bench import (
     deepspeed_zero2,
     elastic,
     expert_parallel,
+    fault_tolerance,
     fp8_ao,
     fsdp_checkpoint,
     fsdp_two_proc,
@@ -39,6 +40,7 @@ BENCHMARKS = [
     big_modeling,
 ]  # fmt: skip
 BENCHMARKS += [fsdp_two_proc, fsdp_checkpoint, bnb_loading, parallel_nd, expert_parallel, fp8_ao, elastic]
+BENCHMARKS += [fault_tolerance]
 
 
 def main() -> None:

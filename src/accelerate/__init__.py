@@ -50,6 +50,8 @@ _LAZY: dict[str, str] = {
     "ParallelismConfig": "accelerate.state.parallelism",
     "ProfileKwargs": "accelerate.utils.dataclasses",
     "DDPCommunicationHookType": "accelerate.utils.dataclasses",
+    # Our addition (not upstream's): fault-tolerant replica groups on torchft.
+    "FaultToleranceKwargs": "accelerate.utils.fault_tolerance",
 }
 
 __all__ = sorted(_LAZY)

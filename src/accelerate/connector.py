@@ -144,6 +144,7 @@ def connect(
         parallelism_config=request.parallelism_config,
         launch=launch,
     )
+    strategy = _with_fault_tolerance(strategy, handlers, launch, partial)
     gradient_state = GradientState(adjusted_for_world_size(accumulation, partial.num_processes))
     dynamo = _dynamo_plugin(dynamo_plugin, dynamo_backend, launch)
     # The run, resolved once: AcceleratorState records it and its attributes read from it.
@@ -180,6 +181,25 @@ def connect(
         init_handler=pg,
         profile_handler=handlers.get(ProfileKwargs),
     )
+
+
+def _with_fault_tolerance(
+    strategy: Strategy, handlers: dict[type, Any], launch: LaunchEnv, partial: PartialState
+) -> Strategy:
+    """``strategy`` as one replica group when ``FaultToleranceKwargs`` or the launcher asks for it."""
+    settings = launch.fault_tolerance_settings()
+    if (
+        "accelerate.utils.fault_tolerance" in sys.modules
+    ):  # else no handler can be one: not loaded for nothing
+        from accelerate.utils.fault_tolerance import FaultToleranceKwargs
+
+        settings = handlers.get(FaultToleranceKwargs) or settings
+    if settings is None:
+        return strategy
+    # Imported only here: a run without fault tolerance never loads the package (nor torchft).
+    from accelerate.backends.fault_tolerance.strategy import fault_tolerant
+
+    return fault_tolerant(strategy, settings, partial.num_processes)
 
 
 def _partial_state(cpu: bool, pg: InitProcessGroupKwargs | None) -> PartialState:

@@ -149,7 +149,10 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
             return None  # (LOMO updated the parameters inside Accelerator.lomo_backward)
         SLOT.step += 1  # the step a hang report names
         if self.strategy is not None:
-            return self.strategy.optimizer_step(self.optimizer, lambda: self._step(closure))
+            result = self.strategy.optimizer_step(self.optimizer, lambda: self._step(closure))
+            if getattr(self.strategy, "step_was_skipped", False):
+                self._is_overflow = True  # the backend skipped it (a quorum that did not commit)
+            return result
         return self._step(closure)
 
     def _step(self, closure: Callable[[], Any] | None) -> Any:

@@ -131,6 +131,7 @@ BENCH_MODULES = [
     "collectives",
     "checkpoint_io",
     "elastic",
+    "fault_tolerance",
     "run_all",
 ]
 

@@ -269,6 +269,11 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("N-D parallelism (ParallelismConfig: data, tensor, context, sequence)")
     for name, (kwargs, text) in PARALLELISM_FLAGS.items():
         flag(name, help=text, **kwargs)
+    from accelerate.backends.fault_tolerance.launch import FLAGS as FT_FLAGS
+
+    group = parser.add_argument_group("Fault-tolerant replica groups (torchft; beyond upstream)")
+    for name, (kwargs, text) in FT_FLAGS.items():
+        flag(name, help=text, **kwargs)
     group = parser.add_argument_group(
         "Upstream features that cannot run here (accepted, then refused by name with the reason)"
     )
@@ -326,8 +331,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def flags_of(args: argparse.Namespace) -> dict[str, Any]:
     """The setting flags the user gave (store_true switches that were not given count as not given)."""
     out: dict[str, Any] = {}
+    from accelerate.backends.fault_tolerance.launch import FLAGS as FT_FLAGS
+
     for name in (*SETTING_FLAGS, *DEEPSPEED_SETTINGS, *PARALLELISM_FLAGS, *REFUSED_FLAGS, *FSDP_FLAG_KWARGS,
-                 *FP8_FLAG_KWARGS):  # fmt: skip
+                 *FP8_FLAG_KWARGS, *FT_FLAGS):  # fmt: skip
         value = getattr(args, name, None)
         if value is not None and value is not False:
             out[name] = value
@@ -356,9 +363,17 @@ def run(args: argparse.Namespace) -> int:
         print(f"accelerate launch: {note}", file=sys.stderr)
     for warning in plan.warnings:
         print(f"accelerate launch: warning: {warning}", file=sys.stderr)
+    from accelerate.backends.fault_tolerance import launch as fault_tolerance
     from accelerate.launch.runner import run_plan
 
-    return run_plan(plan)
+    lighthouse = fault_tolerance.start_lighthouse_for(
+        {name: plan.value(name) for name in fault_tolerance.FLAGS}
+    )
+    try:
+        return run_plan(plan)
+    finally:
+        if lighthouse is not None:
+            lighthouse.shutdown()
 
 
 def _check_plan(plan: Any, reshard_to: str | None = None) -> int:

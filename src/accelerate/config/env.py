@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 # The rows live in their own module (the table is long); ENV_CONTRACT and EnvVar stay importable here.
 from accelerate.config.env_contract import ENV_CONTRACT, EnvVar
 from accelerate.utils.records import frozen_record
+
+if TYPE_CHECKING:
+    from accelerate.utils.fault_tolerance import FaultToleranceKwargs
 
 __all__ = [
     "ENV_CONTRACT", "EnvVar", "LaunchEnv", "dynamo_defaults", "parallelism_defaults", "parse_bool",
@@ -59,6 +63,14 @@ class LaunchEnv:
     dynamo_use_regional_compilation: bool | None = None
     downcast_bf16: bool | None = None
     hang_report_dir: str | None = None
+    fault_tolerance: bool | None = None
+    ft_replica_group_id: int | None = None
+    ft_num_replica_groups: int | None = None
+    ft_lighthouse: str | None = None
+    ft_bind_address: str | None = None
+    ft_min_replicas: int | None = None
+    ft_heartbeat_ms: int | None = None
+    ft_timeout_s: int | None = None
     use_deepspeed: bool | None = None
     deepspeed_config_file: str | None = None
     zero_stage: int | None = None
@@ -113,6 +125,19 @@ class LaunchEnv:
     parallelism_config_sp_seq_length: str | None = None
     parallelism_config_sp_seq_length_is_variable: bool | None = None
     parallelism_config_sp_attn_implementation: str | None = None
+
+    def fault_tolerance_settings(self) -> FaultToleranceKwargs | None:
+        """The launcher's ``--fault_tolerance`` settings as a handler (None when not asked)."""
+        if not self.fault_tolerance:
+            return None
+        from accelerate.utils.fault_tolerance import FaultToleranceKwargs
+
+        given: dict[str, Any] = {
+            "replica_group_id": self.ft_replica_group_id, "num_replica_groups": self.ft_num_replica_groups,
+            "lighthouse_address": self.ft_lighthouse, "bind_address": self.ft_bind_address,
+            "min_replicas": self.ft_min_replicas, "heartbeat_ms": self.ft_heartbeat_ms, "timeout_s": self.ft_timeout_s,
+        }  # fmt: skip
+        return FaultToleranceKwargs(**{name: value for name, value in given.items() if value is not None})
 
 
 def read_launch_env(environ: Mapping[str, str] | None = None) -> LaunchEnv:

@@ -67,6 +67,38 @@ ENV_CONTRACT: tuple[EnvVar, ...] = (
         "str",
         "folder where each rank's hang watchdog writes its report for the launcher's summary",
     ),
+    # Fault-tolerant replica groups (--fault_tolerance and its --ft_* flags; our addition, torchft).
+    EnvVar(
+        "ACCELERATE_FAULT_TOLERANCE",
+        "fault_tolerance",
+        "bool",
+        "run as one replica group of a fault-tolerant run",
+    ),
+    EnvVar(
+        "ACCELERATE_FT_REPLICA_GROUP_ID", "ft_replica_group_id", "int", "this replica group's number, from 0"
+    ),
+    EnvVar(
+        "ACCELERATE_FT_NUM_REPLICA_GROUPS",
+        "ft_num_replica_groups",
+        "int",
+        "how many replica groups the run has",
+    ),
+    EnvVar("ACCELERATE_FT_LIGHTHOUSE", "ft_lighthouse", "str", "host:port of torchft's lighthouse"),
+    EnvVar(
+        "ACCELERATE_FT_BIND_ADDRESS", "ft_bind_address", "str", "the address this group's servers listen on"
+    ),
+    EnvVar(
+        "ACCELERATE_FT_MIN_REPLICAS",
+        "ft_min_replicas",
+        "int",
+        "the fewest healthy groups a step commits with",
+    ),
+    EnvVar(
+        "ACCELERATE_FT_HEARTBEAT_MS", "ft_heartbeat_ms", "int", "heartbeat interval to the lighthouse (ms)"
+    ),
+    EnvVar(
+        "ACCELERATE_FT_TIMEOUT_S", "ft_timeout_s", "int", "timeout of a gradient exchange or a healing (s)"
+    ),
     # DeepSpeed (--use_deepspeed and its flags): the defaults of DeepSpeedPlugin() in the children.
     EnvVar(
         "ACCELERATE_USE_DEEPSPEED",

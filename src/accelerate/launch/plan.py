@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from accelerate.backends.deepspeed import launch as deepspeed_launch
+from accelerate.backends.fault_tolerance import launch as fault_tolerance_launch
 from accelerate.config.config_file import ConfigLocation, LaunchConfig
 from accelerate.config.env import ENV_CONTRACT, LaunchEnv, read_launch_env, write_launch_env
 from accelerate.launch import cluster, commands, elastic, parallelism, xla
@@ -215,6 +216,7 @@ _SPECS: tuple[_Spec, ...] = (
     _Spec("deepspeed_multinode_launcher", None, _deepspeed("deepspeed_multinode_launcher")),
     *(_Spec(*row) for row in parallelism.SPEC_ROWS),
     *(_Spec(*row) for row in fp8_launch.SPEC_ROWS),
+    *(_Spec(*row) for row in fault_tolerance_launch.SPEC_ROWS),
 )
 # fmt: on
 # Options of torch.distributed.run's agent: asking for one runs even a single process under torchrun.
@@ -309,6 +311,8 @@ def build_plan(
         raise LaunchError(fp8_problem)
     warnings = [*config_warnings, *cluster_warnings, *_fall_back_to_cpu(settings, count_gpus)]
     parallelism.check_parallelism(settings)  # after the CPU fallback: context parallelism needs GPUs
+    if problem := fault_tolerance_launch.problem(settings):
+        raise LaunchError(problem)
     mode = _mode(settings)
     if mode == "xla":
         xla.check_settings(settings)

@@ -34,6 +34,7 @@ _register(
     "TensorInformation", "find_device", "initialize_tensors", "is_tensor_information",
 )  # fmt: skip
 _register("accelerate.collectives.owned_tensor", "copy_tensor_to_devices")
+_register("accelerate.utils.fault_tolerance", "FaultToleranceKwargs")  # our addition (torchft replicas)
 _register("accelerate.utils.fp32_outputs", "convert_outputs_to_fp32", "convert_to_fp32")
 _register("accelerate.utils.gathered_parameters", "GatheredParameters")
 _register(

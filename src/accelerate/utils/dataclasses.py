@@ -7,6 +7,7 @@ Pure data: nothing here reads ``os.environ`` or imports torch at module import.
 from __future__ import annotations
 
 import enum
+import sys
 from dataclasses import dataclass, field, fields
 from datetime import timedelta
 from typing import Any, Literal
@@ -384,6 +385,13 @@ _HANDLER_TYPES: tuple[type, ...] = (
 )
 
 
+def _is_fault_tolerance(handler: Any) -> bool:
+    # Its own module (utils/fault_tolerance.py) imports this one for KwargsHandler; an instance exists
+    # only once that module is loaded, so a run without one never loads it.
+    module = sys.modules.get("accelerate.utils.fault_tolerance")
+    return module is not None and type(handler) is module.FaultToleranceKwargs
+
+
 def collect_kwargs_handlers(handlers: Any) -> dict[type, Any]:
     """Validates ``Accelerator(kwargs_handlers=...)``: known types only, each at most once."""
     found: dict[type, Any] = {}
@@ -393,7 +401,7 @@ def collect_kwargs_handlers(handlers: Any) -> dict[type, Any]:
         refuse = getattr(handler, "refuse_use", None)
         if refuse is not None:
             raise refuse("Accelerator(kwargs_handlers=...)")
-        if kind not in _HANDLER_TYPES:
+        if kind not in _HANDLER_TYPES and not _is_fault_tolerance(handler):
             known = ", ".join(t.__name__ for t in _HANDLER_TYPES)
             raise TypeError(
                 f"kwargs_handlers got an object of type {kind.__name__}, which is not a kwargs handler. "

@@ -1,0 +1,135 @@
+"""The data loader of a fault-tolerant run: batches drawn from the epoch's committed position.
+
+What "every sample once" means here. The epoch is one sequence of batches, the same in every
+group (the order is seeded by ``FaultToleranceKwargs.data_seed`` and the epoch, never by a group's
+own RNG). At each step the groups in the quorum take the next ``participants`` batches, one each;
+the step either commits (those batches are trained, once, in the averaged gradient, and the
+position moves past them) or is skipped (the position stays, and the next quorum, whoever is in
+it, draws the same batches again). So across a failure:
+
+- a batch whose step committed was trained exactly once, by the groups that were healthy when it
+  was drawn, a group that died after contributing its gradient included;
+- a batch whose group died before the step committed goes back to the pool and is drawn again;
+- in the epoch's last round, when fewer batches remain than groups, the extra groups compute on
+  a real batch with weight 0 and the average is over the real ones.
+
+With gradient accumulation of ``G`` steps, a step's draw is ``G`` consecutive batches (the epoch's
+batch count must then be a multiple of ``G``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import RandomSampler
+
+from accelerate.backends.fault_tolerance.runtime import Runtime
+from accelerate.utils.tree import send_to_device
+
+
+def _innermost_batch_sampler(loader: Any) -> Any:
+    """The user's own batch sampler under the shards prepare() wraps around it."""
+    sampler: Any = getattr(loader, "batch_sampler", None)
+    while getattr(sampler, "batch_sampler", None) is not None:
+        sampler = sampler.batch_sampler
+    return sampler
+
+
+class CommittedBatchLoader:
+    """Iterates the epoch's batches that this group draws at each step (see the module doc)."""
+
+    def __init__(self, base: Any, runtime: Runtime, *, device: torch.device, accumulation: int = 1) -> None:
+        batch_sampler = _innermost_batch_sampler(base)
+        batch_size = getattr(base, "batch_size", None) or getattr(batch_sampler, "batch_size", None)
+        sampler = getattr(batch_sampler, "sampler", None) or getattr(base, "sampler", None)
+        dataset = getattr(base, "dataset", None)
+        if (
+            dataset is None
+            or not isinstance(batch_size, int)
+            or sampler is None
+            or not hasattr(dataset, "__len__")
+        ):
+            raise TypeError(
+                "prepare() with fault tolerance needs a map-style DataLoader with a batch_size (iterable "
+                "datasets and custom batch samplers cannot be redrawn by position); got "
+                f"{type(base).__name__} over {type(dataset).__name__}."
+            )
+        self.base = base
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.collate_fn = base.collate_fn
+        self.shuffle = isinstance(sampler, RandomSampler)
+        self.drop_last = bool(getattr(batch_sampler, "drop_last", getattr(base, "drop_last", False)))
+        self.runtime = runtime
+        self.device = device
+        self.accumulation = accumulation
+        batches = self.num_batches
+        if batches % accumulation:
+            raise ValueError(
+                f"with fault tolerance and gradient_accumulation_steps={accumulation}, the epoch's {batches} "
+                f"batches must be a multiple of {accumulation} (each step draws {accumulation} consecutive "
+                "batches); change batch_size or the accumulation steps."
+            )
+
+    @property
+    def num_batches(self) -> int:
+        """The epoch's batches, across all replica groups."""
+        size = len(self.dataset)
+        return size // self.batch_size if self.drop_last else -(-size // self.batch_size)
+
+    def __len__(self) -> int:
+        return self.num_batches
+
+    def _order(self) -> list[int]:
+        size = len(self.dataset)
+        if not self.shuffle:
+            return list(range(size))
+        generator = torch.Generator().manual_seed(self.runtime.settings.data_seed + self.runtime.epoch)
+        return torch.randperm(size, generator=generator).tolist()
+
+    def batch(self, index: int, order: list[int]) -> Any:
+        """Batch ``index`` of the epoch whose sample order is ``order``."""
+        samples = [self.dataset[i] for i in order[index * self.batch_size : (index + 1) * self.batch_size]]
+        return send_to_device(self.collate_fn(samples), self.device)
+
+    def __iter__(self) -> Iterator[Any]:
+        slots = self.num_batches // self.accumulation
+        epoch, order = -1, []
+        while True:
+            slot = self.runtime.draw(slots)
+            if slot is None:
+                return
+            if self.runtime.epoch != epoch:  # healing may have moved this group to another epoch
+                epoch, order = self.runtime.epoch, self._order()
+            for micro in range(self.accumulation):
+                yield self.batch(slot * self.accumulation + micro, order)
+
+    # -- save_state / load_state: the position and the replica-group layout --------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The epoch position (torchft's step and batches committed) and the replica-group layout."""
+        runtime, settings = self.runtime, self.runtime.settings
+        step, committed = runtime.progress()
+        return {
+            "fault_tolerance": {
+                "replica_group_id": settings.replica_group_id, "num_replica_groups": settings.num_replica_groups,
+                "min_replicas": settings.min_replicas,
+            },
+            "step": step, "batches_committed": committed, "epoch": runtime.epoch, "epoch_start": runtime.epoch_start,
+            # what a loader without fault tolerance reads: samples of this epoch already trained
+            "samples_consumed": (committed - runtime.epoch_start) * self.batch_size * self.accumulation,
+        }  # fmt: skip
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if "fault_tolerance" not in state:
+            raise ValueError(
+                "load_state: this loader state was saved without fault tolerance; a fault-tolerant run resumes "
+                "only from a fault-tolerant checkpoint (its position counts committed batches across groups)."
+            )
+        self.runtime.resume(
+            int(state["step"]),
+            int(state["batches_committed"]),
+            int(state["epoch"]),
+            int(state["epoch_start"]),
+        )

@@ -1,0 +1,156 @@
+"""Building torchft's Manager for one replica group, every server bound to the user's address.
+
+torchft 0.2.0's ``Manager`` hard-codes its quorum server's bind address to ``[::]`` (all
+interfaces) and heals over pickles by default. Here the manager server is created with the
+address from ``FaultToleranceKwargs.bind_address`` (by handing ``Manager`` a server factory that
+rewrites only the bind argument while it is built), the gloo group's sockets are opened on that
+address, and healing goes through ``TensorTransport``. The quorum is synchronous: the async quorum
+thread would read the state dict while the forward runs (it crashes FSDP2; it is never needed
+here since a group heals between steps).
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torchft.manager as torchft_manager
+from torchft.manager import Manager
+from torchft.process_group import ProcessGroupGloo
+
+from accelerate.backends.fault_tolerance.transport import TensorTransport
+from accelerate.utils.fault_tolerance import FaultToleranceKwargs
+
+_PATCH_LOCK = threading.Lock()
+
+
+class BoundGloo(ProcessGroupGloo):  # type: ignore[misc]
+    """torchft's reconfigurable gloo group whose sockets listen on ``host`` only."""
+
+    def __init__(self, host: str, timeout: timedelta) -> None:
+        super().__init__(timeout=timeout)
+        self._host = host
+
+    def _create_pg(self, store: Any, rank: int, world_size: int) -> Any:
+        options = dist.ProcessGroupGloo._Options()  # type: ignore[attr-defined]
+        options._timeout = self._timeout
+        options._devices = [dist.ProcessGroupGloo.create_device(hostname=self._host)]
+        backend = dist.ProcessGroupGloo(store, rank, world_size, options)
+        backend._set_sequence_number_for_group()
+        pg = dist.ProcessGroup(store, rank, world_size)
+        pg._set_default_backend(dist.ProcessGroup.BackendType.GLOO)
+        pg._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, backend)
+        return pg
+
+
+@contextmanager
+def _manager_server_bound_to(host: str) -> Iterator[None]:
+    """While the Manager is built, its ManagerServer listens on ``host`` instead of ``[::]``."""
+    original = torchft_manager.ManagerServer
+
+    def bound(**kwargs: Any) -> Any:
+        port = str(kwargs["bind"]).rsplit(":", 1)[-1]
+        kwargs["bind"] = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        return original(**kwargs)
+
+    with _PATCH_LOCK:
+        torchft_manager.ManagerServer = bound
+        try:
+            yield
+        finally:
+            torchft_manager.ManagerServer = original
+
+
+def bound_store(host: str) -> Any:
+    """The replica group's rendezvous ``TCPStore``, listening on ``host`` only.
+
+    torch's TCPStore master listens on every interface; handed a socket we bound (``master_listen_fd``)
+    it listens where we say. The socket's descriptor is handed over (detached): the store owns it.
+    """
+    family, _, _, _, address = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)[0]
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    listener.bind(address)
+    listener.listen(128)
+    port = int(listener.getsockname()[1])
+    return dist.TCPStore(
+        host, port, is_master=True, wait_for_workers=False, master_listen_fd=listener.detach(), use_libuv=True
+    )
+
+
+def build_manager(
+    settings: FaultToleranceKwargs,
+    *,
+    state_dict: Callable[[], Any],
+    load_state_dict: Callable[[Any], None],
+    store_port: int,
+) -> tuple[Manager, TensorTransport]:
+    """One replica group's manager (group size 1), its healing transport, the state functions registered.
+
+    ``store_port`` is a TCPStore this group's processes share (the group's rendezvous; torchft
+    keeps each quorum's keys under a prefix of the quorum leader's store).
+    """
+    timeout = timedelta(seconds=settings.timeout_s)
+    pg = BoundGloo(settings.bind_address, timeout)
+    transport = TensorTransport(pg, timeout)
+    with _manager_server_bound_to(settings.bind_address):
+        manager = Manager(
+            pg=pg,
+            load_state_dict=None,
+            state_dict=None,
+            min_replica_size=settings.min_replicas,
+            use_async_quorum=False,
+            timeout=timeout,
+            quorum_timeout=timedelta(seconds=settings.quorum_timeout_s),
+            connect_timeout=timeout,
+            rank=0,
+            world_size=1,
+            store_addr=settings.bind_address,
+            store_port=store_port,
+            lighthouse_addr=settings.lighthouse_url,
+            # torchft reads the trailing digits as the group's number
+            replica_id=f"accelerate_group_{settings.replica_group_id}",
+            port=0,
+            hostname=settings.bind_address,
+            heartbeat_interval=timedelta(milliseconds=settings.heartbeat_ms),
+            checkpoint_transport=transport,
+            init_sync=True,  # step 0 copies the leader's weights: every group starts equal
+        )
+    manager.register_state_dict_fn("accelerate", load_state_dict, state_dict)
+    return manager, transport
+
+
+def start_lighthouse(
+    bind: str = "127.0.0.1:0",
+    *,
+    min_replicas: int = 1,
+    join_timeout_ms: int = 100,
+    heartbeat_timeout_ms: int = 1000,
+    quorum_tick_ms: int = 20,
+) -> Any:
+    """Starts torchft's lighthouse (the quorum server) listening on ``bind`` (``host:port``).
+
+    Returns the server (``.address()`` is what ``FaultToleranceKwargs(lighthouse_address=...)``
+    takes; ``.shutdown()`` stops it). A group that misses heartbeats for ``heartbeat_timeout_ms``
+    leaves the next quorum.
+    """
+    from torchft.coordination import LighthouseServer
+
+    return LighthouseServer(
+        bind=bind,
+        min_replicas=min_replicas,
+        join_timeout_ms=join_timeout_ms,
+        quorum_tick_ms=quorum_tick_ms,
+        heartbeat_timeout_ms=heartbeat_timeout_ms,
+    )
+
+
+def lighthouse_address(server: Any, host: str) -> str:
+    """``host:port`` of a started lighthouse (its ``address()`` names the machine, not the bound address)."""
+    port = str(server.address()).rsplit(":", 1)[-1]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -1,0 +1,200 @@
+"""One replica group's step protocol: quorum, draw, average, commit or skip.
+
+A step runs in this order (the user's loop does not change):
+
+1. **Quorum** (``begin_step``), before the batch is drawn: torchft's lighthouse decides which groups
+   take part; a group that is behind (restarted) receives the live state from a peer here, between
+   steps, so nothing it computes mixes old and new weights.
+2. **Draw** (``draw``): the epoch is a sequence of batches; batch ``p + r`` goes to the group with
+   participating rank ``r``, where ``p`` counts the batches committed so far this epoch. ``p`` lives
+   in torchft's state (``batches_committed``), so every group in the quorum, a healed one included,
+   agrees on it.
+3. **Average** (``comm_hook``): the summed gradient, divided by the number of groups that trained a
+   real batch. An error (a peer died mid-exchange) is reported to the manager, never raised, and the
+   gradient is zeroed.
+4. **Commit** (``optimizer_step``): the optimizer steps only if every group's ``should_commit``
+   agrees; otherwise the step is skipped and logged, and its batches go back to the pool (``p`` did
+   not move, so the next quorum draws them again).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from accelerate.utils.fault_tolerance import FaultToleranceKwargs
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class StepRecord:
+    """What one step of this group drew and whether it was committed (``Runtime.records``)."""
+
+    step: int  # torchft's step count when the step began
+    position: int  # batches committed this epoch before the step
+    participants: int
+    rank: int  # this group's participating rank
+    batch: (
+        int | None
+    )  # the batch (with accumulation G: the slot of G batches) this group trained; None: padding
+    contributors: int  # groups that trained a real batch this step
+    committed: bool | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Runtime:
+    """The manager of this replica group and the objects whose state heals with it."""
+
+    def __init__(self, settings: FaultToleranceKwargs) -> None:
+        self.settings = settings
+        self.models: list[torch.nn.Module] = []
+        self.optimizers: list[torch.optim.Optimizer] = []
+        self.epoch = 0
+        self.epoch_start = 0  # batches_committed when this epoch began
+        self.records: list[StepRecord] = []
+        self.manager: Any = None
+        self.transport: Any = None
+        self._store: Any = None
+        self._open = False  # a quorum is started and its step not yet decided
+        self._decision: bool | None = None
+        self._weight = 1.0
+        self._contributors = 1
+        self._resumed: tuple[int, int] | None = None  # load_state's (step, batches committed)
+
+    # -- the manager -------------------------------------------------------------------------
+    def _ensure_manager(self) -> Any:
+        if self.manager is None:
+            from accelerate.backends.fault_tolerance.manager import bound_store, build_manager
+
+            # The group's rendezvous store (one process per group: this one is its master).
+            self._store = bound_store(self.settings.bind_address)
+            self.manager, self.transport = build_manager(
+                self.settings, state_dict=self.state_dict, load_state_dict=self.load_state_dict,
+                store_port=self._store.port,
+            )  # fmt: skip
+            if self._resumed is not None:
+                self.manager.load_state_dict(
+                    {"step": self._resumed[0], "batches_committed": self._resumed[1]}
+                )
+        return self.manager
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a healing peer receives: weights, optimizer states and the epoch's position."""
+        return {
+            "models": [model.state_dict() for model in self.models],
+            "optimizers": [optimizer.state_dict() for optimizer in self.optimizers],
+            "loader": {"epoch": self.epoch, "epoch_start": self.epoch_start},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if len(state["models"]) != len(self.models) or len(state["optimizers"]) != len(self.optimizers):
+            raise ValueError(
+                f"the healing peer trains {len(state['models'])} model(s) and {len(state['optimizers'])} "
+                f"optimizer(s), this group {len(self.models)} and {len(self.optimizers)}: every replica group "
+                "must prepare the same objects."
+            )
+        with torch.no_grad():
+            for model, weights in zip(self.models, state["models"]):
+                model.load_state_dict(weights)
+        for optimizer, optimizer_state in zip(self.optimizers, state["optimizers"]):
+            optimizer.load_state_dict(optimizer_state)
+        self.epoch = int(state["loader"]["epoch"])
+        self.epoch_start = int(state["loader"]["epoch_start"])
+        logger.info("healed: epoch %d, step %d", self.epoch, self.manager.current_step())
+
+    def progress(self) -> tuple[int, int]:
+        """(torchft's step, batches committed), what save_state records."""
+        if self.manager is None:
+            return self._resumed or (0, 0)
+        return int(self.manager.current_step()), int(self.manager.batches_committed())
+
+    def resume(self, step: int, batches_committed: int, epoch: int, epoch_start: int) -> None:
+        """load_state: continue from a saved position (applied to the manager now or when it is built)."""
+        self._resumed = (step, batches_committed)
+        self.epoch, self.epoch_start = epoch, epoch_start
+        if self.manager is not None:
+            self.manager.load_state_dict({"step": step, "batches_committed": batches_committed})
+
+    # -- the step ----------------------------------------------------------------------------
+    def begin_step(self) -> None:
+        """Starts the next step's quorum (once per step; healing happens in here)."""
+        if self._open:
+            return
+        manager = self._ensure_manager()
+        manager.start_quorum()
+        self._open = True
+        self._decision = None
+        self._weight, self._contributors = 1.0, max(1, manager.num_participants())
+
+    def draw(self, num_batches: int) -> int | None:
+        """The batch this group trains this step, or None when the epoch is over (see module doc)."""
+        self.begin_step()
+        manager = self.manager
+        position = int(manager.batches_committed()) - self.epoch_start
+        if position >= num_batches:
+            self.epoch += 1
+            self.epoch_start = int(manager.batches_committed())
+            return None  # the open quorum serves the next epoch's first step
+        participants = int(manager.num_participants())
+        rank = int(manager.participating_rank() or 0)
+        self._contributors = min(participants, num_batches - position)
+        real = rank < self._contributors
+        self._weight = 1.0 if real else 0.0
+        batch = position + rank if real else None
+        self.records.append(
+            StepRecord(manager.current_step(), position, participants, rank, batch, self._contributors)
+        )
+        return batch if batch is not None else position  # a padding slot computes on a real batch, weight 0
+
+    def comm_hook(self, _state: Any, bucket: Any) -> torch.futures.Future[torch.Tensor]:
+        """DDP's gradient exchange across the replica groups, errors reported to the manager."""
+        from torch.distributed import ReduceOp
+
+        self.begin_step()
+        manager = self.manager
+        buffer: torch.Tensor = bucket.buffer()
+        if self._weight == 0.0:
+            buffer.zero_()  # a padding slot adds nothing
+        manager.allreduce(buffer, reduce_op=ReduceOp.SUM).wait()  # records an error instead of raising
+        if manager.errored() is not None:
+            buffer.zero_()  # possibly half-reduced; the step will not commit
+        else:
+            buffer.div_(self._contributors)
+        future: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+        future.set_result(buffer)
+        return future
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer, step: Callable[[], Any]) -> Any:
+        """Steps only if the quorum commits this step; otherwise logs the skip and drops the gradients."""
+        if self._decision is None:
+            self.begin_step()
+            self._decision = bool(self.manager.should_commit())
+            if self.records:
+                self.records[-1].committed = self._decision
+            self._open = False  # the next draw or forward starts the next quorum
+            if not self._decision:
+                logger.warning(
+                    "fault tolerance: step %d skipped (the quorum did not commit: %s); its batches return "
+                    "to the pool and the next quorum draws them again",
+                    self.manager.current_step(), self.manager.errored() or "too few healthy replica groups",
+                )  # fmt: skip
+        if not self._decision:
+            optimizer.zero_grad(set_to_none=True)
+            return None
+        return step()
+
+    @property
+    def step_was_skipped(self) -> bool:
+        return self._decision is False
+
+    def shutdown(self) -> None:
+        if self.manager is not None:
+            self.manager.shutdown(wait=False)
+            self.manager = None

@@ -1,0 +1,105 @@
+"""The fault-tolerant strategy: one process per replica group, gradients averaged through torchft.
+
+``prepare`` wraps the model in torch's DDP over a one-process stand-in group, with a comm hook of
+ours (``Runtime.comm_hook``) that averages each gradient bucket across the healthy replica groups
+through torchft's manager and reports an error to it instead of raising. torchft's own DDP wrapper
+asserts in its hook when a peer dies mid-exchange and so kills the survivors; this hook returns a
+completed future either way. The optimizer steps only when the quorum commits (``optimizer_step``);
+the data loader draws by committed position (``loader.py``). torchft is imported on first use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from accelerate.backends.base import Strategy
+from accelerate.backends.fault_tolerance.runtime import Runtime
+from accelerate.utils.fault_tolerance import FaultToleranceKwargs
+
+
+class FaultTolerantStrategy(Strategy):
+    """One replica group of a fault-tolerant run (see the module doc)."""
+
+    name = "fault_tolerant"
+
+    def __init__(
+        self, device: torch.device, settings: FaultToleranceKwargs, distributed_type: Any = None
+    ) -> None:
+        if distributed_type is None:
+            super().__init__(device)
+        else:
+            super().__init__(device, distributed_type)
+        self.settings = settings
+        self.runtime = Runtime(settings)
+
+    def setup_module(self, model: torch.nn.Module, *, device_placement: bool) -> torch.nn.Module:
+        from torch.nn.parallel import DistributedDataParallel
+        from torchft.process_group import ProcessGroupDummy
+
+        model = super().setup_module(model, device_placement=device_placement)
+        if any(model is known for known in self.runtime.models):
+            return model
+        self.runtime.models.append(model)
+        # DDP over a one-process stand-in: its buckets and no_sync, our hook for the exchange.
+        # find_unused_parameters keeps the buckets fixed, so a healed group's match its peers'.
+        wrapped = DistributedDataParallel(
+            model, process_group=ProcessGroupDummy(0, 1), find_unused_parameters=True
+        )
+        # A lambda: torch checks a hook's annotations, which this module's postponed ones would fail.
+        wrapped.register_comm_hook(None, lambda state, bucket: self.runtime.comm_hook(state, bucket))
+        # Quorum (and healing) before the forward: weights change only between steps.
+        wrapped.register_forward_pre_hook(self._before_forward)
+        return wrapped
+
+    def _before_forward(self, module: torch.nn.Module, _args: Any) -> None:
+        if module.training and torch.is_grad_enabled():
+            self.runtime.begin_step()
+
+    def unwrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        inner = getattr(model, "module", None)
+        return inner if isinstance(inner, torch.nn.Module) and inner in self.runtime.models else model
+
+    def setup_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        if optimizer not in self.runtime.optimizers:
+            self.runtime.optimizers.append(optimizer)
+
+    def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[Any]:
+        no_sync = getattr(model, "no_sync", None)
+        return no_sync() if callable(no_sync) else contextlib.nullcontext()
+
+    def transform_batches(self, dataloader: Any) -> Any:
+        from accelerate.backends.fault_tolerance.loader import CommittedBatchLoader
+
+        state = getattr(dataloader, "gradient_state", None)
+        accumulation = int(getattr(state, "num_steps", 1) or 1)
+        return CommittedBatchLoader(dataloader, self.runtime, device=self.device, accumulation=accumulation)
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer, step: Callable[[], Any]) -> Any:
+        return self.runtime.optimizer_step(optimizer, step)
+
+    @property
+    def step_was_skipped(self) -> bool:
+        return self.runtime.step_was_skipped
+
+    def release(self) -> None:
+        self.runtime.shutdown()
+
+
+def fault_tolerant(strategy: Strategy, settings: FaultToleranceKwargs, num_processes: int) -> Strategy:
+    """``strategy``'s run as one replica group of a fault-tolerant run (called by the connector)."""
+    if num_processes != 1:
+        raise ValueError(
+            f"FaultToleranceKwargs: this replica group has {num_processes} processes; fault-tolerant replicas "
+            "run one process per group for now. Launch each group with `accelerate launch --num_processes 1 "
+            "--fault_tolerance ...`, one launch per group."
+        )
+    if type(strategy).optimizer_step is not Strategy.optimizer_step or strategy.owns_backward:
+        raise ValueError(
+            f"FaultToleranceKwargs cannot combine with the {strategy.name} strategy, which runs the optimizer "
+            "step itself; use plain data parallelism (one process per replica group)."
+        )
+    return FaultTolerantStrategy(strategy.device, settings, strategy.distributed_type)

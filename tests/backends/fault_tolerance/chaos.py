@@ -1,0 +1,205 @@
+"""The fault-tolerance chaos check: 3 replica groups, one SIGKILLed mid-step, restarted and healed.
+
+``python -m tests.backends.fault_tolerance.chaos OUT_DIR`` runs it and writes ``OUT_DIR/summary.json``
+(what the test asserts and the bench reports). The kill is timed by a file the victim writes after
+its forward, the restart by the survivors' step log: no fixed sleeps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from accelerate.backends.fault_tolerance.manager import lighthouse_address, start_lighthouse
+from tests.backends.fault_tolerance.problem import (
+    BATCH_SIZE,
+    NUM_SAMPLES,
+    loss_of,
+    make_dataset,
+    make_model,
+    make_optimizer,
+)
+
+ROOT = Path(__file__).resolve().parents[3]
+GROUPS, VICTIM = 3, 1
+LIMIT_S = 90.0
+
+
+def _spawn(out: Path, group: int, lighthouse: str, role: str) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, PYTHONPATH=f"{ROOT / 'src'}{os.pathsep}{ROOT}")
+    log = (out / f"log_{group}_{role}.txt").open("wb")
+    command = [
+        sys.executable,
+        "-m",
+        "tests.backends.fault_tolerance.worker",
+        str(out),
+        str(group),
+        str(GROUPS),
+        lighthouse,
+        role,
+    ]
+    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+
+
+def _until(condition: Any, what: str, processes: list[subprocess.Popen[bytes]]) -> None:
+    deadline = time.monotonic() + LIMIT_S
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"chaos check: {what} did not happen within {LIMIT_S} s")
+        for process in processes:
+            if process.poll() not in (None, 0):
+                raise RuntimeError(
+                    f"chaos check: a worker failed (exit {process.returncode}) while waiting for {what}"
+                )
+        time.sleep(0.002)
+
+
+def listening_addresses(pids: list[int]) -> set[str]:
+    """The local addresses the processes ``pids`` listen on (TCP, from /proc; Linux only)."""
+    inodes: set[str] = set()
+    for pid in pids:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            target = os.readlink(fd) if fd.is_symlink() else ""
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    found = set()
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pids[0]}/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                address = fields[1].split(":")[0]
+                found.add(
+                    ".".join(str(int(address[i : i + 2], 16)) for i in (6, 4, 2, 0))
+                    if table == "tcp"
+                    else address
+                )
+    return found
+
+
+def reference(committed: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+    """One process training the batches the committed steps trained, with no failure."""
+    model = make_model()
+    optimizer = make_optimizer(model)
+    dataset = make_dataset()
+    order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(0)).tolist()
+    for step in committed:
+        optimizer.zero_grad()
+        for b in range(step["position"], step["position"] + step["contributors"]):
+            x, y = dataset[order[b * BATCH_SIZE : (b + 1) * BATCH_SIZE]]
+            (loss_of(model, [x, y]) / step["contributors"]).backward()
+        optimizer.step()
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def run(out: Path) -> dict[str, Any]:
+    out.mkdir(parents=True, exist_ok=True)
+    server = start_lighthouse("127.0.0.1:0", min_replicas=2, heartbeat_timeout_ms=500, join_timeout_ms=100)
+    lighthouse = lighthouse_address(server, "127.0.0.1")
+    processes = {
+        g: _spawn(out, g, lighthouse, "victim" if g == VICTIM else "survivor") for g in range(GROUPS)
+    }
+    everyone = list(processes.values())
+    survivors = [g for g in range(GROUPS) if g != VICTIM]
+    try:
+        _until(lambda: (out / "victim_ready").exists(), "the victim reaching its kill step", everyone)
+        # Every server the groups opened (manager, gloo, rendezvous store) listens on loopback only.
+        listeners = (
+            listening_addresses([p.pid for p in processes.values()]) if sys.platform == "linux" else None
+        )
+        victim = processes[VICTIM]
+        victim.send_signal(signal.SIGKILL)
+        killed_at = time.time()
+        victim.wait()
+        everyone.remove(victim)
+        first = out / f"steps_{survivors[0]}_survivor.jsonl"
+
+        def commits_without_it() -> list[float]:
+            return [
+                r["time"] for r in _records(first)
+                if r["committed"] and r["participants"] == GROUPS - 1 and r["time"] > killed_at
+            ]  # fmt: skip
+
+        _until(commits_without_it, "a survivor committing a step without the victim", everyone)
+        next_commit = min(commits_without_it())
+        restarted = _spawn(out, VICTIM, lighthouse, "restarted")
+        everyone.append(restarted)
+        for process in [*(processes[g] for g in survivors), restarted]:
+            process.wait(timeout=LIMIT_S)
+            if process.returncode != 0:
+                raise RuntimeError(
+                    f"chaos check: a worker exited with {process.returncode}; see {out}/log_*.txt"
+                )
+    finally:
+        for process in everyone:
+            if process.poll() is None:
+                process.kill()
+        server.shutdown()
+
+    logs = {g: _records(out / f"steps_{g}_survivor.jsonl") for g in survivors}
+    logs[VICTIM] = _records(out / f"steps_{VICTIM}_restarted.jsonl")
+    victim_log = _records(out / f"steps_{VICTIM}_victim.jsonl")
+    params = {
+        g: torch.load(out / f"params_{g}_{'restarted' if g == VICTIM else 'survivor'}.pt")
+        for g in range(GROUPS)
+    }
+    # Every committed step as the groups logged it (a group that joined late missed the first ones).
+    by_step: dict[int, dict[str, Any]] = {}
+    for record in [r for log in [*logs.values(), victim_log] for r in log if r["committed"]]:
+        seen = by_step.setdefault(record["step"], record)
+        if (seen["position"], seen["contributors"]) != (record["position"], record["contributors"]):
+            raise AssertionError(f"groups disagree on what step {record['step']} trained: {seen} vs {record}")
+    committed = [by_step[step] for step in sorted(by_step)]
+    if [r["step"] for r in committed] != list(range(len(committed))):
+        raise AssertionError(f"committed steps are not 0..n-1: {sorted(by_step)}")
+    expected = reference(committed)
+    trained: dict[int, int] = {}
+    for step in committed:
+        for b in range(step["position"], step["position"] + step["contributors"]):
+            trained[b] = trained.get(b, 0) + 1
+    healed = json.loads((out / f"heal_{VICTIM}_restarted.json").read_text())
+    summary = {
+        "listen_addresses": sorted(listeners) if listeners is not None else None,
+        "survivor_pids_unchanged": all({r["pid"] for r in logs[g]} == {processes[g].pid} for g in survivors),
+        "skipped_steps": [r["step"] for r in logs[survivors[0]] if not r["committed"]],
+        # the victim logged every step before the one it died in (it may have joined at step 1, healed)
+        "victim_last_step": max((r["step"] for r in victim_log), default=None),
+        # the killed step's batches went back to the pool: the next committed step drew from the same position
+        "killed_step_redrawn": [
+            (r["position"], next(c["position"] for c in logs[survivors[0]][i:] if c["committed"]))
+            for i, r in enumerate(logs[survivors[0]])
+            if not r["committed"]
+        ],
+        "restarted_first_step": logs[VICTIM][0]["step"] if logs[VICTIM] else None,
+        "restarted_committed_with_all": sum(
+            1 for r in logs[VICTIM] if r["committed"] and r["participants"] == GROUPS
+        ),
+        "groups_equal": all(
+            torch.equal(params[g][k], params[0][k]) for g in range(GROUPS) for k in params[0]
+        ),
+        "max_diff_to_reference": max(float((params[0][k] - expected[k]).abs().max()) for k in expected),
+        "batches": NUM_SAMPLES // BATCH_SIZE,
+        "each_batch_once": sorted(trained) == list(range(NUM_SAMPLES // BATCH_SIZE))
+        and set(trained.values()) == {1},
+        "kill_to_next_commit_s": next_commit - killed_at,
+        "heal_s": healed["heal_s"],
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    return summary
+
+
+if __name__ == "__main__":
+    print(json.dumps(run(Path(sys.argv[1])), indent=1))

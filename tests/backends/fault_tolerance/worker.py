@@ -1,0 +1,87 @@
+"""One replica group of the chaos check (``chaos.py`` starts three): the five-line loop, unchanged.
+
+argv: out_dir group_id num_groups lighthouse role, where role is ``survivor``, ``victim`` (pauses
+after the forward of step KILL_STEP and writes ``victim_ready`` so the harness SIGKILLs it
+mid-step) or ``restarted`` (the victim's replacement: it heals from a peer and rejoins).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from accelerate import Accelerator, FaultToleranceKwargs
+from tests.backends.fault_tolerance.problem import KILL_STEP, loss_of, make_loader, make_model, make_optimizer
+
+
+def _wait_for(path: Path, limit_s: float = 60.0) -> None:
+    deadline = time.monotonic() + limit_s
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} never appeared")
+        time.sleep(0.005)
+
+
+def main() -> None:
+    out, group, groups, lighthouse, role = (
+        Path(sys.argv[1]),
+        int(sys.argv[2]),
+        int(sys.argv[3]),
+        sys.argv[4],
+        sys.argv[5],
+    )
+    settings = FaultToleranceKwargs(
+        replica_group_id=group, num_replica_groups=groups, lighthouse_address=lighthouse,
+        min_replicas=2, heartbeat_ms=50, timeout_s=20.0, quorum_timeout_s=30.0,
+    )  # fmt: skip
+    accelerator = Accelerator(cpu=True, kwargs_handlers=[settings])
+    model = make_model()
+    model, optimizer, loader = accelerator.prepare(model, make_optimizer(model), make_loader())
+    runtime = accelerator.strategy.runtime  # the test reads what each step drew and committed
+    steps = out / f"steps_{group}_{role}.jsonl"
+    (out / f"started_{group}_{role}").write_text(str(os.getpid()))
+    if role != "restarted":  # start together, so the first quorum has every group (the kill step then has 3)
+        for other in range(groups):
+            _wait_for(out / f"started_{other}_{'victim' if other == group_of_victim(groups) else 'survivor'}")
+    with steps.open("w") as log:
+        for batch in loader:
+            loss = loss_of(model, batch)
+            if role == "victim" and runtime.manager.current_step() == KILL_STEP:
+                (out / "victim_ready").write_text(str(os.getpid()))
+                time.sleep(600)  # SIGKILLed here, mid-step
+            accelerator.backward(loss)
+            optimizer.step()
+            optimizer.zero_grad()
+            record = runtime.records[-1].as_dict()
+            record["pid"], record["time"] = os.getpid(), time.time()
+            log.write(json.dumps(record) + "\n")
+            log.flush()
+            if (
+                role == "survivor"
+                and record["committed"]
+                and record["participants"] < groups
+                and (out / "victim_ready").exists()
+            ):
+                # Down a group: wait until its replacement is about to ask for a quorum, so the run
+                # cannot end before it rejoins (the harness restarts it once this step is logged).
+                _wait_for(out / f"started_{group_of_victim(groups)}_restarted")
+    unwrapped = accelerator.unwrap_model(model)
+    torch.save(
+        {k: v.detach().clone() for k, v in unwrapped.state_dict().items()}, out / f"params_{group}_{role}.pt"
+    )
+    heal_s = runtime.transport.last_receive_s if runtime.transport is not None else None
+    (out / f"heal_{group}_{role}.json").write_text(json.dumps({"heal_s": heal_s}))
+    accelerator.strategy.release()
+
+
+def group_of_victim(groups: int) -> int:
+    return 1 if groups > 1 else 0
+
+
+if __name__ == "__main__":
+    main()
