@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 from accelerate import Accelerator
+from accelerate.backends.parallel.pipeline_stage import full_tensor
 from accelerate.state.parallelism import ParallelismConfig
 from tests.backends.parallel.models import dataset, make_model
 from tests.backends.parallel.workers import ACCUM, MAX_NORM, PER_RANK, STEPS
@@ -20,7 +21,7 @@ def train(sizes: dict[str, Any]) -> dict[str, Any]:
     accelerator = Accelerator(cpu=True, parallelism_config=config, gradient_accumulation_steps=ACCUM)
     model = make_model()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    shards = config.dp_replicate_size
+    shards = accelerator.state.run.data_shards[0]
     x, y = dataset(STEPS * ACCUM * PER_RANK * shards)
     loader = DataLoader(TensorDataset(x, y), batch_size=PER_RANK)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
@@ -41,8 +42,9 @@ def train(sizes: dict[str, Any]) -> dict[str, Any]:
     gathered = accelerator.gather_for_metrics(torch.cat(seen))  # the stages of one pipeline read alike
     held = {id(p) for group in optimizer.param_groups for p in group["params"]}
     inner = accelerator.unwrap_model(model)
+    trained = {n: model.shards.trained(p) for n, p in inner.named_parameters()}  # the shards under dp_shard
     return {
-        "stage": {n: p.detach().clone() for n, p in inner.named_parameters() if id(p) in held},
+        "stage": {n: full_tensor(p).detach().clone() for n, p in trained.items() if id(p) in held},
         "all_names": [n for n, _ in inner.named_parameters()],
         "whole": accelerator.get_state_dict(model),
         "norms": norms,

@@ -27,7 +27,9 @@ from accelerate.backends.dtensor_io.state_dict import (
     optimizer_owner,
     raw_optimizer,
 )
+from accelerate.backends.fsdp.strategy import _shard_state
 from accelerate.backends.parallel.pipeline_model import PipelinedModel
+from accelerate.backends.parallel.pipeline_stage import StageShards
 from accelerate.backends.pipeline.split import resolve_split_points
 from accelerate.state.pipeline_options import stages_per_rank
 from accelerate.storage.durable_io import FileRecord, SyncGroup
@@ -36,24 +38,32 @@ from accelerate.utils.errors import NotAvailableYetError
 
 def check_pipeline_composition(config: Any) -> None:
     """Raises NotAvailableYetError for pipeline stages combined with a dimension other than
-    ``dp_replicate`` (whole pipelines side by side): sharded or tensor-parallel stages are not built yet."""
+    ``dp_replicate`` (whole pipelines side by side) and ``dp_shard`` (FSDP2 inside each stage)."""
     if not config.pp_enabled:
         return
-    others = [dim for dim in config.active_mesh_dims if dim not in ("pp", "dp_replicate")]
+    others = [dim for dim in config.active_mesh_dims if dim not in ("pp", "dp_replicate", "dp_shard")]
     if others:
         sizes = ", ".join(f"{dim}_size={getattr(config, f'{dim}_size')}" for dim in others)
         raise NotAvailableYetError(
             f"ParallelismConfig(pp_size={config.pp_size}, {sizes}): pipeline parallelism does not compose "
-            "with sharded or split stages in this version of accelerate (only with dp_replicate_size). Run "
-            f"whole pipelines side by side (pp_size x dp_replicate_size processes), or drop pp_size and use "
+            "with {', '.join(others)} in this version of accelerate (only with dp_replicate_size and "
+            f"dp_shard_size). Run whole or sharded pipelines side by side (pp_size x dp_replicate_size x "
+            f"dp_shard_size processes), or drop pp_size and use "
             f"{', '.join(others)}."
         )
 
 
 def pipeline_stages(
-    model: nn.Module, config: Any, device: torch.device, *, device_placement: bool
+    model: nn.Module,
+    config: Any,
+    device: torch.device,
+    *,
+    device_placement: bool,
+    stage_mesh: Any = None,
+    shard_kwargs: dict[str, Any] | None = None,
 ) -> PipelinedModel:
-    """``model`` as a :class:`PipelinedModel` over ``config``'s ``pp`` dimension.
+    """``model`` as a :class:`PipelinedModel` over ``config``'s ``pp`` dimension; with a ``stage_mesh``,
+    each stage sharded by FSDP2 over it (``shard_kwargs`` go to ``fully_shard``).
 
     Raises:
         ValueError: the split points do not name modules of the model, or the model has too few
@@ -71,16 +81,22 @@ def pipeline_stages(
         ) from exc
     if device_placement:
         model = model.to(device)
-    return PipelinedModel(model, config, points, device)
+    return PipelinedModel(model, config, points, device, stage_mesh=stage_mesh, shard_kwargs=shard_kwargs)
 
 
-def keep_only(optimizer: torch.optim.Optimizer, ids: set[int]) -> None:
-    """Trims ``optimizer``'s groups to the parameters in ``ids`` (this rank's stages); state goes with them."""
+def keep_only(optimizer: torch.optim.Optimizer, shards: StageShards) -> None:
+    """Trims ``optimizer``'s groups to this rank's stage parameters, pointed at what it trains (the shards
+    under ``dp_shard``); the state of the parameters dropped goes with them."""
     for group in optimizer.param_groups:
-        kept = [p for p in group["params"] if id(p) in ids]
+        kept = []
         for param in group["params"]:
-            if id(param) not in ids:
-                optimizer.state.pop(param, None)
+            trained = shards.trained(param)
+            state = optimizer.state.pop(param, None)
+            if trained is None:
+                continue
+            if state is not None:  # loaded before the first batch cut the model: kept, sharded like the shard
+                optimizer.state[trained] = _shard_state(state, trained)
+            kept.append(trained)
         group["params"] = kept
 
 

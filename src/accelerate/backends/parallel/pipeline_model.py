@@ -19,7 +19,9 @@ else the last stage's output, on every rank.
 
 The model is traced and cut at its first call (torch's tracer needs one real micro-batch); the stage
 modules share the model's parameter objects, so the optimizers prepared with it are trimmed then to
-this rank's stage parameters. Every rank keeps the whole model's weights in memory.
+this rank's stage parameters. Every rank keeps the whole model's weights in memory. With
+``dp_shard`` each stage is then sharded by FSDP2 over it (see
+:mod:`accelerate.backends.parallel.pipeline_stage`): the optimizers are pointed at the shards.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from accelerate.backends.parallel.pipeline_stage import StageShards, compose_stage, full_tensor
 from accelerate.state.pipeline_options import check_batch, microbatches, stages_per_rank
 
 
@@ -47,16 +50,30 @@ class PipelinedModel(nn.Module):
         True  # unwrap_model returns ``module`` (utils/modeling.py's extract_model_from_parallel)
     )
 
-    def __init__(self, module: nn.Module, config: Any, split_points: list[str], device: torch.device) -> None:
+    def __init__(
+        self,
+        module: nn.Module,
+        config: Any,
+        split_points: list[str],
+        device: torch.device,
+        *,
+        stage_mesh: Any = None,
+        shard_kwargs: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__()
         self.module = module
         self.split_points = split_points
         self._config = config
         self._device = device
         self._group = config.device_mesh["pp"].get_group()
+        # Sharded stages (dp_shard): FSDP2 over stage_mesh reduces the gradients (HSDP with dp_replicate).
+        self._stage_mesh = stage_mesh
+        self._shard_kwargs = dict(shard_kwargs or {})
         # Whole pipelines side by side (dp_replicate): each stage averages its gradients with its replicas'.
         self._replicas = (
-            config.device_mesh["dp_replicate"].get_group() if config.dp_replicate_enabled else None
+            config.device_mesh["dp_replicate"].get_group()
+            if config.dp_replicate_enabled and stage_mesh is None
+            else None
         )
         self._rank = dist.get_rank(self._group)
         self._size = int(config.pp_size)
@@ -64,7 +81,8 @@ class PipelinedModel(nn.Module):
         self._recorded: list[torch.Tensor] = []
         self.schedule: Any = None
         self.stage_modules: list[nn.Module] = []
-        self._on_built: list[Callable[[set[int]], None]] = []
+        self.shards = StageShards()  # the model's parameters -> the tensors this rank trains
+        self._on_built: list[Callable[[StageShards], None]] = []
 
     # ------------------------------------------------------------------ building
     @property
@@ -79,15 +97,12 @@ class PipelinedModel(nn.Module):
         """The stages this rank holds: its ``pp`` coordinate, plus ``pp_size`` more per extra stage (interleaved)."""
         return [self._rank + k * self._size for k in range(stages_per_rank(self._config))]
 
-    def when_built(self, callback: Callable[[set[int]], None]) -> None:
-        """Calls ``callback(ids of this rank's stage parameters)`` once the stages exist (now if they do)."""
+    def when_built(self, callback: Callable[[StageShards], None]) -> None:
+        """Calls ``callback(this rank's stage parameters)`` once the stages exist (now if they do)."""
         if self.schedule is not None:
-            callback(self.stage_parameter_ids())
+            callback(self.shards)
         else:
             self._on_built.append(callback)
-
-    def stage_parameter_ids(self) -> set[int]:
-        return {id(p) for stage in self.stage_modules for p in stage.parameters()}
 
     def _loss(self, output: Any, target: Any) -> torch.Tensor:
         loss_fn = self._config.pp_loss_fn
@@ -106,6 +121,8 @@ class PipelinedModel(nn.Module):
         pipe = trace_pipeline(self.module, self.split_points, example_args, example_kwargs)
         stages = [pipe.build_stage(i, device=self._device, group=self._group) for i in self.stage_indices()]
         self.stage_modules = [stage.submod for stage in stages]
+        for module in self.stage_modules:
+            compose_stage(module, self.shards, self._stage_mesh, **self._shard_kwargs)
         kind = getattr(schedules, f"Schedule{self._config.pp_schedule}")
         chunks = microbatches(self._config)
         first = stages if stages_per_rank(self._config) > 1 else stages[0]
@@ -113,9 +130,8 @@ class PipelinedModel(nn.Module):
         # torch's scale_grads divides every gradient the stage holds after each step, so gradients kept
         # over accumulation steps would be divided again: the loss is divided instead (see _train_step).
         self.schedule = kind(first, n_microbatches=chunks, loss_fn=loss_fn, scale_grads=False)
-        ids = self.stage_parameter_ids()
         for callback in self._on_built:
-            callback(ids)
+            callback(self.shards)
         self._on_built.clear()
 
     def own_state_dict(self) -> dict[str, torch.Tensor]:
@@ -129,12 +145,16 @@ class PipelinedModel(nn.Module):
 
         Every rank keeps the whole model, but only its own stages are trained; the stage modules name
         their tensors as the model does, so the pieces merge into the model's own keys. A collective
-        over the ``pp`` group once the stages exist.
+        over the ``pp`` group once the stages exist (and over ``dp_shard`` for sharded stages).
         """
         whole = {k: v.detach().cpu() for k, v in self.module.state_dict().items()}
         if self.schedule is None:
             return whole  # not cut yet: every rank holds the same, untrained weights
-        mine = {k: v.detach().cpu() for stage in self.stage_modules for k, v in stage.state_dict().items()}
+        mine = {
+            k: full_tensor(v).detach().cpu()
+            for stage in self.stage_modules
+            for k, v in stage.state_dict().items()
+        }
         pieces: list[Any] = [None] * self._size
         dist.all_gather_object(pieces, mine, group=self._group)
         for piece in pieces:
@@ -239,20 +259,30 @@ def _rows(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
 def clip_pipeline_grad_norm_(
     parameters: list[torch.Tensor], max_norm: float, norm_type: float, group: Any
 ) -> torch.Tensor:
-    """Clips by the norm over every stage's gradients (each rank holds only its stage's) and returns it."""
+    """Clips by the norm over every stage's gradients (each rank holds only its stage's) and returns it.
+
+    Sharded (DTensor) gradients count by their mesh: one norm per (mesh, placements) group, gathered
+    over that mesh, then the groups and the stages combined.
+    """
     grads = [p.grad for p in parameters if p.grad is not None]
     device = grads[0].device if grads else torch.device("cpu")
-    if grads:
-        local = torch.nn.utils.get_total_norm(grads, norm_type).to(device, torch.float32)
-    else:
-        local = torch.zeros((), device=device)
+    groups: dict[tuple[int, tuple[Any, ...]], list[torch.Tensor]] = {}
+    for grad in grads:
+        key = (id(getattr(grad, "device_mesh", None)), tuple(getattr(grad, "placements", ())))
+        groups.setdefault(key, []).append(grad)
+    parts = [full_tensor(torch.nn.utils.get_total_norm(g, norm_type)) for g in groups.values()]
+    norms = (
+        torch.stack([p.to(device, torch.float32) for p in parts]) if parts else torch.zeros(1, device=device)
+    )
     if norm_type == float("inf"):
-        dist.all_reduce(local, op=dist.ReduceOp.MAX, group=group)
-        total = local
+        total = norms.max()
+        dist.all_reduce(total, op=dist.ReduceOp.MAX, group=group)
     else:
-        powered = local**norm_type
-        dist.all_reduce(powered, group=group)
-        total = powered ** (1.0 / norm_type)
-    if grads:
-        torch.nn.utils.clip_grads_with_norm_([p for p in parameters if p.grad is not None], max_norm, total)
+        total = norms.pow(norm_type).sum()
+        dist.all_reduce(total, group=group)
+        total = total ** (1.0 / norm_type)
+    coef = min(1.0, max_norm / (float(total) + 1e-6))  # torch's clip_grad_norm_ formula
+    if coef < 1.0:
+        for grad in grads:
+            grad.mul_(coef)
     return total

@@ -72,6 +72,8 @@ class ParallelStrategy(FSDPStrategy):
         self._pipelines: list[weakref.ref[PipelinedModel]] = []  # the pipelines prepared (pp_size > 1)
         # None: tensor parallelism alone (nothing to shard), or pipelines (replicas sync their stages' gradients)
         self._mesh = None if config.pp_enabled else fsdp_mesh(config)
+        # Pipelines with dp_shard: FSDP2 shards each stage over this mesh once the model is cut.
+        self._stage_mesh = fsdp_mesh(config) if config.pp_enabled and config.dp_shard_enabled else None
         # Upstream reports FSDP whenever FSDP2 shards; tensor parallelism alone keeps the process's type.
         self.distributed_type = DistributedType.FSDP if self._mesh is not None else process_type
 
@@ -100,7 +102,9 @@ class ParallelStrategy(FSDPStrategy):
     def describe(self) -> str:
         shape, names = self.mesh_shape()
         mesh = " x ".join(f"{n}={s}" for n, s in zip(names, shape, strict=True))
-        if self._mesh is None:
+        if self._stage_mesh is not None:
+            fsdp = "each stage FSDP2 over " + "x".join(self._stage_mesh.mesh_dim_names)
+        elif self._mesh is None:
             fsdp = "no FSDP"
         elif tuple(self._mesh.mesh_dim_names) == REPLICATE_DIMS:
             fsdp = "replicated over dp_replicate by FSDP2 (HSDP with shard size 1)"
@@ -148,12 +152,35 @@ class ParallelStrategy(FSDPStrategy):
         """Clips by the global norm; under a pipeline, the norm over every stage's gradients."""
         if self.config.pp_enabled:
             group = self.config.device_mesh["pp"].get_group()
-            return clip_pipeline_grad_norm_(list(parameters), max_norm, norm_type, group)
+            return clip_pipeline_grad_norm_(self._trained(parameters), max_norm, norm_type, group)
         return super().clip_grad_norm_(parameters, max_norm, norm_type)
+
+    def _trained(self, parameters: Iterable[torch.Tensor]) -> list[torch.Tensor]:
+        """The tensors trained for ``parameters`` (a pipelined model's: its stages' shards, once cut)."""
+        out: list[torch.Tensor] = []
+        for param in parameters:
+            for ref in self._pipelines:
+                pipelined = ref()
+                trained = pipelined.shards.trained(param) if pipelined is not None else None
+                if trained is not None:
+                    param = trained
+                    break
+            out.append(param)
+        return out
 
     def setup_module(self, model: nn.Module, *, device_placement: bool) -> nn.Module:
         if self.config.pp_enabled:  # the pipeline step: this rank's stages of the model
-            pipelined = pipeline_stages(model, self.config, self.device, device_placement=device_placement)
+            kwargs = self._shard_kwargs(model) if self._stage_mesh is not None else {}
+            for key in ("mesh", "ignored_params"):  # the stage's mesh; ignored modules are not supported
+                kwargs.pop(key, None)
+            pipelined = pipeline_stages(
+                model,
+                self.config,
+                self.device,
+                device_placement=device_placement,
+                stage_mesh=self._stage_mesh,
+                shard_kwargs=kwargs,
+            )
             self._pipelines.append(weakref.ref(pipelined))
             self._sharded.update({id(p): weakref.ref(p) for p in model.parameters()})  # kept, not sharded
             return pipelined
