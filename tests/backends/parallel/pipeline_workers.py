@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from accelerate import Accelerator
 from accelerate.backends.parallel.pipeline_stage import full_tensor
 from accelerate.state.parallelism import ParallelismConfig
-from tests.backends.parallel.models import dataset, make_model
+from tests.backends.parallel.models import apply_tp, dataset, make_model
 from tests.backends.parallel.workers import ACCUM, MAX_NORM, PER_RANK, STEPS
 
 
@@ -20,6 +20,8 @@ def train(sizes: dict[str, Any]) -> dict[str, Any]:
     config = ParallelismConfig(pp_loss_fn=F.mse_loss, **sizes)
     accelerator = Accelerator(cpu=True, parallelism_config=config, gradient_accumulation_steps=ACCUM)
     model = make_model()
+    if config.tp_enabled:  # the plan goes on the whole model before prepare, as without a pipeline
+        apply_tp(model, accelerator.torch_device_mesh["tp"])
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     shards = accelerator.state.run.data_shards[0]
     x, y = dataset(STEPS * ACCUM * PER_RANK * shards)
@@ -46,6 +48,14 @@ def train(sizes: dict[str, Any]) -> dict[str, Any]:
     return {
         "stage": {n: full_tensor(p).detach().clone() for n, p in trained.items() if id(p) in held},
         "all_names": [n for n, _ in inner.named_parameters()],
+        "layouts": sorted(  # how the optimizer's tensors are laid out: (mesh dims, placements)
+            {
+                (tuple(p.device_mesh.mesh_dim_names), tuple(map(str, p.placements)))
+                for group in optimizer.param_groups
+                for p in group["params"]
+                if hasattr(p, "placements")
+            }
+        ),
         "whole": accelerator.get_state_dict(model),
         "norms": norms,
         "losses": losses,
@@ -82,8 +92,8 @@ def refusal(case: str) -> str:
     """The error one misuse of pipeline parallelism raises on this rank (its type and message)."""
     sizes: dict[str, Any] = {"pp_size": 2, "pp_loss_fn": F.mse_loss, "pp_microbatches": 2}
     try:
-        if case == "with_tp":
-            Accelerator(cpu=True, parallelism_config=ParallelismConfig(**sizes, tp_size=2))
+        if case == "with_cp":
+            Accelerator(cpu=True, parallelism_config=ParallelismConfig(**sizes, cp_size=2))
             return "no error"
         accelerator = Accelerator(cpu=True, parallelism_config=ParallelismConfig(**sizes))
         if case == "one_block":

@@ -38,17 +38,17 @@ from accelerate.utils.errors import NotAvailableYetError
 
 def check_pipeline_composition(config: Any) -> None:
     """Raises NotAvailableYetError for pipeline stages combined with a dimension other than
-    ``dp_replicate`` (whole pipelines side by side) and ``dp_shard`` (FSDP2 inside each stage)."""
+    ``dp_replicate`` (whole pipelines side by side), ``dp_shard`` (FSDP2 inside each stage) and ``tp``
+    (tensor-parallel stages): context and sequence parallelism split what a stage receives."""
     if not config.pp_enabled:
         return
-    others = [dim for dim in config.active_mesh_dims if dim not in ("pp", "dp_replicate", "dp_shard")]
+    others = [dim for dim in config.active_mesh_dims if dim not in ("pp", "dp_replicate", "dp_shard", "tp")]
     if others:
         sizes = ", ".join(f"{dim}_size={getattr(config, f'{dim}_size')}" for dim in others)
         raise NotAvailableYetError(
             f"ParallelismConfig(pp_size={config.pp_size}, {sizes}): pipeline parallelism does not compose "
-            "with {', '.join(others)} in this version of accelerate (only with dp_replicate_size and "
-            f"dp_shard_size). Run whole or sharded pipelines side by side (pp_size x dp_replicate_size x "
-            f"dp_shard_size processes), or drop pp_size and use "
+            f"with {', '.join(others)} in this version of accelerate (only with dp_replicate_size, "
+            f"dp_shard_size and tp_size). Compose the pipeline with those, or drop pp_size and use "
             f"{', '.join(others)}."
         )
 

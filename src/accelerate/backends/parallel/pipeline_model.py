@@ -19,13 +19,15 @@ else the last stage's output, on every rank.
 
 The model is traced and cut at its first call (torch's tracer needs one real micro-batch); the stage
 modules share the model's parameter objects, so the optimizers prepared with it are trimmed then to
-this rank's stage parameters. Every rank keeps the whole model's weights in memory. With
-``dp_shard`` each stage is then sharded by FSDP2 over it (see
-:mod:`accelerate.backends.parallel.pipeline_stage`): the optimizers are pointed at the shards.
+this rank's stage parameters. Every rank keeps the whole model's weights in memory (its ``tp``
+shards of them under a tensor-parallel plan). With ``tp`` each stage runs on DTensors, with
+``dp_shard`` it is sharded by FSDP2 (see :mod:`accelerate.backends.parallel.pipeline_stage`); the
+optimizers are pointed at what the stages train.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -33,7 +35,12 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from accelerate.backends.parallel.pipeline_stage import StageShards, compose_stage, full_tensor
+from accelerate.backends.parallel.pipeline_stage import (
+    StageShards,
+    compose_stage,
+    full_tensor,
+    plain_for_tracing,
+)
 from accelerate.state.pipeline_options import check_batch, microbatches, stages_per_rank
 
 
@@ -118,11 +125,16 @@ class PipelinedModel(nn.Module):
         chunk = rows // microbatches(self._config)
         example_args = tuple(a[:chunk] if isinstance(a, torch.Tensor) else a for a in args)
         example_kwargs = {k: v[:chunk] if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
-        pipe = trace_pipeline(self.module, self.split_points, example_args, example_kwargs)
+        tp_mesh = self._config.device_mesh["tp"] if self._config.tp_enabled else None
+        originals = dict(self.module.named_parameters())  # the plan's DTensors under tp
+        with plain_for_tracing(self.module) if tp_mesh is not None else contextlib.nullcontext():
+            pipe = trace_pipeline(self.module, self.split_points, example_args, example_kwargs)
         stages = [pipe.build_stage(i, device=self._device, group=self._group) for i in self.stage_indices()]
         self.stage_modules = [stage.submod for stage in stages]
         for module in self.stage_modules:
-            compose_stage(module, self.shards, self._stage_mesh, **self._shard_kwargs)
+            compose_stage(
+                module, self.shards, originals, tp_mesh=tp_mesh, mesh=self._stage_mesh, **self._shard_kwargs
+            )
         kind = getattr(schedules, f"Schedule{self._config.pp_schedule}")
         chunks = microbatches(self._config)
         first = stages if stages_per_rank(self._config) > 1 else stages[0]

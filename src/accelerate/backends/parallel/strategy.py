@@ -72,8 +72,10 @@ class ParallelStrategy(FSDPStrategy):
         self._pipelines: list[weakref.ref[PipelinedModel]] = []  # the pipelines prepared (pp_size > 1)
         # None: tensor parallelism alone (nothing to shard), or pipelines (replicas sync their stages' gradients)
         self._mesh = None if config.pp_enabled else fsdp_mesh(config)
-        # Pipelines with dp_shard: FSDP2 shards each stage over this mesh once the model is cut.
-        self._stage_mesh = fsdp_mesh(config) if config.pp_enabled and config.dp_shard_enabled else None
+        # Pipelines with dp_shard: FSDP2 shards each stage over this mesh once the model is cut (and
+        # replicates tensor-parallel stages over dp_replicate: DTensor gradients are FSDP2's to average).
+        sharded_stages = config.dp_shard_enabled or (config.tp_enabled and config.dp_replicate_enabled)
+        self._stage_mesh = fsdp_mesh(config) if config.pp_enabled and sharded_stages else None
         # Upstream reports FSDP whenever FSDP2 shards; tensor parallelism alone keeps the process's type.
         self.distributed_type = DistributedType.FSDP if self._mesh is not None else process_type
 
@@ -102,7 +104,9 @@ class ParallelStrategy(FSDPStrategy):
     def describe(self) -> str:
         shape, names = self.mesh_shape()
         mesh = " x ".join(f"{n}={s}" for n, s in zip(names, shape, strict=True))
-        if self._stage_mesh is not None:
+        if self._stage_mesh is not None and tuple(self._stage_mesh.mesh_dim_names) == REPLICATE_DIMS:
+            fsdp = "each stage replicated over dp_replicate by FSDP2 (HSDP with shard size 1)"
+        elif self._stage_mesh is not None:
             fsdp = "each stage FSDP2 over " + "x".join(self._stage_mesh.mesh_dim_names)
         elif self._mesh is None:
             fsdp = "no FSDP"
@@ -111,7 +115,8 @@ class ParallelStrategy(FSDPStrategy):
         else:
             fsdp = "FSDP2 over " + "x".join(self._mesh.mesh_dim_names)
         if self.config.pp_enabled:
-            return f"parallelism mesh [{mesh}]: pipeline of {self.config.pp_schedule} over pp, {fsdp}"
+            tp = ", tensor-parallel stages on tp" if self.config.tp_enabled else ""
+            return f"parallelism mesh [{mesh}]: pipeline of {self.config.pp_schedule} over pp{tp}, {fsdp}"
         split = "Ulysses sequence parallel on sp" if self.config.sp_enabled else "tensor parallel on tp"
         return f"parallelism mesh [{mesh}]: {split}, {fsdp}"
 
@@ -170,6 +175,7 @@ class ParallelStrategy(FSDPStrategy):
 
     def setup_module(self, model: nn.Module, *, device_placement: bool) -> nn.Module:
         if self.config.pp_enabled:  # the pipeline step: this rank's stages of the model
+            check_tensor_parallel(model, self.config)  # a tp plan is applied to the whole model first
             kwargs = self._shard_kwargs(model) if self._stage_mesh is not None else {}
             for key in ("mesh", "ignored_params"):  # the stage's mesh; ignored modules are not supported
                 kwargs.pop(key, None)
