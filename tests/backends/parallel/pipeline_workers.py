@@ -110,9 +110,10 @@ def refusal(case: str) -> str:
 
 
 def _one_step(accelerator: Accelerator, model: Any, optimizer: Any) -> None:
-    x, y = dataset(PER_RANK * 2, seed=7)  # a fixed batch: both runs take the same last step
-    shard = accelerator.state.run.data_shards[1]
-    xb, yb = x[shard * PER_RANK : (shard + 1) * PER_RANK], y[shard * PER_RANK : (shard + 1) * PER_RANK]
+    x, y = dataset(PER_RANK, seed=7)  # a fixed batch: every run takes the same last step
+    shards, shard = accelerator.state.run.data_shards
+    rows = PER_RANK // shards  # the batch split over the data shards: the same mean loss
+    xb, yb = x[shard * rows : (shard + 1) * rows], y[shard * rows : (shard + 1) * rows]
     accelerator.backward(model(xb, labels=yb))
     accelerator.clip_grad_norm_(model.parameters(), MAX_NORM)
     optimizer.step()
@@ -128,20 +129,24 @@ def _prepared(sizes: dict[str, Any]) -> tuple[Accelerator, Any, Any]:
 
 
 def train_save_continue(sizes: dict[str, Any], folder: str) -> dict[str, dict[str, torch.Tensor]]:
-    """Three steps, save_state, then one more step: the whole model when saved and at the end."""
+    """Three steps, save_state and save_model (into ``folder``/model), then one more step: the whole
+    model when saved and at the end."""
     accelerator, model, optimizer = _prepared(sizes)
     for _ in range(3):
         _one_step(accelerator, model, optimizer)
     accelerator.save_state(folder)
+    accelerator.save_model(model, f"{folder}/model")
     at_save = {k: v.clone() for k, v in accelerator.get_state_dict(model).items()}
     _one_step(accelerator, model, optimizer)
     return {"at_save": at_save, "end": accelerator.get_state_dict(model)}
 
 
 def resume_continue(sizes: dict[str, Any], folder: str) -> dict[str, torch.Tensor]:
-    """load_state into a fresh model (pipelined or not), then the same last step."""
+    """load_state into a fresh model (pipelined or not, any split, sharded or not), then the same last step."""
     if sizes.get("pp_size", 1) > 1:
         accelerator, model, optimizer = _prepared(sizes)
+        if accelerator.parallelism_config is not None and accelerator.parallelism_config.tp_enabled:
+            raise ValueError("resume_continue applies no tensor-parallel plan")
     else:
         accelerator = Accelerator(cpu=True)
         model = make_model(seed=5)

@@ -127,7 +127,8 @@ class PipelineParts(ShardedParts):
 class PipelineCheckpointIO(ShardedCheckpointIO):
     """The sharded-model I/O, plus pipelined models saved stage by stage (:class:`PipelineParts`).
 
-    Loading needs nothing new: a DCP folder loads by name into whatever the model holds.
+    A DCP folder loads by name into whatever the model holds: the whole model before the first batch
+    cuts it, this rank's stages after (their shards and DTensors, see ``PipelinedModel.trained_view``).
     """
 
     what = "pipeline-parallel models"
@@ -136,15 +137,49 @@ class PipelineCheckpointIO(ShardedCheckpointIO):
         super().__init__(state_dict_type)
         self.pipelines = list(pipelines)
 
+    def _pipeline_of(self, model: nn.Module) -> PipelinedModel | None:
+        return next((p for p in self.pipelines if model is p.module or model is p), None)
+
+    def _trained(self, models: Sequence[nn.Module]) -> list[nn.Module]:
+        """``models`` with each pipelined one replaced by what its rank trains (see ``trained_view``)."""
+        out = []
+        for model in models:
+            pipelined = self._pipeline_of(model)
+            out.append(pipelined.trained_view() if pipelined is not None else model)
+        return out
+
     def plan_save(self, models: Sequence[nn.Module], optimizers: Sequence[Any]) -> ShardedParts | None:
-        mine = {i: p for i, m in enumerate(models) for p in self.pipelines if m is p.module or m is p}
+        mine = {i: p for i, m in enumerate(models) if (p := self._pipeline_of(m)) is not None}
         if not mine:
             return super().plan_save(models, optimizers)
+        trained = self._trained(models)
         owned: dict[int, tuple[Any, nn.Module]] = {}
         for index, optimizer in enumerate(optimizers):
-            owner = optimizer_owner(optimizer, models)
+            owner = optimizer_owner(optimizer, trained)
             if owner in mine:
-                owned[index] = (optimizer, mine[owner].module)
+                owned[index] = (optimizer, trained[owner])
         return PipelineParts(
             {i: p.module for i, p in mine.items()}, owned, SHARDED_STATE_DICT, pipelines=mine
+        )
+
+    def load_model(
+        self, reader: Any, index: int, model: nn.Module, *, strict: bool, rank: int, world_size: int
+    ) -> bool:
+        # Once cut, the stages' tensors are loaded (the shards under dp_shard, not the model's copies).
+        return super().load_model(
+            reader, index, self._trained([model])[0], strict=strict, rank=rank, world_size=world_size
+        )
+
+    def load_optimizer(
+        self,
+        reader: Any,
+        index: int,
+        optimizer: Any,
+        models: Sequence[nn.Module],
+        *,
+        rank: int,
+        world_size: int,
+    ) -> None:
+        super().load_optimizer(
+            reader, index, optimizer, self._trained(models), rank=rank, world_size=world_size
         )

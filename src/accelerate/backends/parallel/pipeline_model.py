@@ -39,6 +39,7 @@ from accelerate.backends.parallel.pipeline_stage import (
     StageShards,
     compose_stage,
     full_tensor,
+    named_view,
     plain_for_tracing,
 )
 from accelerate.state.pipeline_options import check_batch, microbatches, stages_per_rank
@@ -88,6 +89,7 @@ class PipelinedModel(nn.Module):
         self._recorded: list[torch.Tensor] = []
         self.schedule: Any = None
         self.stage_modules: list[nn.Module] = []
+        self._view: list[nn.Module] = []
         self.shards = StageShards()  # the model's parameters -> the tensors this rank trains
         self._on_built: list[Callable[[StageShards], None]] = []
 
@@ -145,6 +147,15 @@ class PipelinedModel(nn.Module):
         for callback in self._on_built:
             callback(self.shards)
         self._on_built.clear()
+
+    def trained_view(self) -> nn.Module:
+        """The module whose parameters this rank's optimizers step, under the model's names: the model
+        until it is cut, then its stages' (shards under ``dp_shard``, DTensors under ``tp``)."""
+        if self.schedule is None:
+            return self.module
+        if not self._view:  # kept in a list: an attribute would register it as a submodule of this one
+            self._view.append(named_view(self.stage_modules))
+        return self._view[0]
 
     def own_state_dict(self) -> dict[str, torch.Tensor]:
         """The tensors this rank trains, under the model's names (the whole model until it is cut)."""

@@ -159,6 +159,26 @@ def compose_stage(
     shards.add(before, dict(stage.named_parameters()))
 
 
+def named_view(modules: list[nn.Module]) -> nn.Module:
+    """One module holding the parameters and buffers of ``modules`` (a rank's stages) under their own
+    names, the same tensor objects: what loading, saving and optimizer-state code reads by name."""
+    root = nn.Module()
+    for module in modules:
+        for kind, named in (("param", module.named_parameters()), ("buffer", module.named_buffers())):
+            for name, tensor in named:
+                *path, leaf = name.split(".")
+                owner = root
+                for part in path:
+                    if not hasattr(owner, part):
+                        owner.add_module(part, nn.Module())
+                    owner = getattr(owner, part)
+                if kind == "param":
+                    owner.register_parameter(leaf, tensor)  # type: ignore[arg-type]
+                else:
+                    owner.register_buffer(leaf, tensor)
+    return root
+
+
 def full_tensor(value: torch.Tensor) -> torch.Tensor:
     """A sharded (DTensor) value gathered whole; any other tensor as is."""
     return value.full_tensor() if _is_dtensor(value) else value  # type: ignore[attr-defined]
