@@ -157,3 +157,46 @@ def resume_continue(sizes: dict[str, Any], folder: str) -> dict[str, torch.Tenso
         _one_step(accelerator, model, optimizer)
         return accelerator.get_state_dict(model)
     return {k: v.clone() for k, v in accelerator.get_state_dict(model).items()}
+
+
+def llama_own_loss(sizes: dict[str, Any]) -> dict[str, Any]:
+    """A tiny transformers Llama (from its config) under a pipeline: model(input_ids=..., labels=...).loss."""
+    from tests.backends.parallel.hf_workers import batch, make_llama
+
+    accelerator = Accelerator(cpu=True, parallelism_config=ParallelismConfig(**sizes))
+    model = make_llama()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    losses = []
+    for seed in (3, 4):
+        ids = batch(seed)
+        loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+        accelerator.backward(loss)
+        losses.append(float(loss.detach()))
+        optimizer.step()
+        optimizer.zero_grad()
+    with torch.no_grad():
+        eval_loss = float(model(input_ids=batch(5), labels=batch(5), use_cache=False).loss)
+    return {"losses": losses, "eval_loss": eval_loss, "whole": accelerator.get_state_dict(model)}
+
+
+def llama_reference() -> dict[str, Any]:
+    from tests.backends.parallel.hf_workers import batch, make_llama
+
+    model = make_llama()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    losses = []
+    for seed in (3, 4):
+        ids = batch(seed)
+        loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+        loss.backward()
+        losses.append(float(loss.detach()))
+        optimizer.step()
+        optimizer.zero_grad()
+    with torch.no_grad():
+        eval_loss = float(model(input_ids=batch(5), labels=batch(5), use_cache=False).loss)
+    return {
+        "losses": losses,
+        "eval_loss": eval_loss,
+        "whole": {k: v.detach() for k, v in model.state_dict().items()},
+    }

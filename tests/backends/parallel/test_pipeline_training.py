@@ -73,3 +73,15 @@ def test_pp2_x_dp_shard2_trains_to_the_one_process_parameters() -> None:
         assert sorted(map(tuple, result["gathered"].tolist())) == sorted(
             map(tuple, pw.dataset(result["samples"])[0].tolist())
         )
+
+
+def test_transformers_llama_under_pp2_returns_its_own_loss() -> None:
+    """No pp_loss_fn: the model's own loss from labels= runs on the last stage; `.loss` as usual."""
+    pytest.importorskip("transformers")
+    expected = pw.llama_reference()
+    for result in get_pool(2).run(pw.llama_own_loss, {"pp_size": 2, "pp_schedule": "GPipe"}, timeout=300):
+        assert result["losses"] == pytest.approx(expected["losses"], rel=1e-5)
+        assert result["eval_loss"] == pytest.approx(expected["eval_loss"], rel=1e-5)
+        assert set(result["whole"]) == set(expected["whole"])
+        for key, value in expected["whole"].items():
+            torch.testing.assert_close(result["whole"][key], value, rtol=1e-5, atol=1e-5, msg=key)

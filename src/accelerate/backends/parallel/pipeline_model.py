@@ -87,6 +87,7 @@ class PipelinedModel(nn.Module):
         self._size = int(config.pp_size)
         self._scale = 1.0  # the accumulation steps the loss is divided by (set per step)
         self._recorded: list[torch.Tensor] = []
+        self._own_loss = False  # a transformers model without pp_loss_fn: its loss_function on the logits
         self.schedule: Any = None
         self.stage_modules: list[nn.Module] = []
         self._view: list[nn.Module] = []
@@ -113,9 +114,17 @@ class PipelinedModel(nn.Module):
         else:
             self._on_built.append(callback)
 
+    @property
+    def _has_loss(self) -> bool:
+        return self._own_loss or self._config.pp_loss_fn is not None
+
     def _loss(self, output: Any, target: Any) -> torch.Tensor:
-        loss_fn = self._config.pp_loss_fn
-        value: torch.Tensor = loss_fn(output, target)
+        if self._own_loss:
+            vocab = getattr(getattr(self.module, "config", None), "vocab_size", None)
+            loss_function: Any = getattr(self.module, "loss_function")  # noqa: B009 - typed Any on purpose
+            value: torch.Tensor = loss_function(logits=_logits(output), labels=target, vocab_size=vocab)
+        else:
+            value = self._config.pp_loss_fn(output, target)
         self._recorded.append(value.detach())
         return value / self._scale if self._scale != 1 else value
 
@@ -125,8 +134,12 @@ class PipelinedModel(nn.Module):
         from accelerate.backends.pipeline.schedule import trace_pipeline
 
         chunk = rows // microbatches(self._config)
-        example_args = tuple(a[:chunk] if isinstance(a, torch.Tensor) else a for a in args)
-        example_kwargs = {k: v[:chunk] if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+        # Copies: inputs that share storage (labels=input_ids, as transformers examples do) would be traced
+        # as one input, and the stage reading the other would wait for a tensor never sent.
+        example_args = tuple(a[:chunk].clone() if isinstance(a, torch.Tensor) else a for a in args)
+        example_kwargs = {
+            k: v[:chunk].clone() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()
+        }
         tp_mesh = self._config.device_mesh["tp"] if self._config.tp_enabled else None
         originals = dict(self.module.named_parameters())  # the plan's DTensors under tp
         with plain_for_tracing(self.module) if tp_mesh is not None else contextlib.nullcontext():
@@ -140,7 +153,7 @@ class PipelinedModel(nn.Module):
         kind = getattr(schedules, f"Schedule{self._config.pp_schedule}")
         chunks = microbatches(self._config)
         first = stages if stages_per_rank(self._config) > 1 else stages[0]
-        loss_fn = self._loss if self._config.pp_loss_fn is not None else None
+        loss_fn = self._loss if self._has_loss else None
         # torch's scale_grads divides every gradient the stage holds after each step, so gradients kept
         # over accumulation steps would be divided again: the loss is divided instead (see _train_step).
         self.schedule = kind(first, n_microbatches=chunks, loss_fn=loss_fn, scale_grads=False)
@@ -161,7 +174,15 @@ class PipelinedModel(nn.Module):
         """The tensors this rank trains, under the model's names (the whole model until it is cut)."""
         if self.schedule is None:
             return dict(self.module.state_dict())
-        return {k: v for stage in self.stage_modules for k, v in stage.state_dict().items()}
+        return self._stage_state(lambda value: value)
+
+    def _stage_state(self, convert: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, torch.Tensor]:
+        """This rank's stages' tensors under the model's keys (a stage also lists the model's
+        non-persistent buffers, e.g. rotary ``inv_freq``: left out, as the model's state dict does)."""
+        keys = self.module.state_dict().keys()
+        return {
+            k: convert(v) for stage in self.stage_modules for k, v in stage.state_dict().items() if k in keys
+        }
 
     def gathered_state_dict(self) -> dict[str, torch.Tensor]:
         """The whole model's state dict on every rank: each stage's tensors from the rank that holds it.
@@ -173,11 +194,7 @@ class PipelinedModel(nn.Module):
         whole = {k: v.detach().cpu() for k, v in self.module.state_dict().items()}
         if self.schedule is None:
             return whole  # not cut yet: every rank holds the same, untrained weights
-        mine = {
-            k: full_tensor(v).detach().cpu()
-            for stage in self.stage_modules
-            for k, v in stage.state_dict().items()
-        }
+        mine = self._stage_state(lambda value: full_tensor(value).detach().cpu())
         pieces: list[Any] = [None] * self._size
         dist.all_gather_object(pieces, mine, group=self._group)
         for piece in pieces:
@@ -189,21 +206,31 @@ class PipelinedModel(nn.Module):
         rows = _rows(args, kwargs)
         check_batch(self._config, rows)
         if self.schedule is None:
+            # No loss function given, a model with its own (transformers' loss_function): the last stage
+            # runs it on the logits, as the model's forward would with labels=.
+            self._own_loss = self._config.pp_loss_fn is None and callable(
+                getattr(self.module, "loss_function", None)
+            )
             self._build(args, kwargs, rows)
         args = tuple(a.to(self._device) if isinstance(a, torch.Tensor) else a for a in args)
-        kwargs = {k: v.to(self._device) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+        # Keyword arguments that are not tensors (use_cache=False, ...) were fixed into the graph when traced.
+        kwargs = {k: v.to(self._device) for k, v in kwargs.items() if isinstance(v, torch.Tensor)}
         target = labels.to(self._device) if isinstance(labels, torch.Tensor) else labels
         if torch.is_grad_enabled():
-            return self._train_step(args, kwargs, target)
-        return self._evaluate(args, kwargs, target)
+            out = self._train_step(args, kwargs, target)
+        else:
+            out = self._evaluate(args, kwargs, target)
+        return PipelineOutput(loss=out) if self._own_loss and labels is not None else out
 
     def _train_step(self, args: tuple[Any, ...], kwargs: dict[str, Any], target: Any) -> torch.Tensor:
-        if self._config.pp_loss_fn is None or target is None:
+        if not self._has_loss or target is None:
             raise ValueError(
                 "A pipeline-parallel model trains inside its schedule, so the loss runs on the last stage: "
                 "give the loss function once, ParallelismConfig(pp_loss_fn=loss_fn) with "
                 "loss_fn(output, labels) -> loss, and call the model with the labels: "
-                "loss = model(inputs, labels=labels). Evaluate under torch.no_grad()."
+                "loss = model(inputs, labels=labels); a model that computes its own loss from labels= "
+                "(transformers) needs no pp_loss_fn: model(**batch, labels=labels).loss. Evaluate under "
+                "torch.no_grad()."
             )
         from accelerate.state.gradient import GradientState
 
@@ -234,7 +261,7 @@ class PipelinedModel(nn.Module):
     def _evaluate(self, args: tuple[Any, ...], kwargs: dict[str, Any], target: Any) -> Any:
         self._recorded = []
         self._scale = 1.0
-        with_loss = target is not None and self._config.pp_loss_fn is not None
+        with_loss = target is not None and self._has_loss
         if with_loss:
             output = self._run(self.schedule.eval, args, kwargs, target)
         else:  # no labels: forwards only, without the loss function (torch's eval would call it)
@@ -267,6 +294,31 @@ class PipelinedModel(nn.Module):
         value = value.detach().to(self._device, torch.float32).clone()
         dist.broadcast(value, group_src=self._size - 1, group=self._group)
         return value
+
+
+class PipelineOutput(dict[str, Any]):
+    """What a pipelined model that computes its own loss returns: ``out.loss`` (or ``out["loss"]``), the
+    batch's mean loss on every rank; the logits stay on the last stage."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(
+                f"A pipelined model's output holds only the loss ({sorted(self)}), not {name!r}: the other "
+                "outputs stay on the last stage. Evaluate under torch.no_grad() without labels for them."
+            ) from None
+
+
+def _logits(output: Any) -> torch.Tensor:
+    """The logits in the last stage's output (itself, its first value, or ``logits``)."""
+    if isinstance(output, torch.Tensor):
+        return output
+    if isinstance(output, dict):
+        return output["logits"]  # type: ignore[no-any-return]
+    if isinstance(output, tuple | list):
+        return output[0]  # type: ignore[no-any-return]
+    return output.logits  # type: ignore[no-any-return]
 
 
 def _rows(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:

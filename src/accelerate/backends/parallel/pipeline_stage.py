@@ -106,12 +106,37 @@ def tensor_parallel_stage(stage: nn.Module, originals: Mapping[str, torch.Tensor
                 requires_grad=original.requires_grad,
             )
         _set_parameter(stage, name, original)  # type: ignore[arg-type]
+    _wrap_forward(stage, functools.partial(_on_dtensors, tp_mesh=tp_mesh))
+
+
+def _wrap_forward(stage: nn.Module, wrapper: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
     # A GraphModule's class is its own (torch makes one per instance): its forward can be wrapped.
     cls = type(stage)
-    cls.forward = _on_dtensors(cls.forward, tp_mesh)
+    cls.forward = wrapper(cls.forward)
 
 
-def _on_dtensors(forward: Callable[..., Any], tp_mesh: Any) -> Callable[..., Any]:
+def _known_kwargs_only(forward: Callable[..., Any], known: frozenset[str]) -> Callable[..., Any]:
+    @functools.wraps(forward)
+    def run(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        return forward(self, *args, **{k: v for k, v in kwargs.items() if k in known})
+
+    return run
+
+
+def take_known_kwargs(stage: nn.Module) -> None:
+    """Lets ``stage`` take every keyword input of the model call, keeping those its graph reads.
+
+    torch's schedules hand a rank's keyword inputs to each of its stages: the first stage reads
+    ``input_ids``, the last ``labels`` (a model that computes its own loss), an interleaved rank holds both.
+    """
+    graph = getattr(stage, "graph", None)
+    if graph is None:
+        return
+    known = frozenset(str(node.target) for node in graph.nodes if node.op == "placeholder")
+    _wrap_forward(stage, functools.partial(_known_kwargs_only, known=known))
+
+
+def _on_dtensors(forward: Callable[..., Any], *, tp_mesh: Any) -> Callable[..., Any]:
     from torch.distributed.tensor import DTensor, Replicate
     from torch.distributed.tensor.experimental import implicit_replication
 
@@ -150,6 +175,7 @@ def compose_stage(
     """Makes ``stage`` tensor-parallel over ``tp_mesh`` and/or ``fully_shard``s it over ``mesh`` (each when
     given), recording in ``shards`` what each of the model's parameters (``originals``, by name) became."""
     before = {name: originals.get(name, p) for name, p in stage.named_parameters()}
+    take_known_kwargs(stage)
     if tp_mesh is not None:
         tensor_parallel_stage(stage, originals, tp_mesh)
     if mesh is not None and before:
