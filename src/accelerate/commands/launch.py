@@ -163,6 +163,7 @@ PARALLELISM_FLAGS: dict[str, tuple[dict[str, Any], str]] = {
     "parallelism_config_sp_attn_implementation": ({"metavar": "NAME"}, "Attention kernel under sequence parallelism. Default sdpa."),
     "parallelism_config_pp_size": ({"type": int, "metavar": "N"}, "Pipeline-parallel stages (training; beyond upstream). Default 1."),
     "parallelism_config_pp_schedule": ({"choices": ("GPipe", "1F1B", "Interleaved1F1B")}, "Pipeline schedule. Default 1F1B."),
+    "parallelism_config_pp_microbatches": ({"type": int, "metavar": "N"}, "Micro-batches per batch under pipeline parallelism. Default pp_size."),
 }  # fmt: skip
 
 

@@ -108,6 +108,7 @@ class LaunchEnv:
     parallelism_config_sp_size: int | None = None
     parallelism_config_pp_size: int | None = None
     parallelism_config_pp_schedule: str | None = None
+    parallelism_config_pp_microbatches: int | None = None
     parallelism_config_sp_backend: str | None = None
     parallelism_config_sp_seq_length: str | None = None
     parallelism_config_sp_seq_length_is_variable: bool | None = None
@@ -145,6 +146,7 @@ _PARALLELISM_DEFAULTS = {
     "PARALLELISM_CONFIG_SP_BACKEND": "sp_backend",
     "PARALLELISM_CONFIG_PP_SIZE": "pp_size",
     "PARALLELISM_CONFIG_PP_SCHEDULE": "pp_schedule",
+    "PARALLELISM_CONFIG_PP_MICROBATCHES": "pp_microbatches",
 }
 
 

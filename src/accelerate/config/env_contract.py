@@ -274,6 +274,12 @@ ENV_CONTRACT: tuple[EnvVar, ...] = (
         "pipeline schedule: GPipe | 1F1B | Interleaved1F1B",
     ),
     EnvVar(
+        "PARALLELISM_CONFIG_PP_MICROBATCHES",
+        "parallelism_config_pp_microbatches",
+        "int",
+        "micro-batches per batch under pipeline parallelism (default: pp_size)",
+    ),
+    EnvVar(
         "PARALLELISM_CONFIG_SP_SIZE",
         "parallelism_config_sp_size",
         "int",

@@ -44,6 +44,7 @@ DEFAULTS: dict[str, Any] = {
     # Beyond upstream: pipeline-parallel training (ParallelismConfig.pp_size / pp_schedule).
     "parallelism_config_pp_size": 1,
     "parallelism_config_pp_schedule": "1F1B",
+    "parallelism_config_pp_microbatches": None,  # one per stage (pp_size)
 }
 SETTINGS = ("use_parallelism_config", *DEFAULTS)
 _CHOICES = {
@@ -217,6 +218,9 @@ def child_env_values(values: Mapping[str, Any]) -> dict[str, Any]:
         del out["parallelism_config_cp_comm_strategy"]
     if int(out["parallelism_config_pp_size"]) <= 1:  # beyond upstream: its variables only when in use
         del out["parallelism_config_pp_size"], out["parallelism_config_pp_schedule"]
+        del out["parallelism_config_pp_microbatches"]
+    elif out["parallelism_config_pp_microbatches"] is None:  # unset: one per stage, decided by the child
+        del out["parallelism_config_pp_microbatches"]
     if int(out["parallelism_config_sp_size"]) <= 1:
         for name in ("sp_seq_length", "sp_seq_length_is_variable", "sp_attn_implementation"):
             del out[f"parallelism_config_{name}"]

@@ -54,6 +54,7 @@ def parallelism_config_from_env(launch: LaunchEnv) -> ParallelismConfig | None:
         sp_handler=_sp_handler(launch) if (sp_size or 1) > 1 else None,
         pp_size=launch.parallelism_config_pp_size,
         pp_schedule=launch.parallelism_config_pp_schedule,
+        pp_microbatches=launch.parallelism_config_pp_microbatches,
     )
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from accelerate.backends.dtensor_io.checkpoint_io import ShardedCheckpointIO, ShardedParts
+from accelerate.backends.dtensor_io.checkpoint_io import ShardedCheckpointIO, ShardedParts, load_model
 from accelerate.backends.dtensor_io.dcp import MODEL_KEY, OPTIMIZER_KEY, save_dcp
 from accelerate.backends.dtensor_io.state_dict import (
     SHARDED_STATE_DICT,
@@ -165,10 +165,12 @@ class PipelineCheckpointIO(ShardedCheckpointIO):
     def load_model(
         self, reader: Any, index: int, model: nn.Module, *, strict: bool, rank: int, world_size: int
     ) -> bool:
-        # Once cut, the stages' tensors are loaded (the shards under dp_shard, not the model's copies).
-        return super().load_model(
-            reader, index, self._trained([model])[0], strict=strict, rank=rank, world_size=world_size
-        )
+        # Once cut, this rank's stages load their share (the shards under dp_shard, not the model's copies).
+        pipelined = self._pipeline_of(model)
+        if pipelined is None or pipelined.schedule is None:
+            return super().load_model(reader, index, model, strict=strict, rank=rank, world_size=world_size)
+        view = pipelined.trained_view()
+        return load_model(reader, index, view, strict=strict, rank=rank, world_size=world_size, part=True)
 
     def load_optimizer(
         self,
