@@ -28,6 +28,7 @@ from bench import (
     fsdp_checkpoint,
     fsdp_two_proc,
     parallel_nd,
+    pipeline_pp,
     startup,
     step_overhead,
 )
@@ -37,7 +38,7 @@ BENCHMARKS = [
     startup, step_overhead, ddp_two_proc, deepspeed_zero2, data_loading, collectives, checkpoint_io, checkpoint_large,
     big_modeling,
 ]  # fmt: skip
-BENCHMARKS += [fsdp_two_proc, fsdp_checkpoint, bnb_loading, parallel_nd, fp8_ao, elastic]
+BENCHMARKS += [fsdp_two_proc, fsdp_checkpoint, bnb_loading, parallel_nd, pipeline_pp, fp8_ao, elastic]
 
 
 def main() -> None:
