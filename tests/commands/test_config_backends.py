@@ -153,6 +153,7 @@ def test_parallelism_sizes_are_asked_and_launch(home: Path, capsys: pytest.Captu
         "MULTI_CPU", "", "4",  # CPU processes, 1 machine, 4 processes
         "", "",  # no debug checks, no dynamo
         "y",  # a parallelism config
+        "",  # pp: 1 (no pipeline, so no schedule question)
         "2",  # tp
         "3", "",  # dp_replicate: 3 does not divide the 2 processes left, asked again; 1
         "3", "",  # dp_shard: only 2 completes the product, asked again; the default (2)
@@ -160,8 +161,8 @@ def test_parallelism_sizes_are_asked_and_launch(home: Path, capsys: pytest.Captu
     )  # fmt: skip
     data = script.ask()
     assert data["parallelism_config"] == {
-        "parallelism_config_tp_size": 2, "parallelism_config_dp_replicate_size": 1,
-        "parallelism_config_dp_shard_size": 2,
+        "parallelism_config_pp_size": 1, "parallelism_config_tp_size": 2,
+        "parallelism_config_dp_replicate_size": 1, "parallelism_config_dp_shard_size": 2,
     }  # fmt: skip
     screen = script.screen.getvalue()
     assert (
@@ -173,6 +174,33 @@ def test_parallelism_sizes_are_asked_and_launch(home: Path, capsys: pytest.Captu
     out = _dry_run(save_config_file(config_from_dict(data), home / "nd.yaml"), capsys)
     for needle in ("ACCELERATE_USE_PARALLELISM_CONFIG=true", "PARALLELISM_CONFIG_TP_SIZE=2",
                    "PARALLELISM_CONFIG_DP_SHARD_SIZE=2", "mesh dims: dp_shard, tp"):  # fmt: skip
+        assert needle in out, needle
+
+
+def test_pipeline_questions_are_asked_and_launch(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    script = Script(
+        "MULTI_CPU", "", "4",  # CPU processes, 1 machine, 4 processes
+        "", "",  # no debug checks, no dynamo
+        "y",  # a parallelism config
+        "2",  # pp
+        "", "",  # tp 1, dp_replicate 1
+        "",  # dp_shard: the default that completes the product (2)
+        "2",  # schedule: the second choice, GPipe
+        "0", "4",  # micro-batches: 0 is refused, asked again; 4
+        "",  # mixed precision no
+    )  # fmt: skip
+    data = script.ask()
+    assert data["parallelism_config"] == {
+        "parallelism_config_pp_size": 2, "parallelism_config_pp_schedule": "GPipe",
+        "parallelism_config_pp_microbatches": 4, "parallelism_config_tp_size": 1,
+        "parallelism_config_dp_replicate_size": 1, "parallelism_config_dp_shard_size": 2,
+    }  # fmt: skip
+    assert "Please give at least 1 (GPipe with 2 stages)" in script.screen.getvalue()
+    from accelerate.config.config_file import config_from_dict, save_config_file
+
+    out = _dry_run(save_config_file(config_from_dict(data), home / "pp.yaml"), capsys)
+    for needle in ("PARALLELISM_CONFIG_PP_SIZE=2", "PARALLELISM_CONFIG_PP_SCHEDULE=GPipe",
+                   "PARALLELISM_CONFIG_PP_MICROBATCHES=4", "PARALLELISM_CONFIG_DP_SHARD_SIZE=2"):  # fmt: skip
         assert needle in out, needle
 
 

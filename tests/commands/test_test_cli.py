@@ -91,3 +91,19 @@ def test_self_check_under_a_tensor_parallel_x_fsdp_config(tmp_path: Path) -> Non
     assert "the 2 ranks of each tensor-parallel group read the same batches" in out, out + result.stderr
     assert "match the 1-process reference, tensor-parallel model on the mesh dp_shard=2 x tp=2" in out
     assert "VERDICT: all checks passed." in out and result.returncode == 0, out + result.stderr
+
+
+def test_self_check_under_a_pipeline_config(tmp_path: Path) -> None:
+    # pp=2 on 2 CPU processes: the training check runs a pipeline (loss inside the schedule) instead of failing.
+    config = tmp_path / "pp.yaml"
+    with reserved_port() as port:
+        config.write_text(yaml.safe_dump({
+            "compute_environment": "LOCAL_MACHINE", "distributed_type": "MULTI_CPU", "num_processes": 2,
+            "use_cpu": True, "mixed_precision": "no", "main_process_port": port,
+            "parallelism_config": {"parallelism_config_pp_size": 2, "parallelism_config_pp_schedule": "GPipe"},
+        }))  # fmt: skip
+        result = run_cli("test", "--config_file", str(config), home=tmp_path, timeout=240)
+    out = result.stdout
+    assert "GPipe pipeline of 3 blocks over pp=2 match the 1-process reference" in out, out + result.stderr
+    assert "save_state/load_state round trip of the pipeline's stages" in out, out + result.stderr
+    assert "VERDICT: all checks passed." in out and result.returncode == 0, out + result.stderr

@@ -31,6 +31,14 @@ def test_pp_follows_the_data_parallel_dimensions_with_1f1b_and_one_microbatch_pe
         ({"pp_microbatches": 0}, r"pp_microbatches=0\) must be an integer >= 1"),
         ({"pp_split_points": "blocks.1"}, r"must be 'auto' \(balanced by parameter size\) or a list"),
         ({"pp_loss_fn": "mse"}, r"pp_loss_fn='mse'\) must be callable"),
+        (
+            {"pp_size": 2, "pp_microbatches": 1},
+            r"pp_schedule='1F1B', pp_microbatches=1\) needs at least pp_size=2",
+        ),
+        (
+            {"pp_size": 2, "pp_microbatches": 5, "pp_schedule": "Interleaved1F1B"},
+            r"pp_microbatches=5\) must be a multiple of its rounds \(2",
+        ),
     ],
 )
 def test_bad_pipeline_options_raise_naming_the_field(kwargs: dict[str, object], match: str) -> None:

@@ -196,6 +196,29 @@ def ask_downcast_bf16(prompter: Prompter) -> str:
     return "yes" if down else "no"
 
 
+def _ask_pipeline(prompter: Prompter, config: dict[str, Any], prefix: str) -> None:
+    """The pipeline's schedule and micro-batches (asked only when pp_size > 1)."""
+    stages = config[f"{prefix}pp_size"]
+    schedule = prompter.select(
+        "Which pipeline schedule? (1F1B: less activation memory than GPipe; Interleaved1F1B: two stages "
+        "per process, a smaller bubble)",
+        [("1F1B", "1F1B"), ("GPipe", "GPipe"), ("Interleaved1F1B", "Interleaved1F1B")],
+        default="1F1B",
+    )
+    config[f"{prefix}pp_schedule"] = schedule
+
+    def enough(value: int) -> str | None:
+        if value < 1 or (schedule != "GPipe" and value < stages):
+            return f"Please give at least {1 if schedule == 'GPipe' else stages} ({schedule} with {stages} stages)."
+        return None
+
+    config[f"{prefix}pp_microbatches"] = prompter.integer(
+        "How many micro-batches per batch? (more shrink the pipeline bubble; the batch size must be a multiple)",
+        stages,
+        enough,
+    )
+
+
 def ask_parallelism(
     prompter: Prompter, num_processes: int, use_cpu: bool, deepspeed: bool
 ) -> dict[str, Any] | None:
@@ -203,12 +226,14 @@ def ask_parallelism(
 
     The sizes must multiply to ``num_processes``: the data-parallel shard size is asked last, with the
     size that completes the product as its default, and any other answer is refused on the spot.
-    Context parallelism is not offered on CPU processes (ring attention has no CPU kernel) and
-    sequence parallelism only with DeepSpeed (it is DeepSpeed's Ulysses).
+    Context parallelism is not offered on CPU processes (ring attention has no CPU kernel), sequence
+    parallelism only with DeepSpeed (it is DeepSpeed's Ulysses) and pipeline parallelism only without
+    it (DeepSpeed's engine cannot run torch's schedules); with pp_size > 1 the schedule and the
+    micro-batches per batch follow.
     """
     if not prompter.confirm(
-        "Do you want to use a parallelism config (tensor / context parallel, HSDP: several kinds of "
-        "parallelism on one device mesh)?",
+        "Do you want to use a parallelism config (pipeline / tensor / context parallel, HSDP: several "
+        "kinds of parallelism on one device mesh)?",
         False,
     ):
         return None
@@ -226,9 +251,9 @@ def ask_parallelism(
         return check
 
     used = 1
-    for dim, what in (("tp", "tensor-parallel degree"), ("cp", "context-parallel degree"),
+    for dim, what in (("pp", "pipeline-parallel degree"), ("tp", "tensor-parallel degree"), ("cp", "context-parallel degree"),
                       ("sp", "sequence-parallel degree"), ("dp_replicate", "data-parallel replicas")):  # fmt: skip
-        if (dim == "cp" and use_cpu) or (dim == "sp" and not deepspeed):
+        if (dim == "cp" and use_cpu) or (dim == "sp" and not deepspeed) or (dim == "pp" and deepspeed):
             continue
         config[f"{prefix}{dim}_size"] = prompter.integer(
             f"What {what} (size of the {dim} dimension)?", 1, divides(what, used)
@@ -242,6 +267,8 @@ def ask_parallelism(
             None if value == remaining else f"It must be {remaining}: {num_processes} processes / {used}."
         ),
     )
+    if config.get(f"{prefix}pp_size", 1) > 1:
+        _ask_pipeline(prompter, config, prefix)
     if config.get(f"{prefix}cp_size", 1) > 1:
         config[f"{prefix}cp_comm_strategy"] = prompter.select(
             "How should ring attention exchange keys and values?",

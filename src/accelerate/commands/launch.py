@@ -164,6 +164,7 @@ PARALLELISM_FLAGS: dict[str, tuple[dict[str, Any], str]] = {
     "parallelism_config_pp_size": ({"type": int, "metavar": "N"}, "Pipeline-parallel stages (training; beyond upstream). Default 1."),
     "parallelism_config_pp_schedule": ({"choices": ("GPipe", "1F1B", "Interleaved1F1B")}, "Pipeline schedule. Default 1F1B."),
     "parallelism_config_ep_size": ({"type": int, "metavar": "N"}, "Expert-parallel degree (mixture-of-experts layers; beyond upstream): each process holds 1/N of every layer's experts. Carved from dp_shard, so it adds no process. Default 1."),
+    "parallelism_config_pp_microbatches": ({"type": int, "metavar": "N"}, "Micro-batches per batch under pipeline parallelism. Default pp_size."),
 }  # fmt: skip
 
 

@@ -121,6 +121,7 @@ class LaunchEnv:
     parallelism_config_pp_size: int | None = None
     parallelism_config_pp_schedule: str | None = None
     parallelism_config_ep_size: int | None = None
+    parallelism_config_pp_microbatches: int | None = None
     parallelism_config_sp_backend: str | None = None
     parallelism_config_sp_seq_length: str | None = None
     parallelism_config_sp_seq_length_is_variable: bool | None = None
@@ -172,6 +173,7 @@ _PARALLELISM_DEFAULTS = {
     "PARALLELISM_CONFIG_PP_SIZE": "pp_size",
     "PARALLELISM_CONFIG_PP_SCHEDULE": "pp_schedule",
     "PARALLELISM_CONFIG_EP_SIZE": "ep_size",
+    "PARALLELISM_CONFIG_PP_MICROBATCHES": "pp_microbatches",
 }
 
 

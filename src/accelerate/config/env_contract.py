@@ -312,6 +312,12 @@ ENV_CONTRACT: tuple[EnvVar, ...] = (
         "expert-parallel degree, carved from dp_shard (ParallelismConfig.ep_size; beyond upstream)",
     ),
     EnvVar(
+        "PARALLELISM_CONFIG_PP_MICROBATCHES",
+        "parallelism_config_pp_microbatches",
+        "int",
+        "micro-batches per batch under pipeline parallelism (default: pp_size)",
+    ),
+    EnvVar(
         "PARALLELISM_CONFIG_SP_SIZE",
         "parallelism_config_sp_size",
         "int",

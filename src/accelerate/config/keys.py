@@ -108,7 +108,8 @@ _PARALLELISM_KEYS = _section(
     "parallelism_config_sp_attn_implementation", "parallelism_config_sp_backend",
     "parallelism_config_sp_seq_length", "parallelism_config_sp_seq_length_is_variable",
     "parallelism_config_sp_size", "parallelism_config_tp_size",
-    "parallelism_config_pp_size", "parallelism_config_pp_schedule", "parallelism_config_ep_size",
+    "parallelism_config_pp_size", "parallelism_config_pp_schedule", "parallelism_config_pp_microbatches",
+    "parallelism_config_ep_size",
 )  # fmt: skip
 _SAGEMAKER_KEYS = (
     "additional_args", "base_job_name", "ec2_instance_type", "iam_role_name", "image_uri", "profile",

@@ -48,6 +48,7 @@ DEFAULTS: dict[str, Any] = {
     "parallelism_config_pp_schedule": "1F1B",
     # Beyond upstream: expert parallelism (ParallelismConfig.ep_size), carved from dp_shard.
     "parallelism_config_ep_size": 1,
+    "parallelism_config_pp_microbatches": None,  # one per stage (pp_size)
 }
 SETTINGS = ("use_parallelism_config", *DEFAULTS)
 _CHOICES = {
@@ -241,6 +242,9 @@ def child_env_values(values: Mapping[str, Any]) -> dict[str, Any]:
         del out["parallelism_config_cp_comm_strategy"]
     if int(out["parallelism_config_pp_size"]) <= 1:  # beyond upstream: its variables only when in use
         del out["parallelism_config_pp_size"], out["parallelism_config_pp_schedule"]
+        del out["parallelism_config_pp_microbatches"]
+    elif out["parallelism_config_pp_microbatches"] is None:  # unset: one per stage, decided by the child
+        del out["parallelism_config_pp_microbatches"]
     if int(out["parallelism_config_ep_size"]) <= 1:  # beyond upstream: only when in use
         del out["parallelism_config_ep_size"]
     if int(out["parallelism_config_sp_size"]) <= 1:

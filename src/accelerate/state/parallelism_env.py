@@ -55,6 +55,7 @@ def parallelism_config_from_env(launch: LaunchEnv) -> ParallelismConfig | None:
         pp_size=launch.parallelism_config_pp_size,
         pp_schedule=launch.parallelism_config_pp_schedule,
         ep_size=launch.parallelism_config_ep_size,
+        pp_microbatches=launch.parallelism_config_pp_microbatches,
     )
 
 

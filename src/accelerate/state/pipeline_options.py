@@ -35,6 +35,7 @@ def check_pipeline_options(config: Any) -> None:
             f"ParallelismConfig(pp_microbatches={chunks!r}) must be an integer >= 1 (micro-batches per "
             "batch), or None for one per pipeline stage (pp_size)."
         )
+    _check_schedule_fits(schedule, chunks, int(config.pp_size))
     points = config.pp_split_points if config.pp_split_points is not None else "auto"
     if points != "auto" and (
         isinstance(points, str)
@@ -50,6 +51,25 @@ def check_pipeline_options(config: Any) -> None:
         raise ValueError(
             f"ParallelismConfig(pp_loss_fn={config.pp_loss_fn!r}) must be callable as "
             "loss_fn(output, labels) -> scalar loss tensor (e.g. torch.nn.functional.cross_entropy)."
+        )
+
+
+def _check_schedule_fits(schedule: str, chunks: int | None, pp_size: int) -> None:
+    """torch's rules on micro-batch counts, checked before any process group forms."""
+    if chunks is None or pp_size < 2:
+        return
+    if (
+        schedule == "1F1B" and chunks < pp_size
+    ):  # every stage must have one in flight before the first backward
+        raise ValueError(
+            f"ParallelismConfig(pp_schedule='1F1B', pp_microbatches={chunks}) needs at least pp_size={pp_size} "
+            "micro-batches; raise pp_microbatches or use pp_schedule='GPipe'."
+        )
+    rounds = max(1, chunks // pp_size)
+    if schedule == "Interleaved1F1B" and chunks % rounds:
+        raise ValueError(
+            f"ParallelismConfig(pp_schedule='Interleaved1F1B', pp_microbatches={chunks}) must be a multiple of "
+            f"its rounds ({rounds}: pp_microbatches // pp_size={pp_size}); use a multiple of pp_size."
         )
 
 

@@ -22,6 +22,12 @@ from typing import Any
 
 import torch
 
+from accelerate.test_utils.self_check_pipeline import (
+    check_pipeline_save_load,
+    check_pipeline_training,
+    pipelined,
+)
+
 PASSED, FAILED, SKIPPED = "PASSED", "FAILED", "SKIPPED"
 # Short enough that a check that leaves one process behind a collective fails instead of hanging.
 COLLECTIVE_TIMEOUT = timedelta(seconds=120)
@@ -233,6 +239,9 @@ def check_training(ctx: Context) -> str:
         raise Skip(
             f"mixed_precision={acc.mixed_precision} changes the numbers; compared in full precision only"
         )
+    if pipelined(acc):  # the loss runs inside the schedule: a stack of blocks, model(x, labels=y)
+        detail, ctx.trained = check_pipeline_training(acc)  # type: ignore[attr-defined]
+        return detail
     per_process_batch, epochs = 4, 3
     x, y = _regression_data()
     tensor_parallel = _tensor_parallel(acc)
@@ -265,6 +274,8 @@ def check_mixed_precision(ctx: Context) -> str:
     acc = ctx.accelerator
     if acc.mixed_precision == "no":
         raise Skip("mixed_precision is 'no'")
+    if pipelined(acc):
+        raise Skip("under a pipeline the precision is the stages'; not checked on its own")
     if acc.mixed_precision == "fp8":
         return _check_fp8(ctx)
     expected = {"fp16": torch.float16, "bf16": torch.bfloat16}[acc.mixed_precision]
@@ -312,6 +323,8 @@ def check_save_load(ctx: Context) -> str:
 
     acc = ctx.accelerator
     trained = getattr(ctx, "trained", None)
+    if pipelined(acc) and trained is None:
+        raise Skip("the pipeline check did not train a model to save")
     if trained is None:
         # One prepare() call: DeepSpeed builds its engine from the model and its optimizer together.
         fresh = _apply_tensor_parallel(acc, _fresh_model(_tensor_parallel(acc)))
@@ -322,6 +335,9 @@ def check_save_load(ctx: Context) -> str:
     broadcast_object_list(box, from_process=0)
     folder = str(box[0])
     try:
+        if pipelined(acc):
+            check_pipeline_save_load(acc, model, optimizer, folder)
+            return "save_state/load_state round trip of the pipeline's stages"
         acc.save_state(folder)
         acc.wait_for_everyone()
         plain = acc.unwrap_model(model)

@@ -9,8 +9,9 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 from accelerate import Accelerator
+from accelerate.backends.parallel.pipeline_stage import full_tensor
 from accelerate.state.parallelism import ParallelismConfig
-from tests.backends.parallel.models import dataset, make_model
+from tests.backends.parallel.models import apply_tp, dataset, make_model
 from tests.backends.parallel.workers import ACCUM, MAX_NORM, PER_RANK, STEPS
 
 
@@ -19,8 +20,10 @@ def train(sizes: dict[str, Any]) -> dict[str, Any]:
     config = ParallelismConfig(pp_loss_fn=F.mse_loss, **sizes)
     accelerator = Accelerator(cpu=True, parallelism_config=config, gradient_accumulation_steps=ACCUM)
     model = make_model()
+    if config.tp_enabled:  # the plan goes on the whole model before prepare, as without a pipeline
+        apply_tp(model, accelerator.torch_device_mesh["tp"])
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    shards = config.dp_replicate_size
+    shards = accelerator.state.run.data_shards[0]
     x, y = dataset(STEPS * ACCUM * PER_RANK * shards)
     loader = DataLoader(TensorDataset(x, y), batch_size=PER_RANK)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
@@ -41,9 +44,18 @@ def train(sizes: dict[str, Any]) -> dict[str, Any]:
     gathered = accelerator.gather_for_metrics(torch.cat(seen))  # the stages of one pipeline read alike
     held = {id(p) for group in optimizer.param_groups for p in group["params"]}
     inner = accelerator.unwrap_model(model)
+    trained = {n: model.shards.trained(p) for n, p in inner.named_parameters()}  # the shards under dp_shard
     return {
-        "stage": {n: p.detach().clone() for n, p in inner.named_parameters() if id(p) in held},
+        "stage": {n: full_tensor(p).detach().clone() for n, p in trained.items() if id(p) in held},
         "all_names": [n for n, _ in inner.named_parameters()],
+        "layouts": sorted(  # how the optimizer's tensors are laid out: (mesh dims, placements)
+            {
+                (tuple(p.device_mesh.mesh_dim_names), tuple(map(str, p.placements)))
+                for group in optimizer.param_groups
+                for p in group["params"]
+                if hasattr(p, "placements")
+            }
+        ),
         "whole": accelerator.get_state_dict(model),
         "norms": norms,
         "losses": losses,
@@ -80,8 +92,8 @@ def refusal(case: str) -> str:
     """The error one misuse of pipeline parallelism raises on this rank (its type and message)."""
     sizes: dict[str, Any] = {"pp_size": 2, "pp_loss_fn": F.mse_loss, "pp_microbatches": 2}
     try:
-        if case == "with_tp":
-            Accelerator(cpu=True, parallelism_config=ParallelismConfig(**sizes, tp_size=2))
+        if case == "with_cp":
+            Accelerator(cpu=True, parallelism_config=ParallelismConfig(**sizes, cp_size=2))
             return "no error"
         accelerator = Accelerator(cpu=True, parallelism_config=ParallelismConfig(**sizes))
         if case == "one_block":
@@ -98,9 +110,10 @@ def refusal(case: str) -> str:
 
 
 def _one_step(accelerator: Accelerator, model: Any, optimizer: Any) -> None:
-    x, y = dataset(PER_RANK * 2, seed=7)  # a fixed batch: both runs take the same last step
-    shard = accelerator.state.run.data_shards[1]
-    xb, yb = x[shard * PER_RANK : (shard + 1) * PER_RANK], y[shard * PER_RANK : (shard + 1) * PER_RANK]
+    x, y = dataset(PER_RANK, seed=7)  # a fixed batch: every run takes the same last step
+    shards, shard = accelerator.state.run.data_shards
+    rows = PER_RANK // shards  # the batch split over the data shards: the same mean loss
+    xb, yb = x[shard * rows : (shard + 1) * rows], y[shard * rows : (shard + 1) * rows]
     accelerator.backward(model(xb, labels=yb))
     accelerator.clip_grad_norm_(model.parameters(), MAX_NORM)
     optimizer.step()
@@ -116,20 +129,24 @@ def _prepared(sizes: dict[str, Any]) -> tuple[Accelerator, Any, Any]:
 
 
 def train_save_continue(sizes: dict[str, Any], folder: str) -> dict[str, dict[str, torch.Tensor]]:
-    """Three steps, save_state, then one more step: the whole model when saved and at the end."""
+    """Three steps, save_state and save_model (into ``folder``/model), then one more step: the whole
+    model when saved and at the end."""
     accelerator, model, optimizer = _prepared(sizes)
     for _ in range(3):
         _one_step(accelerator, model, optimizer)
     accelerator.save_state(folder)
+    accelerator.save_model(model, f"{folder}/model")
     at_save = {k: v.clone() for k, v in accelerator.get_state_dict(model).items()}
     _one_step(accelerator, model, optimizer)
     return {"at_save": at_save, "end": accelerator.get_state_dict(model)}
 
 
 def resume_continue(sizes: dict[str, Any], folder: str) -> dict[str, torch.Tensor]:
-    """load_state into a fresh model (pipelined or not), then the same last step."""
+    """load_state into a fresh model (pipelined or not, any split, sharded or not), then the same last step."""
     if sizes.get("pp_size", 1) > 1:
         accelerator, model, optimizer = _prepared(sizes)
+        if accelerator.parallelism_config is not None and accelerator.parallelism_config.tp_enabled:
+            raise ValueError("resume_continue applies no tensor-parallel plan")
     else:
         accelerator = Accelerator(cpu=True)
         model = make_model(seed=5)
@@ -140,3 +157,46 @@ def resume_continue(sizes: dict[str, Any], folder: str) -> dict[str, torch.Tenso
         _one_step(accelerator, model, optimizer)
         return accelerator.get_state_dict(model)
     return {k: v.clone() for k, v in accelerator.get_state_dict(model).items()}
+
+
+def llama_own_loss(sizes: dict[str, Any]) -> dict[str, Any]:
+    """A tiny transformers Llama (from its config) under a pipeline: model(input_ids=..., labels=...).loss."""
+    from tests.backends.parallel.hf_workers import batch, make_llama
+
+    accelerator = Accelerator(cpu=True, parallelism_config=ParallelismConfig(**sizes))
+    model = make_llama()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    losses = []
+    for seed in (3, 4):
+        ids = batch(seed)
+        loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+        accelerator.backward(loss)
+        losses.append(float(loss.detach()))
+        optimizer.step()
+        optimizer.zero_grad()
+    with torch.no_grad():
+        eval_loss = float(model(input_ids=batch(5), labels=batch(5), use_cache=False).loss)
+    return {"losses": losses, "eval_loss": eval_loss, "whole": accelerator.get_state_dict(model)}
+
+
+def llama_reference() -> dict[str, Any]:
+    from tests.backends.parallel.hf_workers import batch, make_llama
+
+    model = make_llama()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    losses = []
+    for seed in (3, 4):
+        ids = batch(seed)
+        loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+        loss.backward()
+        losses.append(float(loss.detach()))
+        optimizer.step()
+        optimizer.zero_grad()
+    with torch.no_grad():
+        eval_loss = float(model(input_ids=batch(5), labels=batch(5), use_cache=False).loss)
+    return {
+        "losses": losses,
+        "eval_loss": eval_loss,
+        "whole": {k: v.detach() for k, v in model.state_dict().items()},
+    }

@@ -23,7 +23,7 @@ def test_pipeline_with_deepspeed_is_refused_before_any_process_group() -> None:
 @pytest.mark.parametrize(
     ("case", "expected"),
     [
-        ("with_tp", r"NotAvailableYetError: ParallelismConfig\(pp_size=2, tp_size=2\): pipeline parallelism"),
+        ("with_cp", r"NotAvailableYetError: ParallelismConfig\(pp_size=2, cp_size=2\): pipeline parallelism"),
         (
             "one_block",
             r"ValueError: ParallelismConfig\(pp_size=2, pp_schedule='1F1B'\) needs the model cut into 2",

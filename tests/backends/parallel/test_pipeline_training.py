@@ -53,3 +53,35 @@ def test_pp2_x_dp_replicate2_trains_to_the_one_process_parameters() -> None:
         assert sorted(map(tuple, result["gathered"].tolist())) == sorted(
             map(tuple, pw.dataset(result["samples"])[0].tolist())
         )
+
+
+def test_pp2_x_dp_shard2_trains_to_the_one_process_parameters() -> None:
+    sizes = {"pp_size": 2, "dp_shard_size": 2, "pp_schedule": "1F1B"}
+    results = get_pool(4).run(pw.train, sizes, timeout=300)
+    expected, norms = reference_run(STEPS, ACCUM, 2 * PER_RANK, MAX_NORM)
+    # pp follows dp_shard: ranks 0, 1 hold stages 0, 1 of data shard 0; ranks 2, 3 the same stages of shard 1.
+    for shard in (results[0:2], results[2:4]):
+        merged = {**shard[0]["stage"], **shard[1]["stage"]}
+        assert set(merged) == set(expected)
+        for key, value in merged.items():
+            torch.testing.assert_close(value, expected[key], rtol=1e-5, atol=1e-5, msg=key)
+    for result in results:
+        assert "each stage FSDP2 over dp_shard" in result["describe"]
+        assert result["norms"] == pytest.approx(norms, rel=1e-5)  # over both stages and both shards
+        for key, value in expected.items():
+            torch.testing.assert_close(result["whole"][key], value, rtol=1e-5, atol=1e-5, msg=key)
+        assert sorted(map(tuple, result["gathered"].tolist())) == sorted(
+            map(tuple, pw.dataset(result["samples"])[0].tolist())
+        )
+
+
+def test_transformers_llama_under_pp2_returns_its_own_loss() -> None:
+    """No pp_loss_fn: the model's own loss from labels= runs on the last stage; `.loss` as usual."""
+    pytest.importorskip("transformers")
+    expected = pw.llama_reference()
+    for result in get_pool(2).run(pw.llama_own_loss, {"pp_size": 2, "pp_schedule": "GPipe"}, timeout=300):
+        assert result["losses"] == pytest.approx(expected["losses"], rel=1e-5)
+        assert result["eval_loss"] == pytest.approx(expected["eval_loss"], rel=1e-5)
+        assert set(result["whole"]) == set(expected["whole"])
+        for key, value in expected["whole"].items():
+            torch.testing.assert_close(result["whole"][key], value, rtol=1e-5, atol=1e-5, msg=key)

@@ -194,12 +194,15 @@ def _dcp_folder(reader: Any, name: str, *, rank: int, world_size: int) -> Path |
 
 
 def load_model(
-    reader: Any, index: int, model: nn.Module, *, strict: bool, rank: int, world_size: int
+    reader: Any, index: int, model: nn.Module, *, strict: bool, rank: int, world_size: int, part: bool = False
 ) -> bool:
-    """Loads model ``index`` from an FSDP layout; False when the checkpoint has the plain layout."""
+    """Loads model ``index`` from an FSDP layout; False when the checkpoint has the plain layout.
+
+    ``part``: ``model`` is a part of the saved model (a pipeline stage), which loads from DCP folders.
+    """
     folder = _dcp_folder(reader, model_folder_name(index), rank=rank, world_size=world_size)
     if folder is not None:
-        load_model_dcp(model, folder, strict=strict)
+        load_model_dcp(model, folder, strict=strict, part=part)
         return True
     name = model_file_name(index)
     if reader.has(name):

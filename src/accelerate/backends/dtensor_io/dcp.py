@@ -162,8 +162,12 @@ def _saved_shapes(folder: Path, key: str) -> tuple[Any, dict[str, torch.Size]]:
     return reader, shapes
 
 
-def load_model_dcp(model: nn.Module, folder: Path, *, strict: bool = True) -> None:
-    """Loads a DCP model folder (``{"model": state}``) into ``model``, sharded or not; a collective."""
+def load_model_dcp(model: nn.Module, folder: Path, *, strict: bool = True, part: bool = False) -> None:
+    """Loads a DCP model folder (``{"model": state}``) into ``model``, sharded or not; a collective.
+
+    ``part``: ``model`` holds a part of the saved model (a pipeline stage): the checkpoint's other
+    tensors are not unexpected.
+    """
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import (
         StateDictOptions,
@@ -173,7 +177,8 @@ def load_model_dcp(model: nn.Module, folder: Path, *, strict: bool = True) -> No
 
     reader, saved = _saved_shapes(folder, MODEL_KEY)
     state = get_model_state_dict(model)
-    check_shapes(global_shapes(state.items()), saved, source=f"Checkpoint {folder}", strict=strict)
+    expected = {name: shape for name, shape in saved.items() if name in state} if part else saved
+    check_shapes(global_shapes(state.items()), expected, source=f"Checkpoint {folder}", strict=strict)
     if not strict:
         state = {name: value for name, value in state.items() if name in saved}
     try:

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from accelerate.backends.dtensor_io.checkpoint_io import ShardedCheckpointIO, ShardedParts
+from accelerate.backends.dtensor_io.checkpoint_io import ShardedCheckpointIO, ShardedParts, load_model
 from accelerate.backends.dtensor_io.dcp import MODEL_KEY, OPTIMIZER_KEY, save_dcp
 from accelerate.backends.dtensor_io.state_dict import (
     SHARDED_STATE_DICT,
@@ -27,7 +27,9 @@ from accelerate.backends.dtensor_io.state_dict import (
     optimizer_owner,
     raw_optimizer,
 )
+from accelerate.backends.fsdp.strategy import _shard_state
 from accelerate.backends.parallel.pipeline_model import PipelinedModel
+from accelerate.backends.parallel.pipeline_stage import StageShards
 from accelerate.backends.pipeline.split import resolve_split_points
 from accelerate.state.pipeline_options import stages_per_rank
 from accelerate.storage.durable_io import FileRecord, SyncGroup
@@ -36,24 +38,32 @@ from accelerate.utils.errors import NotAvailableYetError
 
 def check_pipeline_composition(config: Any) -> None:
     """Raises NotAvailableYetError for pipeline stages combined with a dimension other than
-    ``dp_replicate`` (whole pipelines side by side): sharded or tensor-parallel stages are not built yet."""
+    ``dp_replicate`` (whole pipelines side by side), ``dp_shard`` (FSDP2 inside each stage) and ``tp``
+    (tensor-parallel stages): context and sequence parallelism split what a stage receives."""
     if not config.pp_enabled:
         return
-    others = [dim for dim in config.active_mesh_dims if dim not in ("pp", "dp_replicate")]
+    others = [dim for dim in config.active_mesh_dims if dim not in ("pp", "dp_replicate", "dp_shard", "tp")]
     if others:
         sizes = ", ".join(f"{dim}_size={getattr(config, f'{dim}_size')}" for dim in others)
         raise NotAvailableYetError(
             f"ParallelismConfig(pp_size={config.pp_size}, {sizes}): pipeline parallelism does not compose "
-            "with sharded or split stages in this version of accelerate (only with dp_replicate_size). Run "
-            f"whole pipelines side by side (pp_size x dp_replicate_size processes), or drop pp_size and use "
+            f"with {', '.join(others)} in this version of accelerate (only with dp_replicate_size, "
+            f"dp_shard_size and tp_size). Compose the pipeline with those, or drop pp_size and use "
             f"{', '.join(others)}."
         )
 
 
 def pipeline_stages(
-    model: nn.Module, config: Any, device: torch.device, *, device_placement: bool
+    model: nn.Module,
+    config: Any,
+    device: torch.device,
+    *,
+    device_placement: bool,
+    stage_mesh: Any = None,
+    shard_kwargs: dict[str, Any] | None = None,
 ) -> PipelinedModel:
-    """``model`` as a :class:`PipelinedModel` over ``config``'s ``pp`` dimension.
+    """``model`` as a :class:`PipelinedModel` over ``config``'s ``pp`` dimension; with a ``stage_mesh``,
+    each stage sharded by FSDP2 over it (``shard_kwargs`` go to ``fully_shard``).
 
     Raises:
         ValueError: the split points do not name modules of the model, or the model has too few
@@ -71,16 +81,22 @@ def pipeline_stages(
         ) from exc
     if device_placement:
         model = model.to(device)
-    return PipelinedModel(model, config, points, device)
+    return PipelinedModel(model, config, points, device, stage_mesh=stage_mesh, shard_kwargs=shard_kwargs)
 
 
-def keep_only(optimizer: torch.optim.Optimizer, ids: set[int]) -> None:
-    """Trims ``optimizer``'s groups to the parameters in ``ids`` (this rank's stages); state goes with them."""
+def keep_only(optimizer: torch.optim.Optimizer, shards: StageShards) -> None:
+    """Trims ``optimizer``'s groups to this rank's stage parameters, pointed at what it trains (the shards
+    under ``dp_shard``); the state of the parameters dropped goes with them."""
     for group in optimizer.param_groups:
-        kept = [p for p in group["params"] if id(p) in ids]
+        kept = []
         for param in group["params"]:
-            if id(param) not in ids:
-                optimizer.state.pop(param, None)
+            trained = shards.trained(param)
+            state = optimizer.state.pop(param, None)
+            if trained is None:
+                continue
+            if state is not None:  # loaded before the first batch cut the model: kept, sharded like the shard
+                optimizer.state[trained] = _shard_state(state, trained)
+            kept.append(trained)
         group["params"] = kept
 
 
@@ -111,7 +127,8 @@ class PipelineParts(ShardedParts):
 class PipelineCheckpointIO(ShardedCheckpointIO):
     """The sharded-model I/O, plus pipelined models saved stage by stage (:class:`PipelineParts`).
 
-    Loading needs nothing new: a DCP folder loads by name into whatever the model holds.
+    A DCP folder loads by name into whatever the model holds: the whole model before the first batch
+    cuts it, this rank's stages after (their shards and DTensors, see ``PipelinedModel.trained_view``).
     """
 
     what = "pipeline-parallel models"
@@ -120,15 +137,51 @@ class PipelineCheckpointIO(ShardedCheckpointIO):
         super().__init__(state_dict_type)
         self.pipelines = list(pipelines)
 
+    def _pipeline_of(self, model: nn.Module) -> PipelinedModel | None:
+        return next((p for p in self.pipelines if model is p.module or model is p), None)
+
+    def _trained(self, models: Sequence[nn.Module]) -> list[nn.Module]:
+        """``models`` with each pipelined one replaced by what its rank trains (see ``trained_view``)."""
+        out = []
+        for model in models:
+            pipelined = self._pipeline_of(model)
+            out.append(pipelined.trained_view() if pipelined is not None else model)
+        return out
+
     def plan_save(self, models: Sequence[nn.Module], optimizers: Sequence[Any]) -> ShardedParts | None:
-        mine = {i: p for i, m in enumerate(models) for p in self.pipelines if m is p.module or m is p}
+        mine = {i: p for i, m in enumerate(models) if (p := self._pipeline_of(m)) is not None}
         if not mine:
             return super().plan_save(models, optimizers)
+        trained = self._trained(models)
         owned: dict[int, tuple[Any, nn.Module]] = {}
         for index, optimizer in enumerate(optimizers):
-            owner = optimizer_owner(optimizer, models)
+            owner = optimizer_owner(optimizer, trained)
             if owner in mine:
-                owned[index] = (optimizer, mine[owner].module)
+                owned[index] = (optimizer, trained[owner])
         return PipelineParts(
             {i: p.module for i, p in mine.items()}, owned, SHARDED_STATE_DICT, pipelines=mine
+        )
+
+    def load_model(
+        self, reader: Any, index: int, model: nn.Module, *, strict: bool, rank: int, world_size: int
+    ) -> bool:
+        # Once cut, this rank's stages load their share (the shards under dp_shard, not the model's copies).
+        pipelined = self._pipeline_of(model)
+        if pipelined is None or pipelined.schedule is None:
+            return super().load_model(reader, index, model, strict=strict, rank=rank, world_size=world_size)
+        view = pipelined.trained_view()
+        return load_model(reader, index, view, strict=strict, rank=rank, world_size=world_size, part=True)
+
+    def load_optimizer(
+        self,
+        reader: Any,
+        index: int,
+        optimizer: Any,
+        models: Sequence[nn.Module],
+        *,
+        rank: int,
+        world_size: int,
+    ) -> None:
+        super().load_optimizer(
+            reader, index, optimizer, self._trained(models), rank=rank, world_size=world_size
         )

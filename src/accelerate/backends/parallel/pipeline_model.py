@@ -19,11 +19,15 @@ else the last stage's output, on every rank.
 
 The model is traced and cut at its first call (torch's tracer needs one real micro-batch); the stage
 modules share the model's parameter objects, so the optimizers prepared with it are trimmed then to
-this rank's stage parameters. Every rank keeps the whole model's weights in memory.
+this rank's stage parameters. Every rank keeps the whole model's weights in memory (its ``tp``
+shards of them under a tensor-parallel plan). With ``tp`` each stage runs on DTensors, with
+``dp_shard`` it is sharded by FSDP2 (see :mod:`accelerate.backends.parallel.pipeline_stage`); the
+optimizers are pointed at what the stages train.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +35,13 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from accelerate.backends.parallel.pipeline_stage import (
+    StageShards,
+    compose_stage,
+    full_tensor,
+    named_view,
+    plain_for_tracing,
+)
 from accelerate.state.pipeline_options import check_batch, microbatches, stages_per_rank
 
 
@@ -47,24 +58,41 @@ class PipelinedModel(nn.Module):
         True  # unwrap_model returns ``module`` (utils/modeling.py's extract_model_from_parallel)
     )
 
-    def __init__(self, module: nn.Module, config: Any, split_points: list[str], device: torch.device) -> None:
+    def __init__(
+        self,
+        module: nn.Module,
+        config: Any,
+        split_points: list[str],
+        device: torch.device,
+        *,
+        stage_mesh: Any = None,
+        shard_kwargs: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__()
         self.module = module
         self.split_points = split_points
         self._config = config
         self._device = device
         self._group = config.device_mesh["pp"].get_group()
+        # Sharded stages (dp_shard): FSDP2 over stage_mesh reduces the gradients (HSDP with dp_replicate).
+        self._stage_mesh = stage_mesh
+        self._shard_kwargs = dict(shard_kwargs or {})
         # Whole pipelines side by side (dp_replicate): each stage averages its gradients with its replicas'.
         self._replicas = (
-            config.device_mesh["dp_replicate"].get_group() if config.dp_replicate_enabled else None
+            config.device_mesh["dp_replicate"].get_group()
+            if config.dp_replicate_enabled and stage_mesh is None
+            else None
         )
         self._rank = dist.get_rank(self._group)
         self._size = int(config.pp_size)
         self._scale = 1.0  # the accumulation steps the loss is divided by (set per step)
         self._recorded: list[torch.Tensor] = []
+        self._own_loss = False  # a transformers model without pp_loss_fn: its loss_function on the logits
         self.schedule: Any = None
         self.stage_modules: list[nn.Module] = []
-        self._on_built: list[Callable[[set[int]], None]] = []
+        self._view: list[nn.Module] = []
+        self.shards = StageShards()  # the model's parameters -> the tensors this rank trains
+        self._on_built: list[Callable[[StageShards], None]] = []
 
     # ------------------------------------------------------------------ building
     @property
@@ -79,19 +107,24 @@ class PipelinedModel(nn.Module):
         """The stages this rank holds: its ``pp`` coordinate, plus ``pp_size`` more per extra stage (interleaved)."""
         return [self._rank + k * self._size for k in range(stages_per_rank(self._config))]
 
-    def when_built(self, callback: Callable[[set[int]], None]) -> None:
-        """Calls ``callback(ids of this rank's stage parameters)`` once the stages exist (now if they do)."""
+    def when_built(self, callback: Callable[[StageShards], None]) -> None:
+        """Calls ``callback(this rank's stage parameters)`` once the stages exist (now if they do)."""
         if self.schedule is not None:
-            callback(self.stage_parameter_ids())
+            callback(self.shards)
         else:
             self._on_built.append(callback)
 
-    def stage_parameter_ids(self) -> set[int]:
-        return {id(p) for stage in self.stage_modules for p in stage.parameters()}
+    @property
+    def _has_loss(self) -> bool:
+        return self._own_loss or self._config.pp_loss_fn is not None
 
     def _loss(self, output: Any, target: Any) -> torch.Tensor:
-        loss_fn = self._config.pp_loss_fn
-        value: torch.Tensor = loss_fn(output, target)
+        if self._own_loss:
+            vocab = getattr(getattr(self.module, "config", None), "vocab_size", None)
+            loss_function: Any = getattr(self.module, "loss_function")  # noqa: B009 - typed Any on purpose
+            value: torch.Tensor = loss_function(logits=_logits(output), labels=target, vocab_size=vocab)
+        else:
+            value = self._config.pp_loss_fn(output, target)
         self._recorded.append(value.detach())
         return value / self._scale if self._scale != 1 else value
 
@@ -101,40 +134,67 @@ class PipelinedModel(nn.Module):
         from accelerate.backends.pipeline.schedule import trace_pipeline
 
         chunk = rows // microbatches(self._config)
-        example_args = tuple(a[:chunk] if isinstance(a, torch.Tensor) else a for a in args)
-        example_kwargs = {k: v[:chunk] if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
-        pipe = trace_pipeline(self.module, self.split_points, example_args, example_kwargs)
+        # Copies: inputs that share storage (labels=input_ids, as transformers examples do) would be traced
+        # as one input, and the stage reading the other would wait for a tensor never sent.
+        example_args = tuple(a[:chunk].clone() if isinstance(a, torch.Tensor) else a for a in args)
+        example_kwargs = {
+            k: v[:chunk].clone() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()
+        }
+        tp_mesh = self._config.device_mesh["tp"] if self._config.tp_enabled else None
+        originals = dict(self.module.named_parameters())  # the plan's DTensors under tp
+        with plain_for_tracing(self.module) if tp_mesh is not None else contextlib.nullcontext():
+            pipe = trace_pipeline(self.module, self.split_points, example_args, example_kwargs)
         stages = [pipe.build_stage(i, device=self._device, group=self._group) for i in self.stage_indices()]
         self.stage_modules = [stage.submod for stage in stages]
+        for module in self.stage_modules:
+            compose_stage(
+                module, self.shards, originals, tp_mesh=tp_mesh, mesh=self._stage_mesh, **self._shard_kwargs
+            )
         kind = getattr(schedules, f"Schedule{self._config.pp_schedule}")
         chunks = microbatches(self._config)
         first = stages if stages_per_rank(self._config) > 1 else stages[0]
-        loss_fn = self._loss if self._config.pp_loss_fn is not None else None
+        loss_fn = self._loss if self._has_loss else None
         # torch's scale_grads divides every gradient the stage holds after each step, so gradients kept
         # over accumulation steps would be divided again: the loss is divided instead (see _train_step).
         self.schedule = kind(first, n_microbatches=chunks, loss_fn=loss_fn, scale_grads=False)
-        ids = self.stage_parameter_ids()
         for callback in self._on_built:
-            callback(ids)
+            callback(self.shards)
         self._on_built.clear()
+
+    def trained_view(self) -> nn.Module:
+        """The module whose parameters this rank's optimizers step, under the model's names: the model
+        until it is cut, then its stages' (shards under ``dp_shard``, DTensors under ``tp``)."""
+        if self.schedule is None:
+            return self.module
+        if not self._view:  # kept in a list: an attribute would register it as a submodule of this one
+            self._view.append(named_view(self.stage_modules))
+        return self._view[0]
 
     def own_state_dict(self) -> dict[str, torch.Tensor]:
         """The tensors this rank trains, under the model's names (the whole model until it is cut)."""
         if self.schedule is None:
             return dict(self.module.state_dict())
-        return {k: v for stage in self.stage_modules for k, v in stage.state_dict().items()}
+        return self._stage_state(lambda value: value)
+
+    def _stage_state(self, convert: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, torch.Tensor]:
+        """This rank's stages' tensors under the model's keys (a stage also lists the model's
+        non-persistent buffers, e.g. rotary ``inv_freq``: left out, as the model's state dict does)."""
+        keys = self.module.state_dict().keys()
+        return {
+            k: convert(v) for stage in self.stage_modules for k, v in stage.state_dict().items() if k in keys
+        }
 
     def gathered_state_dict(self) -> dict[str, torch.Tensor]:
         """The whole model's state dict on every rank: each stage's tensors from the rank that holds it.
 
         Every rank keeps the whole model, but only its own stages are trained; the stage modules name
         their tensors as the model does, so the pieces merge into the model's own keys. A collective
-        over the ``pp`` group once the stages exist.
+        over the ``pp`` group once the stages exist (and over ``dp_shard`` for sharded stages).
         """
         whole = {k: v.detach().cpu() for k, v in self.module.state_dict().items()}
         if self.schedule is None:
             return whole  # not cut yet: every rank holds the same, untrained weights
-        mine = {k: v.detach().cpu() for stage in self.stage_modules for k, v in stage.state_dict().items()}
+        mine = self._stage_state(lambda value: full_tensor(value).detach().cpu())
         pieces: list[Any] = [None] * self._size
         dist.all_gather_object(pieces, mine, group=self._group)
         for piece in pieces:
@@ -146,21 +206,31 @@ class PipelinedModel(nn.Module):
         rows = _rows(args, kwargs)
         check_batch(self._config, rows)
         if self.schedule is None:
+            # No loss function given, a model with its own (transformers' loss_function): the last stage
+            # runs it on the logits, as the model's forward would with labels=.
+            self._own_loss = self._config.pp_loss_fn is None and callable(
+                getattr(self.module, "loss_function", None)
+            )
             self._build(args, kwargs, rows)
         args = tuple(a.to(self._device) if isinstance(a, torch.Tensor) else a for a in args)
-        kwargs = {k: v.to(self._device) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+        # Keyword arguments that are not tensors (use_cache=False, ...) were fixed into the graph when traced.
+        kwargs = {k: v.to(self._device) for k, v in kwargs.items() if isinstance(v, torch.Tensor)}
         target = labels.to(self._device) if isinstance(labels, torch.Tensor) else labels
         if torch.is_grad_enabled():
-            return self._train_step(args, kwargs, target)
-        return self._evaluate(args, kwargs, target)
+            out = self._train_step(args, kwargs, target)
+        else:
+            out = self._evaluate(args, kwargs, target)
+        return PipelineOutput(loss=out) if self._own_loss and labels is not None else out
 
     def _train_step(self, args: tuple[Any, ...], kwargs: dict[str, Any], target: Any) -> torch.Tensor:
-        if self._config.pp_loss_fn is None or target is None:
+        if not self._has_loss or target is None:
             raise ValueError(
                 "A pipeline-parallel model trains inside its schedule, so the loss runs on the last stage: "
                 "give the loss function once, ParallelismConfig(pp_loss_fn=loss_fn) with "
                 "loss_fn(output, labels) -> loss, and call the model with the labels: "
-                "loss = model(inputs, labels=labels). Evaluate under torch.no_grad()."
+                "loss = model(inputs, labels=labels); a model that computes its own loss from labels= "
+                "(transformers) needs no pp_loss_fn: model(**batch, labels=labels).loss. Evaluate under "
+                "torch.no_grad()."
             )
         from accelerate.state.gradient import GradientState
 
@@ -191,7 +261,7 @@ class PipelinedModel(nn.Module):
     def _evaluate(self, args: tuple[Any, ...], kwargs: dict[str, Any], target: Any) -> Any:
         self._recorded = []
         self._scale = 1.0
-        with_loss = target is not None and self._config.pp_loss_fn is not None
+        with_loss = target is not None and self._has_loss
         if with_loss:
             output = self._run(self.schedule.eval, args, kwargs, target)
         else:  # no labels: forwards only, without the loss function (torch's eval would call it)
@@ -226,6 +296,31 @@ class PipelinedModel(nn.Module):
         return value
 
 
+class PipelineOutput(dict[str, Any]):
+    """What a pipelined model that computes its own loss returns: ``out.loss`` (or ``out["loss"]``), the
+    batch's mean loss on every rank; the logits stay on the last stage."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(
+                f"A pipelined model's output holds only the loss ({sorted(self)}), not {name!r}: the other "
+                "outputs stay on the last stage. Evaluate under torch.no_grad() without labels for them."
+            ) from None
+
+
+def _logits(output: Any) -> torch.Tensor:
+    """The logits in the last stage's output (itself, its first value, or ``logits``)."""
+    if isinstance(output, torch.Tensor):
+        return output
+    if isinstance(output, dict):
+        return output["logits"]  # type: ignore[no-any-return]
+    if isinstance(output, tuple | list):
+        return output[0]  # type: ignore[no-any-return]
+    return output.logits  # type: ignore[no-any-return]
+
+
 def _rows(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
     for value in (*args, *kwargs.values()):
         if isinstance(value, torch.Tensor) and value.dim() > 0:
@@ -239,20 +334,30 @@ def _rows(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
 def clip_pipeline_grad_norm_(
     parameters: list[torch.Tensor], max_norm: float, norm_type: float, group: Any
 ) -> torch.Tensor:
-    """Clips by the norm over every stage's gradients (each rank holds only its stage's) and returns it."""
+    """Clips by the norm over every stage's gradients (each rank holds only its stage's) and returns it.
+
+    Sharded (DTensor) gradients count by their mesh: one norm per (mesh, placements) group, gathered
+    over that mesh, then the groups and the stages combined.
+    """
     grads = [p.grad for p in parameters if p.grad is not None]
     device = grads[0].device if grads else torch.device("cpu")
-    if grads:
-        local = torch.nn.utils.get_total_norm(grads, norm_type).to(device, torch.float32)
-    else:
-        local = torch.zeros((), device=device)
+    groups: dict[tuple[int, tuple[Any, ...]], list[torch.Tensor]] = {}
+    for grad in grads:
+        key = (id(getattr(grad, "device_mesh", None)), tuple(getattr(grad, "placements", ())))
+        groups.setdefault(key, []).append(grad)
+    parts = [full_tensor(torch.nn.utils.get_total_norm(g, norm_type)) for g in groups.values()]
+    norms = (
+        torch.stack([p.to(device, torch.float32) for p in parts]) if parts else torch.zeros(1, device=device)
+    )
     if norm_type == float("inf"):
-        dist.all_reduce(local, op=dist.ReduceOp.MAX, group=group)
-        total = local
+        total = norms.max()
+        dist.all_reduce(total, op=dist.ReduceOp.MAX, group=group)
     else:
-        powered = local**norm_type
-        dist.all_reduce(powered, group=group)
-        total = powered ** (1.0 / norm_type)
-    if grads:
-        torch.nn.utils.clip_grads_with_norm_([p for p in parameters if p.grad is not None], max_norm, total)
+        total = norms.pow(norm_type).sum()
+        dist.all_reduce(total, group=group)
+        total = total ** (1.0 / norm_type)
+    coef = min(1.0, max_norm / (float(total) + 1e-6))  # torch's clip_grad_norm_ formula
+    if coef < 1.0:
+        for grad in grads:
+            grad.mul_(coef)
     return total

@@ -75,6 +75,10 @@ class ParallelStrategy(FSDPStrategy):
         self._experts: list[ExpertGradients] = []  # each prepared MoE model's expert parameters (ep_size > 1)
         # None: tensor parallelism alone (nothing to shard), or pipelines (replicas sync their stages' gradients)
         self._mesh = None if config.pp_enabled else fsdp_mesh(config)
+        # Pipelines with dp_shard: FSDP2 shards each stage over this mesh once the model is cut (and
+        # replicates tensor-parallel stages over dp_replicate: DTensor gradients are FSDP2's to average).
+        sharded_stages = config.dp_shard_enabled or (config.tp_enabled and config.dp_replicate_enabled)
+        self._stage_mesh = fsdp_mesh(config) if config.pp_enabled and sharded_stages else None
         # Upstream reports FSDP whenever FSDP2 shards; tensor parallelism alone keeps the process's type.
         self.distributed_type = DistributedType.FSDP if self._mesh is not None else process_type
 
@@ -103,14 +107,19 @@ class ParallelStrategy(FSDPStrategy):
     def describe(self) -> str:
         shape, names = self.mesh_shape()
         mesh = " x ".join(f"{n}={s}" for n, s in zip(names, shape, strict=True))
-        if self._mesh is None:
+        if self._stage_mesh is not None and tuple(self._stage_mesh.mesh_dim_names) == REPLICATE_DIMS:
+            fsdp = "each stage replicated over dp_replicate by FSDP2 (HSDP with shard size 1)"
+        elif self._stage_mesh is not None:
+            fsdp = "each stage FSDP2 over " + "x".join(self._stage_mesh.mesh_dim_names)
+        elif self._mesh is None:
             fsdp = "no FSDP"
         elif tuple(self._mesh.mesh_dim_names) == REPLICATE_DIMS:
             fsdp = "replicated over dp_replicate by FSDP2 (HSDP with shard size 1)"
         else:
             fsdp = "FSDP2 over " + "x".join(self._mesh.mesh_dim_names)
         if self.config.pp_enabled:
-            return f"parallelism mesh [{mesh}]: pipeline of {self.config.pp_schedule} over pp, {fsdp}"
+            tp = ", tensor-parallel stages on tp" if self.config.tp_enabled else ""
+            return f"parallelism mesh [{mesh}]: pipeline of {self.config.pp_schedule} over pp{tp}, {fsdp}"
         split = "Ulysses sequence parallel on sp" if self.config.sp_enabled else "tensor parallel on tp"
         if self.config.ep_enabled:
             split = f"experts split over ep={self.config.ep_size} (all-to-all token dispatch)"
@@ -179,7 +188,7 @@ class ParallelStrategy(FSDPStrategy):
             return clip_with_experts(list(parameters), max_norm, norm_type, self._experts)
         if self.config.pp_enabled:
             group = self.config.device_mesh["pp"].get_group()
-            return clip_pipeline_grad_norm_(list(parameters), max_norm, norm_type, group)
+            return clip_pipeline_grad_norm_(self._trained(parameters), max_norm, norm_type, group)
         return super().clip_grad_norm_(parameters, max_norm, norm_type)
 
     def _split_experts(self, model: nn.Module, *, device_placement: bool) -> None:
@@ -201,9 +210,33 @@ class ParallelStrategy(FSDPStrategy):
             if new is not None and new is not old:
                 self._replaced[id(old)] = (weakref.ref(old), new)
 
+    def _trained(self, parameters: Iterable[torch.Tensor]) -> list[torch.Tensor]:
+        """The tensors trained for ``parameters`` (a pipelined model's: its stages' shards, once cut)."""
+        out: list[torch.Tensor] = []
+        for param in parameters:
+            for ref in self._pipelines:
+                pipelined = ref()
+                trained = pipelined.shards.trained(param) if pipelined is not None else None
+                if trained is not None:
+                    param = trained
+                    break
+            out.append(param)
+        return out
+
     def setup_module(self, model: nn.Module, *, device_placement: bool) -> nn.Module:
         if self.config.pp_enabled:  # the pipeline step: this rank's stages of the model
-            pipelined = pipeline_stages(model, self.config, self.device, device_placement=device_placement)
+            check_tensor_parallel(model, self.config)  # a tp plan is applied to the whole model first
+            kwargs = self._shard_kwargs(model) if self._stage_mesh is not None else {}
+            for key in ("mesh", "ignored_params"):  # the stage's mesh; ignored modules are not supported
+                kwargs.pop(key, None)
+            pipelined = pipeline_stages(
+                model,
+                self.config,
+                self.device,
+                device_placement=device_placement,
+                stage_mesh=self._stage_mesh,
+                shard_kwargs=kwargs,
+            )
             self._pipelines.append(weakref.ref(pipelined))
             self._sharded.update({id(p): weakref.ref(p) for p in model.parameters()})  # kept, not sharded
             return pipelined

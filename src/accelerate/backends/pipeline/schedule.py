@@ -11,6 +11,7 @@ error everywhere instead of leaving the later stages waiting for activations tha
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -89,6 +90,37 @@ def _split_markers_removed_after(model: nn.Module, split_points: list[str]) -> I
                 attributes.pop("forward", None)
 
 
+def _no_grad_wrapper(forward: Any) -> Any:
+    """The function under ``forward`` when it is ``torch.no_grad()``'s decorator (else None)."""
+    code = getattr(forward, "__code__", None)
+    inner = getattr(forward, "__wrapped__", None)
+    if inner is None or code is None or not code.co_filename.endswith(("_contextlib.py", "grad_mode.py")):
+        return None
+    return inner
+
+
+@contextmanager
+def _no_grad_forwards_lifted(model: nn.Module) -> Iterator[None]:
+    """Runs modules whose forward is decorated with ``@torch.no_grad()`` without it while tracing.
+
+    torch's tracer records such a forward as a ``set_grad_enabled`` region that the pipeline's stage
+    modules cannot run (its inputs go missing: "Expected positional argument ..."); transformers'
+    rotary embeddings are written so. They compute from buffers and positions, which need no
+    gradient, so the traced graph is the same without the decorator.
+    """
+    lifted: list[nn.Module] = []
+    try:
+        for module in model.modules():
+            inner = _no_grad_wrapper(type(module).forward)
+            if inner is not None and "forward" not in module.__dict__:
+                module.forward = types.MethodType(inner, module)
+                lifted.append(module)
+        yield
+    finally:
+        for module in lifted:
+            module.__dict__.pop("forward", None)
+
+
 def trace_pipeline(
     model: nn.Module, split_points: list[str], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
@@ -104,7 +136,7 @@ def trace_pipeline(
     from torch.distributed.pipelining import SplitPoint, pipeline
 
     try:
-        with _split_markers_removed_after(model, split_points):
+        with _split_markers_removed_after(model, split_points), _no_grad_forwards_lifted(model):
             pipe = pipeline(
                 model,
                 mb_args=args,
