@@ -7,6 +7,8 @@ With ``--checkpoint_dir DIR --checkpoint_every N`` it saves a checkpoint every N
 starts from the newest one in DIR if there is one (mid-epoch included, at any number of processes):
 the same command continues an interrupted run, and an elastic group that re-forms at another size
 (``make demo-multinode``) carries on where the old one stopped.
+``--process_group_timeout SECONDS`` shortens how long a collective waits for a stalled process
+(the hang watchdog reports it after 3/4 of that); ``make chaos`` runs this script under random faults.
 """
 
 from __future__ import annotations
