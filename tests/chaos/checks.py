@@ -71,7 +71,7 @@ def kill_all(pids: list[int]) -> None:
             pass
 
 
-def check_checkpoints(project: Path) -> tuple[list[str], list[str]]:
+def check_checkpoints(project: Path, world_size: int) -> tuple[list[str], list[str]]:
     """(problems, notes): every ``checkpoint_*`` folder must verify against its manifest, and the newest
     must be the one ``load_state()`` would pick. Hidden staging folders of an interrupted save are
     never loaded (the next save removes them); they are listed as notes."""
@@ -85,8 +85,8 @@ def check_checkpoints(project: Path) -> tuple[list[str], list[str]]:
         except Exception as exc:  # noqa: BLE001 - any failure to verify is the finding
             problems.append(f"{folder.name} does not verify: {exc}")
             continue
-        if manifest.world_size != 2:
-            problems.append(f"{folder.name} was saved by {manifest.world_size} processes, not 2")
+        if manifest.world_size != world_size:
+            problems.append(f"{folder.name} was saved by {manifest.world_size} processes, not {world_size}")
     if folders and latest_checkpoint(project) != folders[-1][1]:
         problems.append(f"load_state() would resume from {latest_checkpoint(project)}, not {folders[-1][1]}")
     notes = [

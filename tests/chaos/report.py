@@ -2,20 +2,32 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from tests.chaos.plan import KINDS
 from tests.chaos.runner import Delivered, JobResult
 
-# What the console must show for each kind: the launcher (or the library) said what happened.
-EVIDENCE: dict[str, tuple[str, ...]] = {
-    "kill_rank": ("signal SIGKILL",),
-    "kill_in_save": ("signal SIGKILL",),
-    "kill_launcher": ("the launcher (pid",),
-    "stall_rank": ("hang watchdog",),
-    "disk_full": ("DiskFullError", "ENOSPC"),
-}
+
+def reported(delivered: Delivered, output: str) -> bool:
+    """Whether the console says what happened to this fault's process (the launcher or the library did)."""
+    fault, lines = delivered.fault, output.splitlines()
+    if fault.kind in ("kill_rank", "kill_in_save"):
+        # "rank 1 (pid N) failed with signal SIGKILL", or "rank 1 ended with signal SIGKILL after ..."
+        wanted = (
+            f"rank {fault.rank} (pid {delivered.pid}) failed with signal SIGKILL",
+            f"rank {fault.rank} ended with signal SIGKILL",
+        )
+    elif fault.kind == "kill_launcher":
+        wanted = (f"the launcher (pid {delivered.ppid}) is gone",)
+    elif fault.kind == "stall_rank":
+        # A peer's watchdog saw it: "hang watchdog: rank 0 waits in `backward (DDP's ...)` ..."
+        waiting = (re.search(r"hang watchdog: rank (\d+) waits in", line) for line in lines)
+        return any(found is not None and int(found[1]) != fault.rank for found in waiting)
+    else:  # disk_full: the save's error names the file and the cause
+        return any("DiskFullError" in line and fault.file in line and "ENOSPC" in line for line in lines)
+    return any(text in line for line in lines for text in wanted)
 
 
 @dataclass(frozen=True)
@@ -75,7 +87,7 @@ def survivals(result: JobResult) -> list[Survival]:
             resumed = nxt.step - 1
             past = next((line for line in after if line.step > delivered.fault.step), None)
             lost = None if past is None else past.time - delivered.time
-        evidence = all(text in output for text in EVIDENCE[delivered.fault.kind])
+        evidence = reported(delivered, output)
         found.append(Survival(delivered, how, resumed, lost, evidence))
     return found
 

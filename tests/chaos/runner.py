@@ -35,6 +35,7 @@ class Delivered:
     fault: Fault
     time: float  # when the worker announced it (the fault's moment)
     pid: int
+    ppid: int  # its launcher's pid when it fired
     launch: int
     note: str = ""
 
@@ -171,7 +172,9 @@ class JobRun:
             self.handled.add(fault_id)
             fault = self.plan[fault_id]
             pid = int(record["pid"])
-            delivered = Delivered(fault=fault, time=float(record["time"]), pid=pid, launch=launch)
+            delivered = Delivered(
+                fault=fault, time=float(record["time"]), pid=pid, ppid=int(record["ppid"]), launch=launch
+            )
             if fault.kind in ("kill_rank", "kill_in_save"):
                 os.kill(pid, signal.SIGKILL)
             elif fault.kind == "kill_launcher":

@@ -49,7 +49,7 @@ def chaos_round(
         problems.append(f"the launcher exited with {result.returncode} (see {folder}/launch_*.err)")
     problems += compare_final(reference, result.final)
     problems += result.orphans
-    checkpoint_problems, notes = check_checkpoints(result.project)
+    checkpoint_problems, notes = check_checkpoints(result.project, job.num_processes)
     problems += checkpoint_problems
     rows = survivals(result)
     delivered = {row.delivered.fault.id for row in rows}

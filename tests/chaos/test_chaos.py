@@ -59,7 +59,7 @@ def test_the_checks_catch_a_corrupted_checkpoint_and_a_different_end(chaos: tupl
     data = bytearray(target.read_bytes())
     data[-1] ^= 0xFF
     target.write_bytes(bytes(data))
-    problems, _ = check_checkpoints(project)
+    problems, _ = check_checkpoints(project, Job().num_processes)
     assert any(newest.name in p and "does not verify" in p for p in problems), problems
     changed = torch.load(reference)
     changed["params"][0] = changed["params"][0] + 1e-7
