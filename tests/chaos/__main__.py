@@ -31,6 +31,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=None, help="the first round's seed (default: random)")
     parser.add_argument("--faults", type=int, default=5, help="faults per round (at least one of each kind)")
     parser.add_argument("--scenario", default="restart", choices=sorted(SCENARIOS))
+    parser.add_argument(
+        "--disk_full",
+        choices=["tmpfs", "hook"],
+        default="tmpfs",
+        help="fill a small tmpfs for real (needs root; else the hook) or raise ENOSPC from one file's write",
+    )
     parser.add_argument("--out", default=None, help="keep every round's folder here (default: a temp folder)")
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 2**31)
@@ -51,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     while index == 0 or time.monotonic() - started < args.seconds:
         round_seed = seed + index
         kinds = random_kinds(round_seed, scenario, args.faults)
-        done = chaos_round(root / f"round_{index}", round_seed, job, scenario, kinds, reference)
+        folder = root / f"round_{index}"
+        done = chaos_round(folder, round_seed, job, scenario, kinds, reference, args.disk_full == "tmpfs")
         verdict = "PASS" if done.passed else "FAIL"
         print(f"chaos: round {index} (seed {round_seed}) {verdict}: end state {scenario.end_check}")
         print(done.report, flush=True)

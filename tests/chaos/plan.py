@@ -121,8 +121,8 @@ class Fault:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
-    def describe(self) -> str:
-        where = f" writing {self.file}" if self.file else ""
+    def describe(self, with_file: bool = True) -> str:
+        where = f" writing {self.file}" if self.file and with_file else ""
         return f"#{self.id} {self.kind} of rank {self.rank} after step {self.step}{where}"
 
 

@@ -25,8 +25,9 @@ def reported(delivered: Delivered, output: str) -> bool:
         # A peer's watchdog saw it: "hang watchdog: rank 0 waits in `backward (DDP's ...)` ..."
         waiting = (re.search(r"hang watchdog: rank (\d+) waits in", line) for line in lines)
         return any(found is not None and int(found[1]) != fault.rank for found in waiting)
-    else:  # disk_full: the save's error names the file and the cause
-        return any("DiskFullError" in line and fault.file in line and "ENOSPC" in line for line in lines)
+    else:  # disk_full: the save's error names the cause (and the planned file, when the hook raised it)
+        file = fault.file if delivered.note.startswith("ENOSPC raised by the write hook") else ""
+        return any("DiskFullError" in line and file in line and "ENOSPC" in line for line in lines)
     return any(text in line for line in lines for text in wanted)
 
 
@@ -56,9 +57,9 @@ class Survival:
         replayed = "" if self.resumed_from is None else f", {fault.step - self.resumed_from} step(s) replayed"
         lost = "?" if self.lost_s is None else f"{self.lost_s:.1f} s"
         seen = "" if self.evidence else "; NOT reported on the console"
-        return (
-            f"{fault.describe()}: survived by {self.how}, resumed from {resumed}{replayed}, {lost} lost{seen}"
-        )
+        how = f" ({self.delivered.note})" if fault.kind == "disk_full" and self.delivered.note else ""
+        named = fault.describe(with_file=not self.delivered.note.startswith("tmpfs"))
+        return f"{named}{how}: survived by {self.how}, resumed from {resumed}{replayed}, {lost} lost{seen}"
 
 
 def read_progress(events: Path) -> list[Line]:

@@ -90,7 +90,16 @@ def _peer_pid(events: Path, rank: int, stalled: int) -> int | None:
 class JobRun:
     """One job: launches, fault delivery, relaunches; :meth:`run` returns a :class:`JobResult`."""
 
-    def __init__(self, folder: Path, job: Job, scenario: Scenario, plan: list[Fault], timeout: float) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        job: Job,
+        scenario: Scenario,
+        plan: list[Fault],
+        timeout: float,
+        ballast: Path | None = None,
+    ) -> None:
+        self.ballast = ballast
         self.folder = folder
         self.job = job
         self.scenario = scenario
@@ -134,7 +143,8 @@ class JobRun:
         """Runs one launch to its end; True when the runner killed the launcher and must start it again."""
         index = self.result.launches
         self.result.launches += 1
-        env = cli_env(self.folder / "home", CHAOS_MARKER=self.result.marker, CHAOS_LAUNCH=str(index))
+        extra = {"CHAOS_BALLAST": str(self.ballast)} if self.ballast is not None else {}
+        env = cli_env(self.folder / "home", CHAOS_MARKER=self.result.marker, CHAOS_LAUNCH=str(index), **extra)
         killed_launcher = False
         with (
             reserved_port() as port,
@@ -173,7 +183,12 @@ class JobRun:
             fault = self.plan[fault_id]
             pid = int(record["pid"])
             delivered = Delivered(
-                fault=fault, time=float(record["time"]), pid=pid, ppid=int(record["ppid"]), launch=launch
+                fault=fault,
+                time=float(record["time"]),
+                pid=pid,
+                ppid=int(record["ppid"]),
+                launch=launch,
+                note=str(record.get("mode", "")),
             )
             if fault.kind in ("kill_rank", "kill_in_save"):
                 os.kill(pid, signal.SIGKILL)

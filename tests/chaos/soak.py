@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.chaos.checks import check_checkpoints, compare_final
+from tests.chaos.disk import small_disk
 from tests.chaos.plan import Fault, Job, Scenario, make_plan
 from tests.chaos.report import format_report, survivals
 from tests.chaos.runner import JobResult, JobRun
@@ -38,10 +39,26 @@ def reference_run(folder: Path, job: Job, scenario: Scenario) -> Path:
 
 
 def chaos_round(
-    folder: Path, seed: int, job: Job, scenario: Scenario, kinds: list[str], reference: Path
+    folder: Path,
+    seed: int,
+    job: Job,
+    scenario: Scenario,
+    kinds: list[str],
+    reference: Path,
+    real_disk: bool = True,
 ) -> Round:
+    """One round; with ``real_disk`` (and root) the project folder is a small tmpfs that a
+    ``disk_full`` fault fills for real, else the worker's write hook raises the ENOSPC."""
     plan = make_plan(seed, job, kinds)
-    result = JobRun(folder, job, scenario, plan, _JOB_TIMEOUT_S).run()
+    wanted = real_disk and any(fault.kind == "disk_full" for fault in plan)
+    with small_disk(folder / "project", wanted) as ballast:
+        result = JobRun(folder, job, scenario, plan, _JOB_TIMEOUT_S, ballast).run()
+    return _checked(folder, seed, job, plan, result, reference)
+
+
+def _checked(
+    folder: Path, seed: int, job: Job, plan: list[Fault], result: JobResult, reference: Path
+) -> Round:
     problems: list[str] = []
     if result.error:
         problems.append(result.error)

@@ -14,7 +14,9 @@ It installs two hooks, then runs SCRIPT (the bundled example) exactly as ``pytho
 - a write hook on ``os.write`` (the system call our storage code writes checkpoint files with),
   armed by a ``disk_full`` or ``kill_in_save`` fault for the save that follows its step: the first
   write to the planned file raises ``OSError(ENOSPC)`` as a full disk would, or announces itself
-  and waits mid-file for the runner's SIGKILL. Nothing of accelerate is replaced.
+  and waits mid-file for the runner's SIGKILL. Nothing of accelerate is replaced. When the runner
+  made the project folder a small tmpfs (``CHAOS_BALLAST`` names a file on it), a ``disk_full``
+  fault fills that file system for real instead, and the next start of the processes empties it.
 
 Rank 0 appends one line per optimizer step to ``DIR/progress.log`` (step, time, launch, restart
 attempt, pid): the runner reads which step each attempt resumed from and how long each fault cost.
@@ -53,17 +55,22 @@ class Faults:
         self.optimizer: torch.optim.Optimizer | None = None
         self.progress = events / "progress.log" if rank == 0 else None
         self._in_hook = threading.local()
+        # Set when the project folder is a small tmpfs of the runner's: a disk_full fault then fills
+        # it for real (this file), and the next start of the processes empties it again.
+        ballast = os.environ.get("CHAOS_BALLAST")
+        self.ballast = Path(ballast) if ballast else None
 
     def fired(self, fault: dict[str, Any]) -> bool:
         return (self.events / f"fired_{fault['id']}.json").exists()
 
-    def announce(self, fault: dict[str, Any], step: int) -> None:
+    def announce(self, fault: dict[str, Any], step: int, mode: str = "") -> None:
         record = {
             "id": fault["id"],
             "pid": os.getpid(),
             "ppid": os.getppid(),
             "step": step,
             "time": time.time(),
+            "mode": mode,
         }
         tmp = self.events / f".fired_{fault['id']}.tmp"
         tmp.write_text(json.dumps(record))
@@ -89,6 +96,10 @@ class Faults:
         for fault in self.mine:
             if int(fault["step"]) != step or self.fired(fault):
                 continue
+            if fault["kind"] == "disk_full" and self.ballast is not None:
+                self.announce(fault, step, mode="tmpfs filled")
+                _fill(self.ballast)  # the save after this step finds no room left
+                continue
             if fault["kind"] in ("disk_full", "kill_in_save"):
                 self.armed = fault  # the save after this step meets it
                 continue
@@ -107,11 +118,24 @@ class Faults:
             return int(real(fd, data))
         self.armed = None
         self._in_hook.active = True
-        self.announce(fault, self.last_step)
+        self.announce(fault, self.last_step, mode="ENOSPC raised by the write hook")
         if fault["kind"] == "disk_full":
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         self.wait_for_runner(fault)  # kill_in_save: SIGKILLed mid-file by the runner
         return 0
+
+
+def _fill(ballast: Path) -> None:
+    """Writes ``ballast`` until its file system has no byte left (ENOSPC from the kernel itself)."""
+    chunk = 1 << 20
+    with open(ballast, "ab", buffering=0) as file:
+        while chunk >= 512:
+            try:
+                file.write(b"\0" * chunk)
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+                chunk //= 2
 
 
 def _optimizer_step(optimizer: torch.optim.Optimizer) -> int | None:
@@ -144,6 +168,10 @@ def main() -> None:
     events = Path(args.events)
     faults = Faults(json.loads(Path(args.plan).read_text()), events, rank)
     (events / f"pid_{rank}_{os.getpid()}").touch()  # the runner finds a stalled rank's peer by it
+    if faults.ballast is not None:
+        # The processes that met the full disk are gone (the agent restarts a group only then): room
+        # again, as after an operator cleaned up.
+        faults.ballast.unlink(missing_ok=True)
     register_optimizer_step_post_hook(faults.after_step)
     real_write = os.write
     os.write = lambda fd, data: faults.write(real_write, fd, data)  # type: ignore[assignment]
