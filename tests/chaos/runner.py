@@ -26,6 +26,8 @@ from tests.commands.helpers import REPO, accelerate_cmd, cli_env, reserved_port
 
 WORKER = Path(__file__).resolve().parent / "worker.py"
 EXAMPLE = REPO / "examples" / "train_classifier.py"
+# Faults the worker delivers itself (the write raised ENOSPC, or the tmpfs is full).
+SELF_DELIVERED = ("disk_full",)
 # A launch whose processes outlive its launcher by more than this has orphans (they stop within 2 s).
 _ORPHAN_GRACE_S = 15.0
 
@@ -200,6 +202,11 @@ class JobRun:
                 peer = _peer_pid(self.events, fault.rank, pid)
                 if peer is not None:
                     self.stalled.append((pid, peer))
+            elif fault.kind not in SELF_DELIVERED:
+                kill_all(marked_processes(self.result.marker))
+                raise ValueError(
+                    f"the runner cannot deliver a {fault.kind!r} fault: add it to JobRun._deliver"
+                )
             self.result.delivered.append(delivered)
         return killed_launcher
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,6 +11,10 @@ from tests.chaos.disk import small_disk
 from tests.chaos.plan import Fault, Job, Scenario, make_plan
 from tests.chaos.report import format_report, survivals
 from tests.chaos.runner import JobResult, JobRun
+
+# How each scenario's end is checked against the reference run's final state (a list of problems).
+# A fault-tolerant scenario adds its own: every replica equal, and each sample counted once.
+END_CHECKS: dict[str, Callable[[Path, Path], list[str]]] = {"restart": compare_final}
 
 # A job that has not finished by then is reported as failed (one round takes about a minute).
 _JOB_TIMEOUT_S = 600.0
@@ -53,18 +58,24 @@ def chaos_round(
     wanted = real_disk and any(fault.kind == "disk_full" for fault in plan)
     with small_disk(folder / "project", wanted) as ballast:
         result = JobRun(folder, job, scenario, plan, _JOB_TIMEOUT_S, ballast).run()
-    return _checked(folder, seed, job, plan, result, reference)
+    return _checked(folder, seed, job, scenario, plan, result, reference)
 
 
 def _checked(
-    folder: Path, seed: int, job: Job, plan: list[Fault], result: JobResult, reference: Path
+    folder: Path,
+    seed: int,
+    job: Job,
+    scenario: Scenario,
+    plan: list[Fault],
+    result: JobResult,
+    reference: Path,
 ) -> Round:
     problems: list[str] = []
     if result.error:
         problems.append(result.error)
     if result.returncode != 0:
         problems.append(f"the launcher exited with {result.returncode} (see {folder}/launch_*.err)")
-    problems += compare_final(reference, result.final)
+    problems += END_CHECKS[scenario.name](reference, result.final)
     problems += result.orphans
     checkpoint_problems, notes = check_checkpoints(result.project, job.num_processes)
     problems += checkpoint_problems

@@ -18,7 +18,7 @@ import torch
 from tests.chaos.checks import check_checkpoints, compare_final, marked_processes
 from tests.chaos.plan import KINDS, SCENARIOS, Job, make_plan, random_kinds
 from tests.chaos.report import survivals
-from tests.chaos.soak import Round, chaos_round, reference_run
+from tests.chaos.soak import END_CHECKS, Round, chaos_round, reference_run
 
 SEED = 11
 SCENARIO = SCENARIOS["restart"]
@@ -101,3 +101,9 @@ def test_a_plan_is_fixed_by_its_seed_and_puts_write_faults_in_saves() -> None:
 def test_a_job_too_short_for_its_faults_is_refused() -> None:
     with pytest.raises(ValueError, match="no free step left"):
         make_plan(0, Job(epochs=1, train_samples=128), ["disk_full"] * 3)
+
+
+def test_every_scenario_has_an_end_check_and_known_faults() -> None:
+    for name, scenario in SCENARIOS.items():
+        assert name in END_CHECKS and scenario.name == name
+        assert set(scenario.kinds) <= set(KINDS)
