@@ -37,7 +37,7 @@ KINDS: dict[str, FaultKind] = {
         FaultKind("stall_rank", "SIGSTOP of one training process (a stalled rank)"),
         FaultKind(
             "disk_full",
-            "the disk fills during a save (ENOSPC from the write of one checkpoint file)",
+            "the disk fills during a save (a small tmpfs filled for real, else ENOSPC from one file's write)",
             at_save=True,
             rank_files=("random_states_{rank}.pkl",),
         ),
