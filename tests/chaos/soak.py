@@ -27,6 +27,7 @@ class Round:
     result: JobResult
     problems: list[str]
     report: str
+    tmpfs: bool = False  # the project folder was a tmpfs a disk_full fault filled for real
 
     @property
     def passed(self) -> bool:
@@ -58,7 +59,10 @@ def chaos_round(
     wanted = real_disk and any(fault.kind == "disk_full" for fault in plan)
     with small_disk(folder / "project", wanted) as ballast:
         result = JobRun(folder, job, scenario, plan, _JOB_TIMEOUT_S, ballast).run()
-    return _checked(folder, seed, job, scenario, plan, result, reference)
+        tmpfs = ballast is not None
+    done = _checked(folder, seed, job, scenario, plan, result, reference)
+    done.tmpfs = tmpfs
+    return done
 
 
 def _checked(
