@@ -7,11 +7,14 @@ With ``--checkpoint_dir DIR --checkpoint_every N`` it saves a checkpoint every N
 starts from the newest one in DIR if there is one (mid-epoch included, at any number of processes):
 the same command continues an interrupted run, and an elastic group that re-forms at another size
 (``make demo-multinode``) carries on where the old one stopped.
+``--process_group_timeout SECONDS`` shortens how long a collective waits for a stalled process
+(the hang watchdog reports it after 3/4 of that); ``make chaos`` runs this script under random faults.
 """
 
 from __future__ import annotations
 
 import argparse
+from datetime import timedelta
 
 import torch
 import torch.nn.functional as F
@@ -19,7 +22,12 @@ from torch.utils.data import DataLoader, TensorDataset
 from tqdm.auto import tqdm
 
 from accelerate import Accelerator
-from accelerate.utils import DataLoaderConfiguration, ProjectConfiguration, set_seed
+from accelerate.utils import (
+    DataLoaderConfiguration,
+    InitProcessGroupKwargs,
+    ProjectConfiguration,
+    set_seed,
+)
 
 
 def make_data(num_samples: int, centers: torch.Tensor, seed: int) -> TensorDataset:
@@ -59,6 +67,12 @@ def main() -> None:
     parser.add_argument(
         "--checkpoint_every", type=int, default=100, help="optimizer steps between checkpoints"
     )
+    parser.add_argument(
+        "--process_group_timeout",
+        type=float,
+        default=None,
+        help="seconds a collective may wait for a peer (a stalled process is reported after 3/4 of it)",
+    )
     args = parser.parse_args()
 
     checkpointing = {}
@@ -71,7 +85,11 @@ def main() -> None:
             # The loader's position is saved too, so a resumed epoch goes on with the next batch.
             "dataloader_config": DataLoaderConfiguration(use_stateful_dataloader=True),
         }
-    accelerator = Accelerator(mixed_precision=args.mixed_precision, **checkpointing)
+    handlers = []
+    if args.process_group_timeout is not None:
+        # The hang watchdog reports a stalled process after 3/4 of this (accelerate's default: 10 min).
+        handlers.append(InitProcessGroupKwargs(timeout=timedelta(seconds=args.process_group_timeout)))
+    accelerator = Accelerator(mixed_precision=args.mixed_precision, kwargs_handlers=handlers, **checkpointing)
     set_seed(42)
     num_features, num_classes = 20, 4
     centers = torch.randn(num_classes, num_features, generator=torch.Generator().manual_seed(0))

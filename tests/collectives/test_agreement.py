@@ -95,6 +95,37 @@ def test_outcome_in_one_process_raises_the_original() -> None:
     assert caught.value is original
 
 
+def operations_seen_by_the_hang_watchdog() -> list[str | None]:
+    from accelerate.collectives.communicator import current_communicator
+    from accelerate.diagnostics.watchdog import SLOT
+
+    communicator = current_communicator()
+    seen: list[str | None] = []
+
+    def watching(real: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            seen.append(SLOT.operation)
+            return real(*args, **kwargs)
+
+        return call
+
+    communicator.all_gather = watching(communicator.all_gather)  # type: ignore[method-assign]
+    communicator.all_reduce_sum_ = watching(communicator.all_reduce_sum_)  # type: ignore[method-assign]
+    try:
+        agree_on_failure(None, what="save_state to run/ckpt")
+        agree_on_outcome(None, what="writing shards")
+    finally:
+        del communicator.all_gather, communicator.all_reduce_sum_
+    return seen
+
+
+def test_the_hang_watchdog_sees_a_rank_waiting_in_an_agreement(pool2: WorkerPool) -> None:
+    # Found by the chaos run (tests/chaos): a rank stalled while its peer saved was reported as gloo's
+    # raw timeout in the save's agreement, not as a hang naming the stalled rank.
+    expected = ["agreement after save_state to run/ckpt", "agreement after writing shards"]
+    assert pool2.run(operations_seen_by_the_hang_watchdog) == [expected] * 2
+
+
 # --- the three places that agree on failures through it ------------------------------------------
 def save_model_failing_on_the_writer(directory: str) -> str:
     from accelerate import Accelerator

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from accelerate.collectives.communicator import Communicator, current_communicator
+from accelerate.diagnostics.watchdog import SLOT
 
 # A payload that pickles to at most this many bytes (the file records of a checkpoint, as a rule)
 # travels in one fixed-size all-gather; torch's all_gather_object spends a collective on the sizes
@@ -42,6 +43,11 @@ def _gather_objects(communicator: Communicator, obj: Any) -> list[Any]:
         pickle.loads(gathered[rank, _HEADER : _HEADER + size].numpy().tobytes())  # noqa: S301 - our own processes' data, as all_gather_object
         for rank, size in enumerate(sizes)
     ]
+
+
+def _slot_name(what: str) -> str:
+    """How a hang report names the agreement: ``agreement after save_state to run/ckpt``."""
+    return f"agreement after {what}"
 
 
 def _world_size() -> int:
@@ -94,9 +100,12 @@ def agree_on_failure(
             raise error
         return [payload]
     report = (_describe(error), _portable(error, error_type)) if error is not None else None
-    gathered = _gather_objects(
-        current_communicator(), (report, None) if report is not None else (None, payload)
-    )
+    # Watched like every collective: a peer stalled while this rank saves is reported as a hang,
+    # not left to the process group's raw timeout error.
+    with SLOT.enter(_slot_name(what)):
+        gathered = _gather_objects(
+            current_communicator(), (report, None) if report is not None else (None, payload)
+        )
     failed = {rank: report for rank, (report, _) in enumerate(gathered) if report is not None}
     if failed:
         ranks = ", ".join(str(rank) for rank in failed)
@@ -159,7 +168,8 @@ def agree_on_outcome(
             raise error
         return
     failures = torch.tensor([0 if error is None else 1], dtype=torch.int32, device=communicator.device)
-    communicator.all_reduce_sum_(failures)
+    with SLOT.enter(_slot_name(what)):
+        communicator.all_reduce_sum_(failures)
     if int(failures.item()) == 0:
         return
     agree_on_failure(error, what=what, error_type=error_type, note=note)
