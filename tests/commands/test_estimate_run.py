@@ -80,3 +80,27 @@ def test_pipeline_and_sequence_sizes_give_one_row_per_stage(
         == 0
     )
     assert "ZeRO-2" in capsys.readouterr().out
+
+
+QWEN3_MOE_30B = {"model_type": "qwen3_moe", "vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 6144,
+                 "moe_intermediate_size": 768, "num_hidden_layers": 48, "num_attention_heads": 32,
+                 "num_key_value_heads": 4, "num_experts": 128, "num_experts_per_tok": 8}  # fmt: skip
+
+
+def test_ep_size_splits_a_moe_configs_experts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(QWEN3_MOE_30B))
+    args = ["estimate-memory", str(tmp_path), "--dp_shard_size", "16", "--mixed_precision", "bf16",
+            "--sequence_length", "4096", "--json"]  # fmt: skip
+    assert main([*args, "--ep_size", "8"]) == 0
+    with_ep = json.loads(capsys.readouterr().out)
+    assert main(args) == 0
+    without = json.loads(capsys.readouterr().out)
+    assert with_ep["layout"]["ep"] == 8 and with_ep["model"]["num_experts"] == 128
+    assert "each rank holds 16 of 128 experts per layer" in with_ep["notes"][0]
+    # The experts are all but 4% of the weights: each rank's share is the same (all of dp_shard holds a
+    # sixteenth either way); FSDP gathers only the block's other weights and its 16 local experts.
+    assert with_ep["ranks"][0]["parameters"] == pytest.approx(without["ranks"][0]["parameters"], rel=0.01)
+    assert with_ep["ranks"][0]["communication_buffers"] < without["ranks"][0]["communication_buffers"]
+    capsys.readouterr()
+    assert main(["estimate-memory", str(tmp_path), "--dp_shard_size", "6", "--ep_size", "3"]) == 2
+    assert "num_experts=128, which does not divide over 3 ranks" in capsys.readouterr().err

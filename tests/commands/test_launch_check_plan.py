@@ -24,6 +24,19 @@ def test_a_dry_run_checks_a_64_rank_layout_in_this_process(
     assert "Plan check: dp_replicate=2 x dp_shard=4 x tp=8 on 64 ranks" in out and "no problems found" in out
 
 
+def test_a_dry_run_with_ep_checks_the_expert_mesh_of_64_ranks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("raise SystemExit('must not run')\n")
+    code = main(["launch", "--dry_run", "--check_plan", "--cpu", "--use_parallelism_config",
+                 "--parallelism_config_dp_replicate_size", "4", "--parallelism_config_dp_shard_size", "16",
+                 "--parallelism_config_ep_size", "8", "--num_processes", "64", str(script)])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "Plan check: dp_replicate=4 x dp_shard=16 (ep=8) on 64 ranks" in out and "no problems found" in out
+
+
 LAUNCH_1024 = ["launch", "--dry_run", "--check_plan", "--cpu", "--use_parallelism_config",
                "--parallelism_config_dp_replicate_size", "8", "--parallelism_config_dp_shard_size", "16",
                "--parallelism_config_tp_size", "8", "--num_processes", "1024", "--num_machines", "128",

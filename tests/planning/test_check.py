@@ -51,8 +51,8 @@ def test_an_epoch_that_does_not_divide_is_reported_with_the_fix() -> None:
 def test_sizes_that_do_not_make_the_world_size_are_a_problem_not_a_crash() -> None:
     check = check_plan({"dp_shard": 4, "tp": 2}, world_size=16)
     assert check.problems == ["the sizes multiply to 8 ranks, not world_size=16"] and check.ranks == []
-    with pytest.raises(ValueError, match="unknown dimensions \\['ep'\\]"):
-        check_plan({"ep": 2})
+    with pytest.raises(ValueError, match="unknown dimensions \\['xp'\\]"):
+        check_plan({"xp": 2})
 
 
 def test_the_summary_carries_the_memory_estimate() -> None:

@@ -77,3 +77,54 @@ def tp_peak(batch: int, sequence: int) -> dict[str, int]:
     peak = before + _allocation_peak(prof.profiler.kineto_results.experimental_event_tree())  # type: ignore[union-attr]
     layout = RunLayout(world_size=2, tp=2, micro_batch_size=batch, sequence_length=sequence)
     return {"measured": peak, "estimated": estimate_memory(shape, layout).peak}
+
+
+def nd_peak(sizes: dict[str, int], batch: int, sequence: int) -> dict[str, int]:
+    """One rank's measured peak of an AdamW step of the Llama under ``ParallelismConfig(**sizes)`` (the
+    tensor-parallel plan applied by hand when ``tp_size > 1``; FSDP2 over dp_shard by ``prepare``) and the
+    estimate for the same layout."""
+    import gc
+
+    import transformers
+
+    from accelerate import Accelerator
+    from accelerate.planning import RunLayout, estimate_memory
+    from accelerate.planning.shapes import shape_of_module
+    from accelerate.state.parallelism import ParallelismConfig
+
+    gc.collect()  # what earlier calls left in this worker is not this step's
+    torch.manual_seed(0)
+    accelerator = Accelerator(cpu=True, parallelism_config=ParallelismConfig(**sizes))
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**CONFIG))
+    shape = shape_of_module(model)
+    if sizes.get("tp_size", 1) > 1:
+        apply_llama_tp(model, accelerator.torch_device_mesh["tp"])
+    model, optimizer = accelerator.prepare(model, torch.optim.AdamW(model.parameters()))
+    ids = torch.randint(
+        0, CONFIG["vocab_size"], (batch, sequence), generator=torch.Generator().manual_seed(1)
+    )
+    peak = _step_peak(lambda: model(input_ids=ids, labels=ids).loss, accelerator, model, optimizer)
+    layout = RunLayout(
+        world_size=accelerator.num_processes, dp_shard=sizes.get("dp_shard_size"), tp=sizes.get("tp_size", 1),
+        micro_batch_size=batch, sequence_length=sequence,
+    )  # fmt: skip
+    return {"measured": peak, "estimated": estimate_memory(shape, layout).peak}
+
+
+def _step_peak(loss: Any, accelerator: Any, model: Any, optimizer: Any) -> int:
+    """The third step's peak, as test_validation measures it."""
+
+    def step() -> None:
+        accelerator.backward(loss())
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    step()
+    step()
+    states = [v for state in optimizer.state.values() for v in state.values() if torch.is_tensor(v)]
+    before = _live_bytes(_local(model.parameters())) + _live_bytes(_local(states))
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True
+    ) as prof:
+        step()
+    return before + _allocation_peak(prof.profiler.kineto_results.experimental_event_tree())  # type: ignore[union-attr]

@@ -39,6 +39,15 @@ _RUN_OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("--tp_size", {"type": int, "help": "ParallelismConfig tp_size (tensor parallelism)."}),
     ("--cp_size", {"type": int, "help": "ParallelismConfig cp_size (context parallelism)."}),
     ("--sp_size", {"type": int, "help": "ParallelismConfig sp_size (Ulysses sequence parallelism)."}),
+    (
+        "--ep_size",
+        {
+            "type": int,
+            "help": "ParallelismConfig ep_size (expert parallelism, carved from dp_shard_size: no process of its "
+            "own): each process holds 1/N of every MoE layer's experts; the model's num_experts "
+            "(num_local_experts) comes from its config.",
+        },
+    ),
     ("--pp_size", {"type": int, "help": "ParallelismConfig pp_size (pipeline stages)."}),
     (
         "--pp_schedule",
@@ -144,6 +153,7 @@ def layout_of(args: argparse.Namespace) -> Any:
         sequence_length=args.sequence_length or 1024, activation_checkpointing=bool(args.activation_checkpointing),
         pp=sizes["pp"] or 1, sp=sizes["sp"] or 1, pp_schedule=args.pp_schedule or "1F1B",
         pp_microbatches=args.pp_microbatches, zero_bucket_size=args.zero_bucket_size or DEEPSPEED_BUCKET,
+        ep=args.ep_size or 1,
     )  # fmt: skip
 
 

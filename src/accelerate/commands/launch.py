@@ -386,6 +386,9 @@ def _check_plan(plan: Any, reshard_to: str | None = None) -> int:
 
     world = int(plan.value("num_processes"))
     sizes = parallelism.sizes(plan.settings) if parallelism.in_use(plan.settings) else {"dp_replicate": world}
+    ep = plan.settings.get("parallelism_config_ep_size")
+    if parallelism.in_use(plan.settings) and ep is not None and int(ep.value) > 1:
+        sizes["ep"] = int(ep.value)  # carved from dp_shard: the checker builds the expert mesh too
     try:
         target = parse_sizes(reshard_to) if reshard_to is not None else None
         check = check_plan(sizes, world, reshard_to=target)

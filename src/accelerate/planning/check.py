@@ -58,7 +58,15 @@ class PlanCheck:
 
     def summary(self) -> str:
         """A few lines: the layout, what was checked, and each problem (or that there were none)."""
-        named = " x ".join(f"{dim}={size}" for dim, size in self.sizes.items() if size > 1) or "one process"
+        ep = self.sizes.get("ep", 1)  # carved from dp_shard: said with it, no rank of its own
+        named = (
+            " x ".join(
+                f"{dim}={size}" + (f" (ep={ep})" if dim == "dp_shard" and ep > 1 else "")
+                for dim, size in self.sizes.items()
+                if size > 1 and dim != "ep"
+            )
+            or "one process"
+        )
         dp = len({setup.data_parallel_index for setup in self.ranks})
         lines = [
             f"Plan check: {named} on {self.world_size} ranks (fake process group)",
@@ -94,7 +102,9 @@ def _expected_group(rank: int, dim: str, sizes: dict[str, int]) -> list[int]:
     return [start + i * stride for i in range(sizes[dim])]
 
 
-def _real_setup(rank: int, world_size: int, sizes: dict[str, int], problems: list[str]) -> tuple[Any, int]:
+def _real_setup(
+    rank: int, world_size: int, sizes: dict[str, int], problems: list[str], ep: int = 1
+) -> tuple[Any, int]:
     """Rank ``rank``'s own set-up on the fake process group: its mesh coordinate, its group along every
     dimension and its place in the flattened ``dp`` mesh, checked against the row-major layout.
 
@@ -107,7 +117,7 @@ def _real_setup(rank: int, world_size: int, sizes: dict[str, int], problems: lis
 
     dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
     try:
-        config = _config(sizes, world_size)
+        config = _config(sizes, world_size, ep)
         mesh = config.get_device_mesh("cpu")
         expected = config.coordinates(rank)
         names = tuple(mesh.mesh_dim_names or ()) if mesh is not None else ()
@@ -131,18 +141,42 @@ def _real_setup(rank: int, world_size: int, sizes: dict[str, int], problems: lis
         want = shard * sizes["dp_replicate"] if config.shard_dim_names else None
         if want is not None and fsdp_size != want:
             problems.append(f"rank {rank}: FSDP2 shards over {fsdp_size} ranks, the layout says {want}")
+        if config.ep_enabled:
+            _check_expert_mesh(rank, config, problems)
         full = mesh.mesh.clone() if mesh is not None else None
     finally:
         dist.destroy_process_group()
     return full, fsdp_size
 
 
-def _config(sizes: dict[str, int], world_size: int) -> Any:
+def _check_expert_mesh(rank: int, config: Any, problems: list[str]) -> None:
+    """The expert mesh the strategy builds for ``ep`` (``backends/parallel/experts.py``): the rank's ``ep``
+    group is its ``ep`` neighbours within dp_shard (they exchange tokens), its ``ep_replicate`` group the
+    ranks at the same place of every other expert group (they hold the same experts)."""
+    from accelerate.backends.parallel.experts import expert_mesh
+
+    ep = int(config.ep_size)
+    mesh = expert_mesh(config, "cpu")
+    dp_index = config.data_parallel_index(rank)
+    want = {
+        "ep": [dp_index - dp_index % ep + i for i in range(ep)],
+        "ep_replicate": [dp_index % ep + i * ep for i in range(config.data_parallel_size // ep)],
+    }
+    for dim, members in want.items():
+        got = mesh[dim].mesh.flatten().tolist()
+        if got != members:
+            problems.append(f"rank {rank}: its {dim} group is {got}, not {members}")
+    if mesh["ep"].get_local_rank() != config.coordinates(rank)["ep"]:
+        problems.append(f"rank {rank}: holds the experts of ep rank {mesh['ep'].get_local_rank()}, not "
+                        f"{config.coordinates(rank)['ep']}")  # fmt: skip
+
+
+def _config(sizes: dict[str, int], world_size: int, ep: int = 1) -> Any:
     from accelerate.state.parallelism import ParallelismConfig
 
     config = ParallelismConfig(
         dp_replicate_size=sizes["dp_replicate"], dp_shard_size=sizes["dp_shard"], tp_size=sizes["tp"],
-        cp_size=sizes["cp"], sp_size=sizes["sp"], pp_size=sizes["pp"],
+        cp_size=sizes["cp"], sp_size=sizes["sp"], pp_size=sizes["pp"], ep_size=ep,
     )  # fmt: skip
     config.validate(world_size)
     if sizes["cp"] > 1:
@@ -229,7 +263,8 @@ def check_plan(sizes: dict[str, int], world_size: int | None = None, *, dataset_
     fake process group and reports what disagrees with the layout.
 
     Args:
-        sizes: ``{"dp_replicate": 8, "dp_shard": 16, "tp": 8}``; unnamed dimensions are 1.
+        sizes: ``{"dp_replicate": 8, "dp_shard": 16, "tp": 8}``; unnamed dimensions are 1. ``"ep"``
+            (expert parallelism, carved from dp_shard) adds no rank; its expert mesh is built and checked.
         world_size: the ranks to check (default: the product of ``sizes``).
         dataset_size: samples in the epoch to shard (default: two batches per data-parallel group).
         batch_size: the per-rank batch size of the loader.
@@ -248,15 +283,16 @@ def check_plan(sizes: dict[str, int], world_size: int | None = None, *, dataset_
         (True, 8)
     """
     full = {dim: int(sizes.get(dim, 1)) for dim in _DIMS}
-    unknown = set(sizes) - set(_DIMS)
+    ep = int(sizes.get("ep", 1))
+    unknown = set(sizes) - set(_DIMS) - {"ep"}
     if unknown:
         raise ValueError(
-            f"check_plan(sizes=...) names unknown dimensions {sorted(unknown)}; use {', '.join(_DIMS)}."
+            f"check_plan(sizes=...) names unknown dimensions {sorted(unknown)}; use {', '.join(_DIMS)} or ep."
         )
     world = math.prod(full.values()) if world_size is None else world_size
     data_parallel = full["dp_replicate"] * full["dp_shard"]
     dataset_size = 2 * batch_size * data_parallel if dataset_size is None else dataset_size
-    check = PlanCheck(full, world, estimate=estimate)
+    check = PlanCheck({**full, "ep": ep} if ep > 1 else full, world, estimate=estimate)
     if math.prod(full.values()) != world:
         check.problems.append(
             f"the sizes multiply to {math.prod(full.values())} ranks, not world_size={world}"
@@ -265,8 +301,8 @@ def check_plan(sizes: dict[str, int], world_size: int | None = None, *, dataset_
     fsdp_size, full_mesh = 1, None
     check.set_up = setup_ranks(world, setup_limit)
     for rank in check.set_up:
-        full_mesh, fsdp_size = _real_setup(rank, world, full, check.problems)
-    config = _config(full, world)
+        full_mesh, fsdp_size = _real_setup(rank, world, full, check.problems, ep)
+    config = _config(full, world, ep)
     if len(check.set_up) < world:
         _placed_ranks(full_mesh, config, full, check.problems)
     for rank in range(world):

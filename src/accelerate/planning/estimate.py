@@ -21,6 +21,8 @@ gradients, so the step peaks at the persistent part plus the larger of activatio
   gradient buckets (a second copy of the gradients); with tensor parallelism one all-reduced block
   output per block, which the backend releases asynchronously (:func:`tp_forward_buffers`).
 
+Mixture-of-experts layers and expert parallelism (``ep``: each rank's share of the experts, the
+routed rows' activations, the exchange's buffers) are sized in :mod:`accelerate.planning.experts`.
 CPU offload moves parameters, gradients and optimizer states to host memory (reported apart).
 The figures are checked against measured peaks in ``tests/planning/test_validation.py``.
 """
@@ -30,6 +32,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from accelerate.planning.experts import (
+    check_experts,
+    exchange_buffers,
+    exchange_traffic,
+    expert_split,
+    gathered_block,
+    routed_per_token,
+)
 from accelerate.planning.layout import DIMS, OPTIMIZER_STATE_BYTES, RunLayout
 from accelerate.planning.shapes import ModelShape
 from accelerate.planning.stages import in_flight, stage_layers, stage_parameters
@@ -130,7 +140,10 @@ def activation_bytes(model: ModelShape, layout: RunLayout, stage: int = 0) -> in
     # tensors stay whole (6h); the rotated queries, attention output, keys/values and the MLP split.
     # Sequence and context parallelism split the tokens instead (layout.tokens).
     whole = 6 * hidden + 2
-    split = (2 * hidden + 2 * model.kv_size + 4 * inner + heads) / layout.tp
+    if model.is_moe:  # the routed rows' expert activations and the router's (planning/experts.py)
+        split = (2 * hidden + 2 * model.kv_size + heads) / layout.tp + routed_per_token(model, layout)
+    else:
+        split = (2 * hidden + 2 * model.kv_size + 4 * inner + heads) / layout.tp
     block = whole + split
     per_token = block + layers * hidden if layout.activation_checkpointing else layers * block
     first, last = stage == 0, stage == layout.pp - 1
@@ -170,7 +183,11 @@ def _communication(model: ModelShape, layout: RunLayout) -> int:
     params = stage_parameters(model, layout, 0)
     element = _compute_bytes(layout)
     shard, replicate = layout.shard_group, layout.dp_replicate
-    sent = 0.0
+    sent = exchange_traffic(model, layout, element)
+    if layout.ep > 1:  # the experts: gathered and reduce-scattered over their replicas, apart
+        params, mine = expert_split(model, layout)
+        replicas = layout.data_parallel // layout.ep
+        sent += 3 * mine * replicas * element * (replicas - 1) / replicas
     if layout.zero_stage == 3 and shard > 1:
         sent += 3 * params * element * (shard - 1) / shard  # gather for forward and backward, reduce-scatter
     elif shard > 1:
@@ -206,21 +223,21 @@ def _communication(model: ModelShape, layout: RunLayout) -> int:
 def _buffers(model: ModelShape, layout: RunLayout, whole: int, gradients: int, stage: int) -> int:
     """The communication buffers of one rank (see the module docstring)."""
     element = _compute_bytes(layout)
-    block = -(-model.largest_layer // layout.tp)
-    buffers = 0
+    block = -(-gathered_block(model, layout) // layout.tp)
+    buffers = exchange_buffers(model, layout, element)
     if _deepspeed(layout):
         # DeepSpeed allocates its gradient bucket at full size whatever the model's: reduce_bucket_size
         # elements, fp32 under ZeRO-1 (it accumulates there), the parameters' precision from ZeRO-2 on.
-        buffers = layout.zero_bucket_size * (_FP32 if layout.zero_stage == 1 else element)
+        buffers += layout.zero_bucket_size * (_FP32 if layout.zero_stage == 1 else element)
         if layout.zero_stage == 3:
             # ZeRO-3 keeps gathered the parameters it will reuse within stage3_max_reuse_distance (1e9
             # by default, up to stage3_max_live_parameters, 1e9): when backward starts, the whole model
             # (measured); and its flat gradient partition stays allocated between steps.
             buffers += min(whole, _DEEPSPEED_LIVE) * element + gradients
     elif layout.zero_stage >= 1 and layout.shard_group > 1:  # FSDP: gathered blocks, one block's gradients
-        buffers = (2 * block * element if layout.zero_stage == 3 else 0) + block * _FP32
+        buffers += (2 * block * element if layout.zero_stage == 3 else 0) + block * _FP32
     elif layout.data_parallel > 1:
-        buffers = gradients  # DDP's buckets: a second copy of the gradients
+        buffers += gradients  # DDP's buckets: a second copy of the gradients
     buffers += tp_forward_buffers(model, layout, stage)
     hidden = model.hidden_size or 0
     if layout.pp > 1:  # the activation received from the previous stage and the one sent on
@@ -281,8 +298,13 @@ def estimate_memory(model: ModelShape, layout: RunLayout) -> MemoryEstimate:
         (False, 103)
     """
     layout = layout.resolved()
+    check_experts(model, layout)
     shard = layout.shard_group if layout.zero_stage >= 1 else 1
     split = {stage: divmod(stage_parameters(model, layout, stage), shard) for stage in range(layout.pp)}
+    dense, experts = expert_split(model, layout)
+    if experts:  # ep (no tp or pp with it): the other weights split over dp_shard, the experts apart
+        base, extra = divmod(dense, shard)
+        split = {0: (base + experts, extra)}
     by_memory: dict[RankMemory, list[int]] = {}
     memo: dict[tuple[int, bool], RankMemory] = {}
     for rank in range(layout.world_size):
@@ -310,6 +332,12 @@ def estimate_memory(model: ModelShape, layout: RunLayout) -> MemoryEstimate:
         notes.append(
             "pp: every rank also holds the other stages' weights (this accelerate keeps the whole model on "
             "each rank); gradients, optimizer states and activations are its stage's"
+        )
+    if layout.ep > 1:
+        notes.append(
+            f"ep={layout.ep}: each rank holds {model.num_experts // layout.ep if model.num_experts else '?'} of "
+            f"{model.num_experts} experts per layer, FSDP-sharded over the {layout.data_parallel // layout.ep} "
+            "ranks holding the same ones; the router assumed even"
         )
     if layout.mixed_precision == "fp8":
         notes.append("fp8: activations counted at 2 bytes (the matmul inputs in fp8 save less)")

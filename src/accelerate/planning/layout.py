@@ -1,7 +1,7 @@
 """A training run's layout as the memory estimate sees it: the parallel sizes and the training choices.
 
 :class:`RunLayout` names the same sizes as ``ParallelismConfig`` (dp_replicate, dp_shard, pp, cp,
-sp, tp) and its pipeline schedule, plus how the data-parallel shards split the training state (none,
+sp, tp, and ep, carved from dp_shard) and its pipeline schedule, plus how the data-parallel shards split the training state (none,
 DeepSpeed's ZeRO stages 1-3, or FSDP) and DeepSpeed's bucket size, CPU offload, precision, optimizer,
 micro-batch, sequence length and activation checkpointing. Pure data, no torch.
 """
@@ -87,6 +87,7 @@ class RunLayout:
     pp_microbatches: int | None = None
     engine: str | None = None
     zero_bucket_size: int = DEEPSPEED_BUCKET
+    ep: int = 1  # expert parallelism, carved from dp_shard (no rank of its own): experts split ep ways
 
     def resolved(self) -> RunLayout:
         """The layout with ``dp_shard`` filled in and every value checked.
@@ -104,6 +105,7 @@ class RunLayout:
             "sp",
             "micro_batch_size",
             "sequence_length",
+            "ep",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"RunLayout({name}={getattr(self, name)}) must be at least 1.")
@@ -136,7 +138,29 @@ class RunLayout:
         if engine not in ENGINES:
             raise ValueError(f"RunLayout(engine={self.engine!r}) must be 'fsdp', 'deepspeed' or None.")
         stage = 3 if self.zero_stage == 0 and shard > 1 else self.zero_stage
+        if self.ep > 1:
+            self._check_experts(shard, stage, engine)
         return dataclasses.replace(self, dp_shard=shard, zero_stage=stage, engine=engine)
+
+    def _check_experts(self, shard: int, stage: int, engine: str) -> None:
+        """What ``ParallelismConfig`` refuses of ``ep_size`` (with the same fixes), and ep under DeepSpeed."""
+        others = [f"{n}={getattr(self, n)}" for n in ("tp", "cp", "sp", "pp") if getattr(self, n) > 1]
+        if others:
+            raise ValueError(
+                f"RunLayout(ep={self.ep}, {', '.join(others)}): expert parallelism composes with dp_shard and "
+                "dp_replicate only (ParallelismConfig refuses the rest); give those ranks to dp_shard, which ep "
+                "is carved from."
+            )
+        if shard % self.ep:
+            raise ValueError(
+                f"RunLayout(ep={self.ep}, dp_shard={shard}): ep is carved from dp_shard, so it must divide "
+                f"it; use an ep that divides {shard} or a dp_shard that is a multiple of {self.ep}."
+            )
+        if engine == "deepspeed" or stage != 3:
+            raise ValueError(
+                f"RunLayout(ep={self.ep}, zero_stage={self.zero_stage}): expert parallelism runs under FSDP2 "
+                "(dp_shard), not DeepSpeed's ZeRO; leave zero_stage unset."
+            )
 
     def _others_text(self) -> str:
         return " x ".join(f"{n}={getattr(self, n)}" for n in DIMS if n != "dp_shard")
@@ -188,6 +212,8 @@ class RunLayout:
         """``dp_replicate=2 x dp_shard=4 x tp=2 (FSDP)``: the sizes above 1 and the sharding (of a
         resolved layout)."""
         sizes = [f"{n}={getattr(self, n)}" for n in DIMS if getattr(self, n) != 1]
+        if self.ep > 1:  # ep splits dp_shard: no dimension of its own
+            sizes = [f"{size} (ep={self.ep})" if size.startswith("dp_shard=") else size for size in sizes]
         fsdp = self.zero_stage == 3 and self.engine != "deepspeed"
         sharding = (
             " (FSDP)" if fsdp else {0: "", 1: " (ZeRO-1)", 2: " (ZeRO-2)", 3: " (ZeRO-3)"}[self.zero_stage]

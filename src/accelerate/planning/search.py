@@ -18,7 +18,8 @@ def _divisors(number: int) -> list[int]:
 
 def candidate_layouts(model: ModelShape, layout: RunLayout) -> list[RunLayout]:
     """Every (dp_replicate, dp_shard, tp) split of ``layout.world_size`` (its cp, pp and sp kept) that the model
-    allows: tp at most 8 and dividing the attention heads; the training choices of ``layout`` kept.
+    allows: tp at most 8 and dividing the attention heads; the training choices of ``layout`` kept (with its
+    ``ep``, the splits whose dp_shard it divides, without tp).
 
     A ``zero_stage`` of 0 in ``layout`` becomes FSDP where ``dp_shard > 1``, as ``dp_shard`` means.
     """
@@ -31,11 +32,14 @@ def candidate_layouts(model: ModelShape, layout: RunLayout) -> list[RunLayout]:
     # The engine the layout names (DeepSpeed when it gives a ZeRO stage), kept for every candidate.
     engine = layout.engine or ("deepspeed" if layout.zero_stage else "fsdp")
     rest = layout.world_size // kept
-    for tp in _divisors(rest) if layout.sp == 1 else [1]:  # sp does not compose with tp
+    # sp and ep do not compose with tp; ep is carved from dp_shard, which it must divide.
+    for tp in _divisors(rest) if layout.sp == 1 and layout.ep == 1 else [1]:
         if tp > MAX_TP or (model.num_heads and model.num_heads % tp):
             continue
         for replicate in _divisors(rest // tp):
             shard = rest // tp // replicate
+            if shard % layout.ep:
+                continue
             stage = layout.zero_stage if layout.zero_stage or shard == 1 else 3
             found.append(dataclasses.replace(layout, tp=tp, dp_replicate=replicate, dp_shard=shard, engine=engine,
                                              zero_stage=stage if shard > 1 else 0))  # fmt: skip

@@ -10,6 +10,7 @@ A :class:`ModelShape` is the parameter count plus the few dimensions that size t
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import math
 import os
@@ -40,6 +41,10 @@ _KEYS = {
     "num_heads": ("num_attention_heads", "n_head", "num_heads", "n_heads"),
     "intermediate_size": ("intermediate_size", "n_inner", "ffn_dim", "d_ff", "hidden_dim"),
     "vocab_size": ("vocab_size", "padded_vocab_size"),
+    # Mixture of experts: Qwen-MoE's num_experts, Mixtral's num_local_experts, DeepSeek's n_routed_experts.
+    "num_experts": ("num_experts", "num_local_experts", "n_routed_experts"),
+    "experts_per_token": ("num_experts_per_tok", "moe_topk"),
+    "moe_intermediate_size": ("moe_intermediate_size", "expert_intermediate_size"),
 }
 _LAYER_INDEX = re.compile(r"(?:^|\.)(?:layers|h|blocks|layer)\.(\d+)\.")
 
@@ -68,6 +73,17 @@ class ModelShape:
     num_kv_heads: int | None = None
     intermediate_size: int | None = None
     vocab_size: int | None = None
+    # Mixture of experts (None / 0 for a dense model): experts per MoE layer, experts each token goes to,
+    # one expert's inner width, and every MoE layer's expert weights together (what ``ep`` splits).
+    num_experts: int | None = None
+    experts_per_token: int | None = None
+    moe_intermediate_size: int | None = None
+    expert_parameters: int = 0
+
+    @property
+    def is_moe(self) -> bool:
+        """Whether the model has mixture-of-experts layers with their experts' weights known."""
+        return bool(self.num_experts and self.num_experts > 1 and self.expert_parameters)
 
     @property
     def kv_size(self) -> int:
@@ -124,10 +140,23 @@ def shape_from_config(config: Mapping[str, Any], name: str = "config") -> ModelS
     kv = hidden * kv_heads // heads
     attention = hidden * hidden * 2 + hidden * kv * 2  # q and o, k and v
     mlp = (3 if gated else 2) * hidden * inner
+    experts, top_k, expert_inner, expert_block = _first(config, "num_experts"), None, None, 0
+    if experts is not None and experts > 1:
+        # Every layer a MoE layer (Mixtral's and Qwen-MoE's default): a router and num_experts gated
+        # MLPs of moe_intermediate_size (Mixtral's experts use intermediate_size), plus Qwen2-MoE's
+        # shared expert when the config has one.
+        top_k = _first(config, "experts_per_token") or 2
+        expert_inner = _first(config, "moe_intermediate_size") or inner
+        expert_block = experts * 3 * hidden * expert_inner
+        shared = config.get("shared_expert_intermediate_size")
+        mlp = (
+            hidden * experts + expert_block + (3 * hidden * shared + hidden if isinstance(shared, int) else 0)
+        )
     block = attention + mlp + 2 * hidden
     tied = bool(config.get("tie_word_embeddings", not gated))
     total = vocab * hidden * (1 if tied else 2) + layers * block + hidden
-    return ModelShape(name, total, block, hidden, layers, heads, int(kv_heads), inner, vocab)
+    return ModelShape(name, total, block, hidden, layers, heads, int(kv_heads), inner, vocab,
+                      experts, top_k, expert_inner, layers * expert_block)  # fmt: skip
 
 
 def _read_header(path: str) -> dict[str, Any]:
@@ -179,8 +208,23 @@ def shape_from_safetensors(path: str) -> ModelShape:
         (embeddings[0][0], embeddings[0][1]) if embeddings and len(embeddings[0]) == 2 else (None, None)
     )
     largest = max(blocks.values(), default=max((math.prod(s) for s in shapes.values()), default=0))
+    experts, expert_parameters = _experts_in_names(shapes)
     return ModelShape(os.path.basename(path.rstrip("/")), total, largest, hidden, len(blocks) or None,
-                      vocab_size=vocab)  # fmt: skip
+                      vocab_size=vocab, num_experts=experts, expert_parameters=expert_parameters)  # fmt: skip
+
+
+_EXPERT_INDEX = re.compile(r"\.experts\.(\d+)\.")
+
+
+def _experts_in_names(shapes: Mapping[str, list[int]]) -> tuple[int | None, int]:
+    """(experts per layer, expert weights of all layers) from a checkpoint's tensor names: per-expert
+    tensors (``experts.N.``) or fused ones stacked by expert (``experts.gate_up_proj`` of shape (E, ...))."""
+    names = [name for name in shapes if ".experts." in name]
+    if not names:
+        return None, 0
+    indices = {int(found.group(1)) for name in names if (found := _EXPERT_INDEX.search(name))}
+    count = len(indices) if indices else shapes[names[0]][0]
+    return (count if count > 1 else None), sum(math.prod(shapes[name]) for name in names)
 
 
 def shape_of_module(model: Any, name: str = "model") -> ModelShape:
@@ -194,14 +238,43 @@ def shape_of_module(model: Any, name: str = "model") -> ModelShape:
     for module in model.modules():
         if type(module).__name__ == "ModuleList":
             largest = max(largest, *(sum(p.numel() for p in child.parameters()) for child in module), 0)
+    experts, expert_parameters = _stacked_experts(model)
     config: Any = getattr(model, "config", None)
     values = config.to_dict() if hasattr(config, "to_dict") else {}
     try:
         dims = shape_from_config(values, name)
     except ModelShapeError:
-        return ModelShape(name, parameters, largest or parameters)
+        return ModelShape(name, parameters, largest or parameters, num_experts=experts,
+                          expert_parameters=expert_parameters)  # fmt: skip
     return ModelShape(name, parameters, largest or dims.largest_layer, dims.hidden_size, dims.num_layers,
-                      dims.num_heads, dims.num_kv_heads, dims.intermediate_size, dims.vocab_size)  # fmt: skip
+                      dims.num_heads, dims.num_kv_heads, dims.intermediate_size, dims.vocab_size,
+                      experts or dims.num_experts, dims.experts_per_token, dims.moe_intermediate_size,
+                      expert_parameters)  # fmt: skip
+
+
+def _routed(module: Any) -> bool:
+    """Whether ``module``'s forward takes the router's choices (the experts, not the router itself)."""
+    try:
+        params = inspect.signature(type(module).forward).parameters
+    except (TypeError, ValueError):
+        return False
+    return "top_k_index" in params and "top_k_weights" in params
+
+
+def _stacked_experts(model: Any) -> tuple[int | None, int]:
+    """(experts per layer, their weights in all layers) of the modules that follow the experts protocol
+    of ``ParallelismConfig(ep_size=...)``: an integer ``num_experts`` and their own parameters stacked
+    by expert (dim 0 of size ``num_experts``) and a forward taking ``top_k_index`` and ``top_k_weights``:
+    what ``ep`` splits."""
+    count, total = None, 0
+    for module in model.modules():
+        experts = getattr(module, "num_experts", None)
+        if not isinstance(experts, int) or isinstance(experts, bool) or experts < 2 or not _routed(module):
+            continue
+        stacked = [p for p in module.parameters(recurse=False) if p.dim() >= 1 and p.shape[0] == experts]
+        if stacked:
+            count, total = experts, total + sum(p.numel() for p in stacked)
+    return count, total
 
 
 def _call_builder(target: str) -> Any:
