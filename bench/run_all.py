@@ -30,6 +30,7 @@ from bench import (
     fsdp_checkpoint,
     fsdp_two_proc,
     parallel_nd,
+    sequence_parallel,
     startup,
     step_overhead,
 )
@@ -39,7 +40,9 @@ BENCHMARKS = [
     startup, step_overhead, ddp_two_proc, deepspeed_zero2, data_loading, collectives, checkpoint_io, checkpoint_large,
     big_modeling,
 ]  # fmt: skip
-BENCHMARKS += [fsdp_two_proc, fsdp_checkpoint, bnb_loading, parallel_nd, expert_parallel, fp8_ao, elastic]
+BENCHMARKS += [
+    fsdp_two_proc, fsdp_checkpoint, bnb_loading, parallel_nd, expert_parallel, sequence_parallel, fp8_ao, elastic,
+]  # fmt: skip
 BENCHMARKS += [fault_tolerance]
 
 
