@@ -66,8 +66,10 @@ def test_ep2_with_tp2_trains_to_the_one_process_parameters(kind: str) -> None:
             torch.testing.assert_close(mine, peer, rtol=0, atol=0)
     for key, value in expected.items():
         torch.testing.assert_close(results[0]["state"][key], value, rtol=1e-5, atol=1e-5, msg=key)
+    describe = results[0]["describe"]
     assert (
-        "experts split over ep=2" in results[0]["describe"] and "dp_shard=2 x tp=2" in results[0]["describe"]
+        "[dp_shard=2 x tp=2]: experts split over ep=2 (all-to-all token dispatch) and replicated over tp=2"
+        in describe
     )
 
 
