@@ -31,6 +31,7 @@ from bench import (
     fsdp_two_proc,
     parallel_nd,
     pipeline_pp,
+    sequence_parallel,
     startup,
     step_overhead,
 )
@@ -40,8 +41,8 @@ BENCHMARKS = [
     startup, step_overhead, ddp_two_proc, deepspeed_zero2, data_loading, collectives, checkpoint_io, checkpoint_large,
     big_modeling,
 ]  # fmt: skip
-BENCHMARKS += [fsdp_two_proc, fsdp_checkpoint, bnb_loading, parallel_nd, expert_parallel, pipeline_pp, fp8_ao]
-BENCHMARKS += [elastic, fault_tolerance]
+BENCHMARKS += [fsdp_two_proc, fsdp_checkpoint, bnb_loading, parallel_nd, expert_parallel, pipeline_pp]
+BENCHMARKS += [sequence_parallel, fp8_ao, elastic, fault_tolerance]
 
 
 def main() -> None:

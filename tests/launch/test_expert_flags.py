@@ -32,14 +32,24 @@ def test_the_yaml_key_sets_ep() -> None:
     ("flags", "match"),
     [
         ({"parallelism_config_dp_shard_size": 2, "parallelism_config_ep_size": 4}, r"ep_size must divide dp_shard_size"),
-        ({"parallelism_config_dp_shard_size": 1, "parallelism_config_tp_size": 2, "parallelism_config_ep_size": 2},
-         r"ep with tp is not supported yet"),
+        ({"parallelism_config_dp_shard_size": 1, "parallelism_config_sp_size": 2, "parallelism_config_ep_size": 2},
+         r"ep with sp is not supported yet"),
         ({"parallelism_config_dp_shard_size": 2, "parallelism_config_ep_size": 0}, r"at least 1"),
     ],
 )  # fmt: skip
 def test_bad_expert_settings_are_refused_before_anything_starts(flags: dict[str, object], match: str) -> None:
     with pytest.raises(LaunchError, match=match):
         cpu_plan(2, **ON, **flags)
+
+
+def test_ep_composes_with_tp() -> None:
+    flags = {
+        "parallelism_config_dp_shard_size": 2,
+        "parallelism_config_tp_size": 2,
+        "parallelism_config_ep_size": 2,
+    }
+    env = cpu_plan(4, **ON, **flags).child_env
+    assert (env["PARALLELISM_CONFIG_EP_SIZE"], env["PARALLELISM_CONFIG_TP_SIZE"]) == ("2", "2")
 
 
 def test_dry_run_prints_the_ep_coordinate() -> None:

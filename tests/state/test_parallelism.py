@@ -75,7 +75,7 @@ def test_to_json_round_trips_sizes_and_handlers() -> None:
         ({"cp_backend": "ring"}, "cp_backend='ring'"),
         ({"cp_size": 2, "sp_size": 2}, "use one of them"),
         ({"ep_size": 0}, "ep_size=0"),
-        ({"ep_size": 2, "tp_size": 2}, r"ep_size=2, tp_size=2\): ep with tp is not supported yet"),
+        ({"ep_size": 2, "pp_size": 2}, r"ep_size=2, pp_size=2\): ep with pp is not supported yet"),
         ({"ep_size": 2, "sp_size": 2}, "ep with sp is not supported yet"),
     ],
 )

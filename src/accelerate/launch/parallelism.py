@@ -197,11 +197,11 @@ def _check_experts(settings: dict[str, Setting], size: Mapping[str, int]) -> Non
     ep = settings[size_name(EXPERT_DIM)]
     if int(ep.value) <= 1:
         return
-    for dim in ("tp", "cp", "sp", "pp"):
+    for dim in ("cp", "sp", "pp"):
         if size.get(dim, 1) > 1:
             raise LaunchError(
                 f"{_where(ep)} and {_where(settings[size_name(dim)])}: ep with {dim} is not supported yet (expert "
-                f"parallelism composes with dp_shard and dp_replicate only); set parallelism_config_{dim}_size to 1."
+                f"parallelism composes with dp_shard, dp_replicate and tp); set parallelism_config_{dim}_size to 1."
             )
     shard = settings[size_name("dp_shard")]
     if size["dp_shard"] % int(ep.value):

@@ -132,15 +132,16 @@ class ParallelismConfig:
 
     def _check_expert_composition(self) -> None:
         # ep is carved from dp_shard: the expert all-to-all runs between ranks that read different
-        # batches. The dimensions that split one batch (cp, sp), the model (tp) or the layers (pp) would
-        # need the exchange to run per slice or per stage; not built yet.
+        # batches. With tp each tensor-parallel rank exchanges with its own expert group (the experts are
+        # replicated over tp, see backends/parallel/experts.py). The dimensions that split one batch (cp,
+        # sp) or the layers (pp) would need the exchange to run per slice or per stage; not built yet.
         if not self.ep_enabled:
             return
-        for dim in ("tp", "cp", "sp", "pp"):
+        for dim in ("cp", "sp", "pp"):
             if self._size(dim) > 1:
                 raise ValueError(
                     f"ParallelismConfig(ep_size={self.ep_size}, {dim}_size={self._size(dim)}): ep with {dim} is not "
-                    f"supported yet (expert parallelism composes with dp_shard_size and dp_replicate_size only). "
+                    f"supported yet (expert parallelism composes with dp_shard_size, dp_replicate_size and tp_size). "
                     f"Set {dim}_size=1 and give those processes to dp_shard_size, which ep is carved from."
                 )
 

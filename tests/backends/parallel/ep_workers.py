@@ -113,6 +113,36 @@ def make(kind: str) -> nn.Module:
     return TinyMoE()
 
 
+def apply_tp(model: nn.Module, kind: str, tp_mesh: Any) -> None:
+    """A tensor-parallel plan for the non-expert weights: our model's embedding (rows) and head (columns,
+    gathered), a transformers model's attention (q/k/v by heads, o by rows, the per-head norms replicated
+    with their gradients summed over tp). The experts stay whole."""
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        SequenceParallel,
+        parallelize_module,
+    )
+
+    if kind in ("own", "skewed"):
+        plan = {
+            "embed": RowwiseParallel(input_layouts=Replicate()),
+            "head": ColwiseParallel(output_layouts=Replicate()),
+        }
+    else:
+        plan = {}
+        for i in range(2):
+            for name in ("q_proj", "k_proj", "v_proj"):
+                plan[f"model.layers.{i}.self_attn.{name}"] = ColwiseParallel()
+            plan[f"model.layers.{i}.self_attn.o_proj"] = RowwiseParallel()
+            for name in ("q_norm", "k_norm"):  # per head: its weight's gradient sums over the tp ranks' heads
+                plan[f"model.layers.{i}.self_attn.{name}"] = SequenceParallel(
+                    sequence_dim=2, use_local_output=True
+                )
+    parallelize_module(model, tp_mesh, plan)
+
+
 def samples(count: int) -> list[dict[str, torch.Tensor]]:
     generator = torch.Generator().manual_seed(1)
     ids = torch.randint(0, VOCAB, (count, SEQ), generator=generator)
@@ -155,6 +185,8 @@ def train(
         gradient_accumulation_steps=ACCUM,  # type: ignore[arg-type]
     )
     model = make(kind)
+    if sizes.get("tp_size", 1) > 1:
+        apply_tp(model, kind, accelerator.torch_device_mesh["tp"])
     optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
     shards = accelerator.state.run.data_shards[0]
     loader = DataLoader(samples(STEPS * ACCUM * PER_RANK * shards), batch_size=PER_RANK)
@@ -194,6 +226,9 @@ def train(
         "local_experts": local,
         "received": arrivals,
         "expert_meshes": sharded,
+        "expert_pieces": [
+            p.to_local().detach().clone() for n, p in model.named_parameters() if "experts." in n
+        ],
         "describe": accelerator.strategy.describe(),
     }
 

@@ -58,14 +58,23 @@ def make_llama(kv_heads: int = 2) -> Any:
     return LlamaForCausalLM(config)
 
 
-def samples(count: int) -> list[dict[str, torch.Tensor]]:
-    """Token sequences whose labels ignore a few positions (so slices hold different target counts)."""
+def samples(count: int, padded: bool = False) -> list[dict[str, torch.Tensor]]:
+    """Token sequences whose labels ignore a few positions (so slices hold different target counts).
+
+    ``padded``: sequences of different real lengths (8, 5, 3, 6, ...) padded on the right with token 0,
+    ``attention_mask`` 0 and labels -100 there (a slice may hold only padding)."""
     generator = torch.Generator().manual_seed(5)
     ids = torch.randint(0, 32, (count, SEQ), generator=generator)
     labels = ids.clone()
     labels[:, :3] = -100  # a prompt that is not trained on: the first slice has fewer real targets
-    labels[::2, -2:] = -100
-    return [{"input_ids": ids[i], "labels": labels[i]} for i in range(count)]
+    if not padded:
+        labels[::2, -2:] = -100
+        return [{"input_ids": ids[i], "labels": labels[i]} for i in range(count)]
+    mask = torch.ones_like(ids)
+    for i in range(count):
+        real = (SEQ, 5, 3, 6)[i % 4]
+        ids[i, real:], labels[i, real:], mask[i, real:] = 0, -100, 0
+    return [{"input_ids": ids[i], "labels": labels[i], "attention_mask": mask[i]} for i in range(count)]
 
 
 def make_qwen3() -> Any:
@@ -110,12 +119,12 @@ def saved_bytes(sizes: dict[str, int], length: int) -> int:
 
 
 def reference(
-    shards: int, kv_heads: str | int = 2, steps: int = STEPS, accum: int = ACCUM
+    shards: int, kv_heads: str | int = 2, steps: int = STEPS, accum: int = ACCUM, padded: bool = False
 ) -> tuple[dict[str, torch.Tensor], list[float], list[float]]:
     """One process: each micro-step is the mean of the data shards' (whole-sequence) losses."""
     model = _model(kv_heads)
     optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
-    data = samples(steps * accum * PER_RANK * shards)
+    data = samples(steps * accum * PER_RANK * shards, padded)
     losses, norms = [], []
     for step in range(steps):
         for micro in range(accum):
@@ -133,14 +142,16 @@ def reference(
     return {k: v.detach().clone() for k, v in model.state_dict().items()}, losses, norms
 
 
-def train(sizes: dict[str, int], kv_heads: str | int = 2, save_to: str | None = None) -> dict[str, Any]:
+def train(
+    sizes: dict[str, int], kv_heads: str | int = 2, save_to: str | None = None, padded: bool = False
+) -> dict[str, Any]:
     """Trains STEPS steps of ACCUM micro-batches under ``sizes``; reports the state, losses and norms."""
     config = ParallelismConfig(**sizes)  # type: ignore[arg-type]
     accelerator = Accelerator(cpu=True, parallelism_config=config, gradient_accumulation_steps=ACCUM)
     model = _model(kv_heads)
     optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
     shards = accelerator.state.run.data_shards[0]
-    loader = DataLoader(samples(STEPS * ACCUM * PER_RANK * shards), batch_size=PER_RANK)
+    loader = DataLoader(samples(STEPS * ACCUM * PER_RANK * shards, padded), batch_size=PER_RANK)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
     losses, norms, widths = [], [], []
     for batch in loader:

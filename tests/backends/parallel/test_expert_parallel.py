@@ -50,6 +50,29 @@ def test_four_processes_with_ep2_train_to_the_one_process_parameters(sizes: dict
         torch.testing.assert_close(results[0]["state"][key], value, rtol=1e-5, atol=1e-5, msg=key)
 
 
+# ep with tp: dp_shard=2 x tp=2, ep=2 carved from dp_shard. tp splits the embedding and head (ours) or the
+# attention (Qwen3-MoE); each tp rank dispatches over its own expert group, the experts replicated over tp.
+@pytest.mark.parametrize("kind", ["own", "qwen3_moe"])
+def test_ep2_with_tp2_trains_to_the_one_process_parameters(kind: str) -> None:
+    results = get_pool(4).run(w.train, {"dp_shard_size": 2, "tp_size": 2, "ep_size": 2}, kind, timeout=300)
+    expected, norms = w.reference(kind, 2)
+    for result in results:
+        assert result["norms"] == pytest.approx(norms, rel=1e-5)
+        assert result["local_experts"] == [(w.EXPERTS // 2, *result["local_experts"][0][1:])] * 2
+    for rank in (1, 3):  # the tp peers' replicated experts stayed equal (ranks 0, 1 and 2, 3 are tp pairs)
+        for mine, peer in zip(
+            results[rank]["expert_pieces"], results[rank - 1]["expert_pieces"], strict=True
+        ):
+            torch.testing.assert_close(mine, peer, rtol=0, atol=0)
+    for key, value in expected.items():
+        torch.testing.assert_close(results[0]["state"][key], value, rtol=1e-5, atol=1e-5, msg=key)
+    describe = results[0]["describe"]
+    assert (
+        "[dp_shard=2 x tp=2]: experts split over ep=2 (all-to-all token dispatch) and replicated over tp=2"
+        in describe
+    )
+
+
 def test_an_ep2_state_loads_under_ep1_ep4_and_sharded_experts_and_save_model_writes_whole_experts(
     tmp_path: Path,
 ) -> None:

@@ -38,12 +38,22 @@ def test_given_position_ids_and_other_per_token_tensors_are_sliced_the_rest_pass
     assert out["input_ids"].is_contiguous() and out["shift_labels"].is_contiguous()
 
 
+def test_right_padding_is_dropped_with_the_mask_and_its_targets_stay_ignored() -> None:
+    padded = _batch()
+    padded["attention_mask"][1, -3:] = 0  # row 1: five real tokens, three pads
+    padded["labels"][1, -3:] = -100
+    first, second = (SequenceSlicer(rank, 2)(padded) for rank in (0, 1))
+    assert "attention_mask" not in first and "attention_mask" not in second
+    assert second["shift_labels"][1].tolist() == [-100, -100, -100, -100]  # token 4's target is a pad
+    assert int(first["num_items_in_batch"]) == 12 - 3  # the whole batch's real targets
+
+
 def test_batches_that_cannot_be_sliced_are_errors_saying_what_to_do() -> None:
     with pytest.raises(ValueError, match="length is 8 \\(not divisible by 3\\).*pad_to_multiple_of=3"):
         SequenceSlicer(0, 3)(_batch())
     padded = _batch()
-    padded["attention_mask"][0, -2:] = 0
-    with pytest.raises(ValueError, match="padding in its attention_mask"):
+    padded["attention_mask"][0, :2] = 0  # left padding: real tokens would attend to it
+    with pytest.raises(ValueError, match="padding before real tokens.*padding_side='right'"):
         SequenceSlicer(0, 2)(padded)
     with pytest.raises(TypeError, match="dict batches with 'input_ids'.*yields tuple"):
         SequenceSlicer(0, 2)((torch.zeros(2, 8),))

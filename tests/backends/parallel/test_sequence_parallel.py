@@ -26,6 +26,19 @@ def test_sp2_trains_to_the_one_process_parameters(kv_heads: int | str) -> None:
         torch.testing.assert_close(results[0]["state"][key], value, rtol=1e-5, atol=1e-5, msg=key)
 
 
+# Right-padded batches (attention_mask 0 and labels -100 on the padding, real lengths 8, 5, 3, 6; the
+# 3-token sequence's second slice is all padding): the loss is the mean over the whole batch's real
+# targets, as the one-process run with the attention mask computes it.
+def test_sp2_with_padded_batches_trains_to_the_one_process_parameters() -> None:
+    results = get_pool(2).run(w.train, {"sp_size": 2}, 2, None, True, timeout=300)
+    expected, losses, norms = w.reference(1, 2, padded=True)
+    for result in results:
+        assert result["losses"] == pytest.approx(losses, rel=1e-5)
+        assert result["norms"] == pytest.approx(norms, rel=1e-5)
+    for key, value in expected.items():
+        torch.testing.assert_close(results[0]["state"][key], value, rtol=1e-5, atol=1e-5, msg=key)
+
+
 def test_dp_shard2_x_sp2_trains_to_the_one_process_parameters() -> None:
     results = get_pool(4).run(w.train, {"dp_shard_size": 2, "sp_size": 2}, timeout=300)
     expected, losses, norms = w.reference(2)

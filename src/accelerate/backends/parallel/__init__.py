@@ -23,8 +23,8 @@ sequence's; the prepared loader gives each sp rank its slice of every sequence. 
 ``dp_shard x sp``.
 ``experts`` and ``expert_dispatch``: expert parallelism (``ep_size``, carved from ``dp_shard``, so no
 mesh dimension of its own): before FSDP2, every experts module (the protocol in ``experts``) keeps
-this rank's slice of its stacked weights (DTensors on an ``(ep_replicate, ep)`` mesh, FSDP2 units of
-their own over ``ep_replicate`` when several ranks hold them) and its forward exchanges tokens by
+this rank's slice of its stacked weights (DTensors on an ``(ep_replicate, ep[, tp])`` mesh, replicated
+over ``tp``, FSDP2 units of their own over ``ep_replicate`` when several ranks hold them) and its forward exchanges tokens by
 all-to-all; the model's FSDP units ignore those weights.
 ``pipeline`` (``pp_size > 1``, instead of the steps above; with ``dp_replicate`` only): the model cut
 into stages, trained by a ``torch.distributed.pipelining`` schedule (``pipeline_model``), checkpointed

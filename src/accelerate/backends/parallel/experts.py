@@ -18,6 +18,16 @@ checkpoints hold whole experts and reshard to any ``ep``), and makes its forward
 :func:`~accelerate.backends.parallel.expert_dispatch.dispatch_to_experts`, which calls the module's
 own forward on the tokens that reach its local experts.
 
+**With tensor parallelism** (``tp_size > 1``) the experts are replicated over ``tp``, not split:
+the ranks of a tensor-parallel group read the same batch and hold the same (replicated) hidden
+states between the tensor-parallel layers, so each ``tp`` rank dispatches them over its own expert
+group (the ``ep`` ranks with its ``tp`` coordinate) and gets the same expert gradients as its ``tp``
+peers, which stay equal without any exchange over ``tp``. Splitting each expert's intermediate
+dimension over ``tp`` as well (Megatron's expert tensor parallelism) would cut the experts' compute
+and memory by ``tp`` more, but fused weights such as ``gate_up_proj`` interleave two projections in
+one dimension, which a ``Shard`` placement cannot express, and it needs the model's own protocol to
+name which dimension is the intermediate one; replication needs neither and is exact.
+
 **Gradients.** The expert parameters are not the model's FSDP units' (their ``ignored_params``):
 after the exchange, an expert's gradient on its rank holds the contributions of the tokens of every
 rank of its expert group. :class:`ExpertGradients` sums it over the ranks that hold the same experts
@@ -79,16 +89,22 @@ def experts_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
 
 
 def expert_mesh(config: Any, device_type: str) -> Any:
-    """The 2-D mesh ``(ep_replicate, ep)`` over the data-parallel ranks: an ``ep`` row exchanges tokens;
-    an ``ep_replicate`` column holds the same experts.
+    """The mesh ``(ep_replicate, ep)`` over the data-parallel ranks, ``(ep_replicate, ep, tp)`` with
+    tensor parallelism: an ``ep`` row exchanges tokens; an ``ep_replicate`` column holds the same experts.
 
     ``ep`` is the inner factor of ``dp_shard`` (ranks fill the mesh row-major), so the ranks of one
-    expert group are neighbours, as the launcher's ``--dry_run`` prints them.
+    expert group are neighbours on the data-parallel grid, as the launcher's ``--dry_run`` prints them.
+    ``tp`` is innermost, as on the run's mesh: each tensor-parallel rank has its own expert group, the
+    ranks of the other data shards that share its ``tp`` coordinate.
     """
     from torch.distributed.device_mesh import init_device_mesh
 
     ep = int(config.ep_size)
     world = int(config.data_parallel_size)
+    tp = int(config.tp_size) if config.tp_enabled else 1
+    if tp > 1:
+        shape, names = (world // ep, ep, tp), ("ep_replicate", "ep", "tp")
+        return init_device_mesh(device_type, shape, mesh_dim_names=names)
     return init_device_mesh(device_type, (world // ep, ep), mesh_dim_names=("ep_replicate", "ep"))
 
 

@@ -8,7 +8,10 @@ coordinate). :class:`SequenceSlicer` then keeps this rank's ``seq / sp`` tokens 
   not to shift again (transformers' causal-LM loss takes ``shift_labels=``);
 - ``position_ids`` are the slice's global positions (rotary embeddings see where the tokens are);
 - ``num_items_in_batch`` is the number of real (not ``-100``) targets of the *whole* sequence, so each
-  rank's loss is its slice's sum over the whole sequence's count.
+  rank's loss is its slice's sum over the whole sequence's count;
+- an ``attention_mask`` is dropped when its padding is on the right (sequences of different lengths
+  padded at the end, labels ``-100`` there): causal attention never lets a real token read a later
+  pad. Padding before real tokens (left padding) is refused.
 
 :func:`whole_sequence_loss` (a forward hook on the prepared model) makes the loss the model returns
 the whole sequence's: its value is the sum over the sp group, and its gradient is ``sp`` times the
@@ -54,19 +57,22 @@ class SequenceSlicer:
                 f"of {self.size} (labels -100 on the padding), e.g. pad_to_multiple_of={self.size} in the collator."
             )
         mask = batch.get("attention_mask")
-        if mask is not None and not bool(mask.all()):
+        if mask is not None and not _right_padded(mask):
             raise ValueError(
-                f"ParallelismConfig(sp_size={self.size}): this batch has padding in its attention_mask, which "
-                "sequence-parallel attention cannot apply (each rank sees only its slice of the mask). Pad on the "
-                "right with labels -100 and drop attention_mask (causal attention never reads later padding), "
-                "or pack sequences without padding."
+                f"ParallelismConfig(sp_size={self.size}): this batch's attention_mask has padding before real "
+                "tokens (left padding, or gaps), which sequence-parallel attention cannot apply (each rank sees "
+                "only its slice of the mask, and attention runs causally over the whole sequence). Pad on the "
+                "right (padding_side='right', labels -100 on the padding), or pack sequences without padding."
             )
         width = length // self.size
         part = slice(self.rank * width, (self.rank + 1) * width)
         out: dict[str, Any] = {}
         for name, value in batch.items():
             if name in ("attention_mask", "labels", "shift_labels"):
-                continue  # dropped (all ones) / sliced as shift_labels below
+                # The mask is dropped: with padding only on the right, causal attention over the whole
+                # sequence never lets a real token read a pad (the pads' own outputs differ, but their
+                # targets are -100 and the last real token's target is the first pad's label).
+                continue
             per_token = (
                 isinstance(value, torch.Tensor)
                 and value.dim() >= 2
@@ -88,6 +94,15 @@ class SequenceSlicer:
             out["labels"] = out["shift_labels"]
             out.setdefault("num_items_in_batch", (shifted != IGNORE_INDEX).sum())
         return out
+
+
+def _right_padded(mask: torch.Tensor) -> bool:
+    """Whether every row of a ``(rows, seq)`` mask is ones then zeros (padding only at the end)."""
+    flags = mask.to(torch.bool)
+    if bool(flags.all()):
+        return True
+    # Non-increasing along the sequence: no real token after a pad.
+    return not bool((flags[:, 1:] & ~flags[:, :-1]).any())
 
 
 def whole_sequence_loss(

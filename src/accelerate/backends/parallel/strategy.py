@@ -123,6 +123,8 @@ class ParallelStrategy(FSDPStrategy):
         split = "Ulysses sequence parallel on sp" if self.config.sp_enabled else "tensor parallel on tp"
         if self.config.ep_enabled:
             split = f"experts split over ep={self.config.ep_size} (all-to-all token dispatch)"
+            if self.config.tp_enabled:  # the experts whole on each tp rank, the other weights' plan on tp
+                split += f" and replicated over tp={self.config.tp_size}, tensor parallel on tp"
         return f"parallelism mesh [{mesh}]: {split}, {fsdp}"
 
     def setup_optimizer(self, optimizer: torch.optim.Optimizer) -> None:

@@ -148,7 +148,8 @@ def _transformers_attention(
     """transformers' attention-interface signature: (b, heads, seq/n, d) in, (b, seq/n, heads, d) out.
 
     ``attention_mask`` is ignored: transformers built it for this rank's slice, while attention runs
-    over the whole sequence, where ``is_causal`` masks (padding masks are refused when batches are sliced).
+    over the whole sequence, where ``is_causal`` masks (sliced batches have no padding, or padding on
+    the right only, which no real token reads).
     """
     group = sequence_parallel_group()
     n = _size(group) if group is not None else 1
