@@ -228,3 +228,27 @@ def refusals() -> dict[str, str]:
 
 def _odd_length(chunk: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     return {key: torch.stack([s[key][:-1] for s in chunk]) for key in chunk[0]}
+
+
+def trainer_under_sp() -> str:
+    """transformers' Trainer with the native sp: the error it gets (its loss would be sp_size**2 too large)."""
+    import tempfile
+
+    from transformers import Trainer, TrainingArguments
+
+    with tempfile.TemporaryDirectory() as out:
+        args = TrainingArguments(
+            output_dir=out,
+            per_device_train_batch_size=PER_RANK,
+            max_steps=1,
+            report_to=[],
+            use_cpu=True,
+            parallelism_config=ParallelismConfig(sp_size=2),
+        )
+        trainer = Trainer(model=make_llama(), args=args, train_dataset=samples(8))
+        try:
+            trainer.train()
+        except NotImplementedError as error:
+            return str(error)
+    return "trained"
+

@@ -93,3 +93,11 @@ def test_each_rank_keeps_about_half_the_activations_under_sp2() -> None:
     halves = get_pool(2).run(w.saved_bytes, {"sp_size": 2}, 512, timeout=300)
     for half in halves:
         assert 0.45 < half / whole < 0.6, (half, whole)
+
+
+# transformers' Trainer assumes DeepSpeed's Ulysses loader under sp (measured: loss 4x at sp=2): a clear
+# refusal instead of a silently wrong run.
+def test_transformers_trainer_under_native_sp_is_refused_naming_why() -> None:
+    for message in get_pool(2).run(w.trainer_under_sp, timeout=300):
+        assert "Trainer" in message and "sp_size=2" in message and "sp_backend='deepspeed'" in message
+

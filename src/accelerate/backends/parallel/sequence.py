@@ -144,6 +144,31 @@ def apply_sequence_parallel(model: torch.nn.Module, config: Any) -> None:
             "False. Use a model whose loss takes num_items_in_batch (transformers' causal LMs do), or leave "
             "sp_size unset."
         )
+    if _called_by_transformers_trainer():
+        # Its sequence-parallel code is written for DeepSpeed's Ulysses loader (each process reads
+        # its own samples and the group works through all of them): it divides num_items_in_batch by
+        # sp_size, scales the loss by the process count and counts sp_size times more batches. Under
+        # our loader that trains on a loss sp_size**2 too large: refuse rather than train wrong.
+        raise NotImplementedError(
+            f"transformers' Trainer with ParallelismConfig(sp_size={config.sp_size}, "
+            f"sp_backend={config.sp_backend!r}) is not supported: Trainer's sequence-parallel code assumes "
+            "DeepSpeed's Ulysses loader and would train on a loss sp_size**2 times too large with this one. "
+            "Use sp_backend='deepspeed' with a DeepSpeed config, or write the loop with Accelerator "
+            "(see docs/how-to/nd-parallelism.md)."
+        )
     group = config.device_mesh["sp"].get_group()
     apply_ulysses(model, group)
     model.register_forward_hook(functools.partial(whole_sequence_loss, group=group), with_kwargs=True)
+
+
+def _called_by_transformers_trainer() -> bool:
+    """Whether ``prepare`` was called from transformers' Trainer (a frame of ``transformers.trainer``)."""
+    import sys
+
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_globals.get("__name__") == "transformers.trainer":
+            return True
+        frame = frame.f_back
+    return False
+
