@@ -251,4 +251,3 @@ def trainer_under_sp() -> str:
         except NotImplementedError as error:
             return str(error)
     return "trained"
-

@@ -100,4 +100,3 @@ def test_each_rank_keeps_about_half_the_activations_under_sp2() -> None:
 def test_transformers_trainer_under_native_sp_is_refused_naming_why() -> None:
     for message in get_pool(2).run(w.trainer_under_sp, timeout=300):
         assert "Trainer" in message and "sp_size=2" in message and "sp_backend='deepspeed'" in message
-

@@ -164,11 +164,11 @@ def apply_sequence_parallel(model: torch.nn.Module, config: Any) -> None:
 def _called_by_transformers_trainer() -> bool:
     """Whether ``prepare`` was called from transformers' Trainer (a frame of ``transformers.trainer``)."""
     import sys
+    import types
 
-    frame = sys._getframe(1)
+    frame: types.FrameType | None = sys._getframe(1)
     while frame is not None:
         if frame.f_globals.get("__name__") == "transformers.trainer":
             return True
         frame = frame.f_back
     return False
-
