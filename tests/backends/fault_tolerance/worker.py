@@ -1,8 +1,12 @@
-"""One replica group of the chaos check (``chaos.py`` starts three): the five-line loop, unchanged.
+"""One process of a replica group of the chaos check (``chaos.py`` starts three groups): the five-line
+loop, unchanged.
 
-argv: out_dir group_id num_groups lighthouse role, where role is ``survivor``, ``victim`` (pauses
-after the forward of step KILL_STEP and writes ``victim_ready`` so the harness SIGKILLs it
-mid-step) or ``restarted`` (the victim's replacement: it heals from a peer and rejoins).
+argv: out_dir group_id num_groups lighthouse role, where role is ``survivor``, ``victim`` (its last
+process pauses after the forward of step KILL_STEP and writes ``victim_ready`` so the harness
+SIGKILLs it mid-step) or ``restarted`` (the victim's replacement: it heals from a peer and rejoins).
+A group of several processes runs under ``accelerate launch --num_processes N``; the victim's
+launcher restarts the whole group after the kill, and its processes then run as ``restarted``.
+Files are named ``{kind}_{group}_{rank}_{role}``.
 """
 
 from __future__ import annotations
@@ -39,19 +43,25 @@ def main() -> None:
         replica_group_id=group, num_replica_groups=groups, lighthouse_address=lighthouse,
         min_replicas=2, heartbeat_ms=50, timeout_s=20.0, quorum_timeout_s=30.0,
     )  # fmt: skip
+    if role == "victim" and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0:
+        role = "restarted"  # the launcher restarted the victim's group
     accelerator = Accelerator(cpu=True, kwargs_handlers=[settings])
+    rank, size = accelerator.process_index, accelerator.num_processes
+    name = f"{group}_{rank}_{role}"
     model = make_model()
     model, optimizer, loader = accelerator.prepare(model, make_optimizer(model), make_loader())
     runtime = accelerator.strategy.runtime  # the test reads what each step drew and committed
-    steps = out / f"steps_{group}_{role}.jsonl"
-    (out / f"started_{group}_{role}").write_text(str(os.getpid()))
+    steps = out / f"steps_{name}.jsonl"
+    (out / f"started_{name}").write_text(str(os.getpid()))
     if role != "restarted":  # start together, so the first quorum has every group (the kill step then has 3)
         for other in range(groups):
-            _wait_for(out / f"started_{other}_{'victim' if other == group_of_victim(groups) else 'survivor'}")
+            _wait_for(
+                out / f"started_{other}_0_{'victim' if other == group_of_victim(groups) else 'survivor'}"
+            )
     with steps.open("w") as log:
         for batch in loader:
             loss = loss_of(model, batch)
-            if role == "victim" and runtime.manager.current_step() == KILL_STEP:
+            if role == "victim" and rank == size - 1 and runtime.manager.current_step() == KILL_STEP:
                 (out / "victim_ready").write_text(str(os.getpid()))
                 time.sleep(600)  # SIGKILLed here, mid-step
             accelerator.backward(loss)
@@ -69,13 +79,11 @@ def main() -> None:
             ):
                 # Down a group: wait until its replacement is about to ask for a quorum, so the run
                 # cannot end before it rejoins (the harness restarts it once this step is logged).
-                _wait_for(out / f"started_{group_of_victim(groups)}_restarted")
+                _wait_for(out / f"started_{group_of_victim(groups)}_0_restarted")
     unwrapped = accelerator.unwrap_model(model)
-    torch.save(
-        {k: v.detach().clone() for k, v in unwrapped.state_dict().items()}, out / f"params_{group}_{role}.pt"
-    )
+    torch.save({k: v.detach().clone() for k, v in unwrapped.state_dict().items()}, out / f"params_{name}.pt")
     heal_s = runtime.transport.last_receive_s if runtime.transport is not None else None
-    (out / f"heal_{group}_{role}.json").write_text(json.dumps({"heal_s": heal_s}))
+    (out / f"heal_{name}.json").write_text(json.dumps({"heal_s": heal_s}))
     accelerator.strategy.release()
 
 

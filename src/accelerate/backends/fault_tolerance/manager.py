@@ -89,11 +89,17 @@ def build_manager(
     state_dict: Callable[[], Any],
     load_state_dict: Callable[[Any], None],
     store_port: int,
+    group_rank: int = 0,
+    group_size: int = 1,
 ) -> tuple[Manager, TensorTransport]:
-    """One replica group's manager (group size 1), its healing transport, the state functions registered.
+    """The manager of one process of a replica group, its healing transport, the state functions registered.
 
-    ``store_port`` is a TCPStore this group's processes share (the group's rendezvous; torchft
-    keeps each quorum's keys under a prefix of the quorum leader's store).
+    ``store_port`` is a TCPStore this group's processes share (the group's rendezvous, on
+    ``bind_address``: group rank 0's manager publishes its server's address there, and torchft
+    keeps each quorum's keys under a prefix of the quorum leader's store). In a group of several
+    processes every one has its own manager client (``group_rank`` of ``group_size``); rank 0's
+    runs the group's quorum server, which asks the lighthouse once all of them ask it, and each
+    rank's gloo group joins the same-rank processes of the other groups (torchft's per-rank model).
     """
     timeout = timedelta(seconds=settings.timeout_s)
     pg = BoundGloo(settings.bind_address, timeout)
@@ -108,8 +114,8 @@ def build_manager(
             timeout=timeout,
             quorum_timeout=timedelta(seconds=settings.quorum_timeout_s),
             connect_timeout=timeout,
-            rank=0,
-            world_size=1,
+            rank=group_rank,
+            world_size=group_size,
             store_addr=settings.bind_address,
             store_port=store_port,
             lighthouse_addr=settings.lighthouse_url,

@@ -9,8 +9,10 @@ A step runs in this order (the user's loop does not change):
    participating rank ``r``, where ``p`` counts the batches committed so far this epoch. ``p`` lives
    in torchft's state (``batches_committed``), so every group in the quorum, a healed one included,
    agrees on it.
-3. **Average** (``comm_hook``): the summed gradient, divided by the number of groups that trained a
-   real batch. An error (a peer died mid-exchange) is reported to the manager, never raised, and the
+3. **Average** (``comm_hook``): inside a group of several processes, the mean of its processes'
+   gradients (each trained its part of the group's batch); then across the groups, each process with
+   the same-rank processes of the others (torchft's per-rank model), the sum divided by the number of
+   groups that trained a real batch. An error (a peer died mid-exchange) is reported to the manager, never raised, and the
    gradient is zeroed.
 4. **Commit** (``optimizer_step``): the optimizer steps only if every group's ``should_commit``
    agrees; otherwise the step is skipped and logged, and its batches go back to the pool (``p`` did
@@ -52,8 +54,13 @@ class StepRecord:
 class Runtime:
     """The manager of this replica group and the objects whose state heals with it."""
 
-    def __init__(self, settings: FaultToleranceKwargs) -> None:
+    def __init__(self, settings: FaultToleranceKwargs, group_rank: int = 0, group_size: int = 1) -> None:
+        if not 0 <= group_rank < group_size:
+            raise ValueError(f"Runtime(group_rank={group_rank}) must lie in [0, group_size={group_size}).")
         self.settings = settings
+        # This process within its replica group (the launch's processes; torch.distributed's default
+        # group is the group's own), and how many processes the group has.
+        self.group_rank, self.group_size = group_rank, group_size
         self.models: list[torch.nn.Module] = []
         self.optimizers: list[torch.optim.Optimizer] = []
         self.epoch = 0
@@ -73,11 +80,18 @@ class Runtime:
         if self.manager is None:
             from accelerate.backends.fault_tolerance.manager import bound_store, build_manager
 
-            # The group's rendezvous store (one process per group: this one is its master).
-            self._store = bound_store(self.settings.bind_address)
+            # The group's rendezvous store: group rank 0 hosts it, the others learn its port from rank 0.
+            port = torch.zeros(1, dtype=torch.int64)
+            if self.group_rank == 0:
+                self._store = bound_store(self.settings.bind_address)
+                port[0] = int(self._store.port)
+            if self.group_size > 1:
+                import torch.distributed as dist
+
+                dist.broadcast(port, src=0)
             self.manager, self.transport = build_manager(
                 self.settings, state_dict=self.state_dict, load_state_dict=self.load_state_dict,
-                store_port=self._store.port,
+                store_port=int(port.item()), group_rank=self.group_rank, group_size=self.group_size,
             )  # fmt: skip
             if self._resumed is not None:
                 self.manager.load_state_dict(
@@ -160,6 +174,13 @@ class Runtime:
         self.begin_step()
         manager = self.manager
         buffer: torch.Tensor = bucket.buffer()
+        if self.group_size > 1:
+            import torch.distributed as dist
+
+            # Inside the group first (its own processes, each on its part of the group's batch); a
+            # failure here means a process of this group died, and the launcher restarts the group.
+            dist.all_reduce(buffer)
+            buffer.div_(self.group_size)
         if self._weight == 0.0:
             buffer.zero_()  # a padding slot adds nothing
         manager.allreduce(buffer, reduce_op=ReduceOp.SUM).wait()  # records an error instead of raising

@@ -1,8 +1,9 @@
-"""The fault-tolerant strategy: one process per replica group, gradients averaged through torchft.
+"""The fault-tolerant strategy: replica groups of one or more processes, gradients averaged through torchft.
 
-``prepare`` wraps the model in torch's DDP over a one-process stand-in group, with a comm hook of
-ours (``Runtime.comm_hook``) that averages each gradient bucket across the healthy replica groups
-through torchft's manager and reports an error to it instead of raising. torchft's own DDP wrapper
+``prepare`` wraps the model in torch's DDP over the group's own processes (a one-process stand-in
+when it has one), with a comm hook of ours (``Runtime.comm_hook``) that averages each gradient
+bucket inside the group, then across the healthy replica groups through torchft's manager, and
+reports an error of the latter to it instead of raising. torchft's own DDP wrapper
 asserts in its hook when a peer dies mid-exchange and so kills the survivors; this hook returns a
 completed future either way. The optimizer steps only when the quorum commits (``optimizer_step``);
 the data loader draws by committed position (``loader.py``). torchft is imported on first use.
@@ -27,14 +28,20 @@ class FaultTolerantStrategy(Strategy):
     name = "fault_tolerant"
 
     def __init__(
-        self, device: torch.device, settings: FaultToleranceKwargs, distributed_type: Any = None
+        self,
+        device: torch.device,
+        settings: FaultToleranceKwargs,
+        distributed_type: Any = None,
+        *,
+        group_rank: int = 0,
+        group_size: int = 1,
     ) -> None:
         if distributed_type is None:
             super().__init__(device)
         else:
             super().__init__(device, distributed_type)
         self.settings = settings
-        self.runtime = Runtime(settings)
+        self.runtime = Runtime(settings, group_rank, group_size)
 
     def setup_module(self, model: torch.nn.Module, *, device_placement: bool) -> torch.nn.Module:
         from torch.nn.parallel import DistributedDataParallel
@@ -44,11 +51,11 @@ class FaultTolerantStrategy(Strategy):
         if any(model is known for known in self.runtime.models):
             return model
         self.runtime.models.append(model)
-        # DDP over a one-process stand-in: its buckets and no_sync, our hook for the exchange.
-        # find_unused_parameters keeps the buckets fixed, so a healed group's match its peers'.
-        wrapped = DistributedDataParallel(
-            model, process_group=ProcessGroupDummy(0, 1), find_unused_parameters=True
-        )
+        # DDP over the group's processes (the default process group; a one-process stand-in when
+        # alone): its buckets and no_sync, our hook for the exchange. find_unused_parameters keeps
+        # the buckets fixed, so a healed group's match its peers'.
+        group = ProcessGroupDummy(0, 1) if self.runtime.group_size == 1 else None
+        wrapped = DistributedDataParallel(model, process_group=group, find_unused_parameters=True)
         # A lambda: torch checks a hook's annotations, which this module's postponed ones would fail.
         wrapped.register_comm_hook(None, lambda state, bucket: self.runtime.comm_hook(state, bucket))
         # Quorum (and healing) before the forward: weights change only between steps.
@@ -89,17 +96,24 @@ class FaultTolerantStrategy(Strategy):
         self.runtime.shutdown()
 
 
-def fault_tolerant(strategy: Strategy, settings: FaultToleranceKwargs, num_processes: int) -> Strategy:
-    """``strategy``'s run as one replica group of a fault-tolerant run (called by the connector)."""
-    if num_processes != 1:
-        raise ValueError(
-            f"FaultToleranceKwargs: this replica group has {num_processes} processes; fault-tolerant replicas "
-            "run one process per group for now. Launch each group with `accelerate launch --num_processes 1 "
-            "--fault_tolerance ...`, one launch per group."
-        )
+def fault_tolerant(
+    strategy: Strategy, settings: FaultToleranceKwargs, num_processes: int, process_index: int = 0
+) -> Strategy:
+    """``strategy``'s run as one replica group of a fault-tolerant run (called by the connector).
+
+    The launch's ``num_processes`` processes are the group (``process_index`` this one); every group
+    of the run must have as many (torchft pairs each process with the same-rank process of the
+    other groups).
+    """
     if type(strategy).optimizer_step is not Strategy.optimizer_step or strategy.owns_backward:
         raise ValueError(
             f"FaultToleranceKwargs cannot combine with the {strategy.name} strategy, which runs the optimizer "
-            "step itself; use plain data parallelism (one process per replica group)."
+            "step itself; use plain data parallelism inside each replica group."
         )
-    return FaultTolerantStrategy(strategy.device, settings, strategy.distributed_type)
+    return FaultTolerantStrategy(
+        strategy.device,
+        settings,
+        strategy.distributed_type,
+        group_rank=process_index,
+        group_size=num_processes,
+    )
