@@ -1,13 +1,14 @@
 """The fault-tolerance chaos check: 3 replica groups, one SIGKILLed mid-step, restarted and healed.
 
-``python -m tests.backends.fault_tolerance.chaos OUT_DIR [GROUP_SIZE]`` runs it and writes
+``python -m tests.backends.fault_tolerance.chaos OUT_DIR [GROUP_SIZE [fsdp]]`` runs it and writes
 ``OUT_DIR/summary.json`` (what the test asserts and the bench reports). The kill is timed by a file
 the victim writes after its forward, the restart by the survivors' step log: no fixed sleeps.
 
 With GROUP_SIZE 1 (the default) each group is one process the harness starts, and restarts after
 the kill. With GROUP_SIZE 2 each group is ``accelerate launch --num_processes 2 --fault_tolerance``
 (DDP inside the group); the harness SIGKILLs one process of the victim's group, and that group's
-launcher (``--max_restarts 1``) tears the group down and restarts it.
+launcher (``--max_restarts 1``) tears the group down and restarts it. ``fsdp``: FSDP2 inside each
+group instead of DDP (``--use_fsdp --fsdp_version 2``; each process exchanges and heals its shard).
 """
 
 from __future__ import annotations
@@ -38,7 +39,9 @@ GROUPS, VICTIM = 3, 1
 LIMIT_S = 90.0
 
 
-def _spawn(out: Path, group: int, lighthouse: str, role: str, size: int) -> subprocess.Popen[bytes]:
+def _spawn(
+    out: Path, group: int, lighthouse: str, role: str, size: int, fsdp: bool = False
+) -> subprocess.Popen[bytes]:
     env = dict(os.environ, PYTHONPATH=f"{ROOT / 'src'}{os.pathsep}{ROOT}")
     log = (out / f"log_{group}_{role}.txt").open("wb")
     worker = ["tests.backends.fault_tolerance.worker", str(out), str(group), str(GROUPS), lighthouse, role]
@@ -50,7 +53,8 @@ def _spawn(out: Path, group: int, lighthouse: str, role: str, size: int) -> subp
         command = [
             sys.executable, "-m", "accelerate.commands.accelerate_cli", "launch", "--cpu",
             "--num_processes", str(size), "--main_process_port", "0", "--max_restarts", restarts, "--fault_tolerance",
-            "--ft_lighthouse", lighthouse, "-m", *worker,
+            "--ft_lighthouse", lighthouse, *(["--use_fsdp", "--fsdp_version", "2"] if fsdp else []),
+            "-m", *worker,
         ]  # fmt: skip
     return subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
 
@@ -115,12 +119,13 @@ def reference(committed: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-def run(out: Path, size: int = 1) -> dict[str, Any]:
+def run(out: Path, size: int = 1, fsdp: bool = False) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     server = start_lighthouse("127.0.0.1:0", min_replicas=2, heartbeat_timeout_ms=500, join_timeout_ms=100)
     lighthouse = lighthouse_address(server, "127.0.0.1")
     processes = {
-        g: _spawn(out, g, lighthouse, "victim" if g == VICTIM else "survivor", size) for g in range(GROUPS)
+        g: _spawn(out, g, lighthouse, "victim" if g == VICTIM else "survivor", size, fsdp)
+        for g in range(GROUPS)
     }
     everyone = list(processes.values())
     survivors = [g for g in range(GROUPS) if g != VICTIM]
@@ -186,7 +191,8 @@ def run(out: Path, size: int = 1) -> dict[str, Any]:
     for step in committed:
         for b in range(step["position"], step["position"] + step["contributors"]):
             trained[b] = trained.get(b, 0) + 1
-    heal_s = [json.loads((out / f"heal_{VICTIM}_{r}_restarted.json").read_text())["heal_s"] for r in ranks]
+    heals = [json.loads((out / f"heal_{VICTIM}_{r}_restarted.json").read_text()) for r in ranks]
+    heal_s = [heal["heal_s"] for heal in heals]
     survivor_log = logs[(survivors[0], 0)]
     restarted_log = logs[(VICTIM, 0)]
     survivor_pids = {(g, r): _pids(out, g, "survivor", size)[r] for g in survivors for r in ranks}
@@ -194,6 +200,8 @@ def run(out: Path, size: int = 1) -> dict[str, Any]:
         survivor_pids.update({(g, 0): processes[g].pid for g in survivors})
     summary = {
         "group_size": size,
+        "fsdp": fsdp,
+        "sharded": [heal["sharded"] for heal in heals],  # FSDP2 inside the restarted group, per process
         "listen_addresses": sorted(listeners) if listeners is not None else None,
         "survivor_pids_unchanged": all(
             {r["pid"] for r in logs[key]} == {pid} for key, pid in survivor_pids.items()
@@ -226,4 +234,5 @@ def run(out: Path, size: int = 1) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(run(Path(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else 1), indent=1))
+    size = int(sys.argv[2]) if len(sys.argv) > 2 else 1
+    print(json.dumps(run(Path(sys.argv[1]), size, fsdp="fsdp" in sys.argv[3:]), indent=1))

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import torch
+from torch.distributed.tensor import DTensor
 
 from accelerate import Accelerator, FaultToleranceKwargs
 from tests.backends.fault_tolerance.problem import KILL_STEP, loss_of, make_loader, make_model, make_optimizer
@@ -81,9 +82,11 @@ def main() -> None:
                 # cannot end before it rejoins (the harness restarts it once this step is logged).
                 _wait_for(out / f"started_{group_of_victim(groups)}_0_restarted")
     unwrapped = accelerator.unwrap_model(model)
-    torch.save({k: v.detach().clone() for k, v in unwrapped.state_dict().items()}, out / f"params_{name}.pt")
+    # FSDP2 inside the group: gather each parameter (a collective of the group, on every process)
+    full = {k: v.full_tensor() if isinstance(v, DTensor) else v for k, v in unwrapped.state_dict().items()}
+    torch.save({k: v.detach().clone() for k, v in full.items()}, out / f"params_{name}.pt")
     heal_s = runtime.transport.last_receive_s if runtime.transport is not None else None
-    (out / f"heal_{name}.json").write_text(json.dumps({"heal_s": heal_s}))
+    (out / f"heal_{name}.json").write_text(json.dumps({"heal_s": heal_s, "sharded": runtime.sharded}))
     accelerator.strategy.release()
 
 

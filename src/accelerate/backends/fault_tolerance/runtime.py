@@ -61,6 +61,9 @@ class Runtime:
         # This process within its replica group (the launch's processes; torch.distributed's default
         # group is the group's own), and how many processes the group has.
         self.group_rank, self.group_size = group_rank, group_size
+        # FSDP2 inside the group: the models' parameters are DTensor shards, exchanged and healed by
+        # shard (``shards.py``) instead of through DDP's comm hook.
+        self.sharded = False
         self.models: list[torch.nn.Module] = []
         self.optimizers: list[torch.optim.Optimizer] = []
         self.epoch = 0
@@ -71,6 +74,7 @@ class Runtime:
         self._store: Any = None
         self._open = False  # a quorum is started and its step not yet decided
         self._decision: bool | None = None
+        self._exchanged = False  # FSDP2 inside the group: this step's gradient shards were exchanged
         self._weight = 1.0
         self._contributors = 1
         self._resumed: tuple[int, int] | None = None  # load_state's (step, batches committed)
@@ -101,6 +105,15 @@ class Runtime:
 
     def state_dict(self) -> dict[str, Any]:
         """What a healing peer receives: weights, optimizer states and the epoch's position."""
+        if self.sharded:
+            from accelerate.backends.fault_tolerance.shards import local
+
+            with torch.no_grad():
+                return {
+                    "models": [local(model.state_dict()) for model in self.models],
+                    "optimizers": [local(optimizer.state_dict()) for optimizer in self.optimizers],
+                    "loader": {"epoch": self.epoch, "epoch_start": self.epoch_start},
+                }
         return {
             "models": [model.state_dict() for model in self.models],
             "optimizers": [optimizer.state_dict() for optimizer in self.optimizers],
@@ -114,11 +127,22 @@ class Runtime:
                 f"optimizer(s), this group {len(self.models)} and {len(self.optimizers)}: every replica group "
                 "must prepare the same objects."
             )
-        with torch.no_grad():
+        if self.sharded:
+            from accelerate.backends.fault_tolerance.shards import (
+                as_sharded_optimizer_state,
+                load_model_shards,
+            )
+
             for model, weights in zip(self.models, state["models"]):
-                model.load_state_dict(weights)
-        for optimizer, optimizer_state in zip(self.optimizers, state["optimizers"]):
-            optimizer.load_state_dict(optimizer_state)
+                load_model_shards(model, weights)
+            for optimizer, optimizer_state in zip(self.optimizers, state["optimizers"]):
+                optimizer.load_state_dict(as_sharded_optimizer_state(optimizer, optimizer_state))
+        else:
+            with torch.no_grad():
+                for model, weights in zip(self.models, state["models"]):
+                    model.load_state_dict(weights)
+            for optimizer, optimizer_state in zip(self.optimizers, state["optimizers"]):
+                optimizer.load_state_dict(optimizer_state)
         self.epoch = int(state["loader"]["epoch"])
         self.epoch_start = int(state["loader"]["epoch_start"])
         logger.info("healed: epoch %d, step %d", self.epoch, self.manager.current_step())
@@ -145,6 +169,7 @@ class Runtime:
         manager.start_quorum()
         self._open = True
         self._decision = None
+        self._exchanged = False
         self._weight, self._contributors = 1.0, max(1, manager.num_participants())
 
     def draw(self, num_batches: int) -> int | None:
@@ -192,10 +217,42 @@ class Runtime:
         future.set_result(buffer)
         return future
 
+    def exchange_shards(self) -> None:
+        """FSDP2 inside the group: each gradient shard, already averaged inside the group by FSDP2's
+        reduce-scatter, averaged across the groups with the same-rank processes (one flat exchange,
+        once per step: clip_grad_norm_ may run it before the optimizer step)."""
+        from torch.distributed import ReduceOp
+
+        if self._exchanged:
+            return
+        self.begin_step()
+        self._exchanged = True
+
+        from accelerate.backends.fault_tolerance.shards import sharded_grads
+
+        grads = sharded_grads(self.optimizers)
+        if not grads:
+            return
+        flat = torch.cat([grad.reshape(-1) for grad in grads])
+        if self._weight == 0.0:
+            flat.zero_()  # a padding slot adds nothing
+        self.manager.allreduce(flat, reduce_op=ReduceOp.SUM).wait()  # records an error instead of raising
+        if self.manager.errored() is not None:
+            flat.zero_()  # possibly half-reduced; the step will not commit
+        else:
+            flat.div_(self._contributors)
+        offset = 0
+        with torch.no_grad():
+            for grad in grads:
+                grad.copy_(flat[offset : offset + grad.numel()].view_as(grad))
+                offset += grad.numel()
+
     def optimizer_step(self, optimizer: torch.optim.Optimizer, step: Callable[[], Any]) -> Any:
         """Steps only if the quorum commits this step; otherwise logs the skip and drops the gradients."""
         if self._decision is None:
             self.begin_step()
+            if self.sharded:
+                self.exchange_shards()
             self._decision = bool(self.manager.should_commit())
             if self.records:
                 self.records[-1].committed = self._decision

@@ -12,7 +12,7 @@ the data loader draws by committed position (``loader.py``). torchft is imported
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -35,6 +35,7 @@ class FaultTolerantStrategy(Strategy):
         *,
         group_rank: int = 0,
         group_size: int = 1,
+        sharding: Strategy | None = None,
     ) -> None:
         if distributed_type is None:
             super().__init__(device)
@@ -42,11 +43,22 @@ class FaultTolerantStrategy(Strategy):
             super().__init__(device, distributed_type)
         self.settings = settings
         self.runtime = Runtime(settings, group_rank, group_size)
+        # FSDP2 inside the group: that strategy shards the models and syncs inside the group; the
+        # exchange across groups and healing work by shard (``shards.py``).
+        self.sharding = sharding
+        self.runtime.sharded = sharding is not None
 
     def setup_module(self, model: torch.nn.Module, *, device_placement: bool) -> torch.nn.Module:
         from torch.nn.parallel import DistributedDataParallel
         from torchft.process_group import ProcessGroupDummy
 
+        if self.sharding is not None:
+            model = self.sharding.setup_module(model, device_placement=device_placement)
+            if not any(model is known for known in self.runtime.models):
+                self.runtime.models.append(model)
+                # prepend: before FSDP2's own pre-forward all-gather, so a healed shard is what it gathers
+                model.register_forward_pre_hook(self._before_forward, prepend=True)
+            return model
         model = super().setup_module(model, device_placement=device_placement)
         if any(model is known for known in self.runtime.models):
             return model
@@ -67,14 +79,20 @@ class FaultTolerantStrategy(Strategy):
             self.runtime.begin_step()
 
     def unwrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        if self.sharding is not None:
+            return self.sharding.unwrap(model)
         inner = getattr(model, "module", None)
         return inner if isinstance(inner, torch.nn.Module) and inner in self.runtime.models else model
 
     def setup_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        if self.sharding is not None:
+            self.sharding.setup_optimizer(optimizer)
         if optimizer not in self.runtime.optimizers:
             self.runtime.optimizers.append(optimizer)
 
     def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[Any]:
+        if self.sharding is not None:
+            return self.sharding.no_sync(model)
         no_sync = getattr(model, "no_sync", None)
         return no_sync() if callable(no_sync) else contextlib.nullcontext()
 
@@ -93,7 +111,31 @@ class FaultTolerantStrategy(Strategy):
         return self.runtime.step_was_skipped
 
     def release(self) -> None:
+        if self.sharding is not None:
+            self.sharding.release()
         self.runtime.shutdown()
+
+    # -- FSDP2 inside the group: what the sharding strategy answers ----------------------------------
+    def data_parallel_ranks(self, process_index: int) -> tuple[int, int]:
+        if self.sharding is not None:
+            return self.sharding.data_parallel_ranks(process_index)
+        return super().data_parallel_ranks(process_index)
+
+    def checkpoint_io(self, run: Any = None) -> Any:
+        return self.sharding.checkpoint_io(run) if self.sharding is not None else super().checkpoint_io(run)
+
+    def sync_in_backward(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[Any]:
+        if self.sharding is not None:
+            return self.sharding.sync_in_backward(model)
+        return super().sync_in_backward(model)
+
+    def clip_grad_norm_(
+        self, parameters: Iterable[torch.Tensor], max_norm: float, norm_type: float = 2.0
+    ) -> torch.Tensor:
+        if self.sharding is None:
+            return super().clip_grad_norm_(parameters, max_norm, norm_type)
+        self.runtime.exchange_shards()  # the norm of the gradients averaged across the groups
+        return self.sharding.clip_grad_norm_(parameters, max_norm, norm_type)
 
 
 def fault_tolerant(
@@ -110,10 +152,17 @@ def fault_tolerant(
             f"FaultToleranceKwargs cannot combine with the {strategy.name} strategy, which runs the optimizer "
             "step itself; use plain data parallelism inside each replica group."
         )
+    from accelerate.backends.fsdp.strategy import FSDPStrategy
+
+    # FSDP2 sharding inside each group (its own FSDPStrategy, not an N-D parallel mesh of several
+    # dimensions); anything else data-parallel runs DDP inside the group.
+    sharding = strategy if type(strategy) is FSDPStrategy else None
+    if sharding is None and strategy.composes_parallelism:
+        raise ValueError(
+            f"FaultToleranceKwargs cannot combine with the {strategy.name} strategy's parallelism mesh; "
+            "inside a replica group use DDP or FSDP2 (--use_fsdp --fsdp_version 2)."
+        )
     return FaultTolerantStrategy(
-        strategy.device,
-        settings,
-        strategy.distributed_type,
-        group_rank=process_index,
-        group_size=num_processes,
-    )
+        strategy.device, settings, strategy.distributed_type, group_rank=process_index, group_size=num_processes,
+        sharding=sharding,
+    )  # fmt: skip
