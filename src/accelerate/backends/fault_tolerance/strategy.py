@@ -7,6 +7,11 @@ reports an error of the latter to it instead of raising. torchft's own DDP wrapp
 asserts in its hook when a peer dies mid-exchange and so kills the survivors; this hook returns a
 completed future either way. The optimizer steps only when the quorum commits (``optimizer_step``);
 the data loader draws by committed position (``loader.py``). torchft is imported on first use.
+
+With FSDP2 inside the group (``--use_fsdp --fsdp_version 2``) the FSDP strategy shards the model
+and syncs inside the group; this one keeps the quorum, the exchange of the gradient shards across
+groups and healing by shard (``shards.py``), and hands the rest (unwrap, no_sync, clipping,
+checkpoints) to it.
 """
 
 from __future__ import annotations
