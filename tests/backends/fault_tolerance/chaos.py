@@ -40,11 +40,11 @@ LIMIT_S = 90.0
 
 
 def _spawn(
-    out: Path, group: int, lighthouse: str, role: str, size: int, fsdp: bool = False
+    out: Path, group: int, lighthouse: str, role: str, size: int, fsdp: bool = False, groups: int = GROUPS
 ) -> subprocess.Popen[bytes]:
     env = dict(os.environ, PYTHONPATH=f"{ROOT / 'src'}{os.pathsep}{ROOT}")
     log = (out / f"log_{group}_{role}.txt").open("wb")
-    worker = ["tests.backends.fault_tolerance.worker", str(out), str(group), str(GROUPS), lighthouse, role]
+    worker = ["tests.backends.fault_tolerance.worker", str(out), str(group), str(groups), lighthouse, role]
     if size == 1:
         command = [sys.executable, "-m", *worker]
     else:

@@ -32,6 +32,13 @@ def _wait_for(path: Path, limit_s: float = 60.0) -> None:
         time.sleep(0.005)
 
 
+def _write_atomically(path: Path, text: str) -> None:
+    """The harness reads these files as soon as they exist: they never exist half-written."""
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(text)
+    os.replace(partial, path)
+
+
 def main() -> None:
     out, group, groups, lighthouse, role = (
         Path(sys.argv[1]),
@@ -53,7 +60,7 @@ def main() -> None:
     model, optimizer, loader = accelerator.prepare(model, make_optimizer(model), make_loader())
     runtime = accelerator.strategy.runtime  # the test reads what each step drew and committed
     steps = out / f"steps_{name}.jsonl"
-    (out / f"started_{name}").write_text(str(os.getpid()))
+    _write_atomically(out / f"started_{name}", str(os.getpid()))
     if role != "restarted":  # start together, so the first quorum has every group (the kill step then has 3)
         for other in range(groups):
             _wait_for(
@@ -63,7 +70,7 @@ def main() -> None:
         for batch in loader:
             loss = loss_of(model, batch)
             if role == "victim" and rank == size - 1 and runtime.manager.current_step() == KILL_STEP:
-                (out / "victim_ready").write_text(str(os.getpid()))
+                _write_atomically(out / "victim_ready", str(os.getpid()))
                 time.sleep(600)  # SIGKILLed here, mid-step
             accelerator.backward(loss)
             optimizer.step()

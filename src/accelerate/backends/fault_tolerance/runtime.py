@@ -167,6 +167,11 @@ class Runtime:
             return
         manager = self._ensure_manager()
         manager.start_quorum()
+        from accelerate.backends.fault_tolerance.manager import GroupSizeMismatch  # loaded with the manager
+
+        error = getattr(manager.errored(), "original_exception", None)
+        if isinstance(error, GroupSizeMismatch):
+            raise error  # a setup error, not a failure to ride out: no step could ever commit
         self._open = True
         self._decision = None
         self._exchanged = False
