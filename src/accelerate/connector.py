@@ -199,7 +199,7 @@ def _with_fault_tolerance(
     # Imported only here: a run without fault tolerance never loads the package (nor torchft).
     from accelerate.backends.fault_tolerance.strategy import fault_tolerant
 
-    return fault_tolerant(strategy, settings, partial.num_processes)
+    return fault_tolerant(strategy, settings, partial.num_processes, partial.process_index)
 
 
 def _partial_state(cpu: bool, pg: InitProcessGroupKwargs | None) -> PartialState:

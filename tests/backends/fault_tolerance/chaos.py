@@ -1,8 +1,14 @@
 """The fault-tolerance chaos check: 3 replica groups, one SIGKILLed mid-step, restarted and healed.
 
-``python -m tests.backends.fault_tolerance.chaos OUT_DIR`` runs it and writes ``OUT_DIR/summary.json``
-(what the test asserts and the bench reports). The kill is timed by a file the victim writes after
-its forward, the restart by the survivors' step log: no fixed sleeps.
+``python -m tests.backends.fault_tolerance.chaos OUT_DIR [GROUP_SIZE [fsdp]]`` runs it and writes
+``OUT_DIR/summary.json`` (what the test asserts and the bench reports). The kill is timed by a file
+the victim writes after its forward, the restart by the survivors' step log: no fixed sleeps.
+
+With GROUP_SIZE 1 (the default) each group is one process the harness starts, and restarts after
+the kill. With GROUP_SIZE 2 each group is ``accelerate launch --num_processes 2 --fault_tolerance``
+(DDP inside the group); the harness SIGKILLs one process of the victim's group, and that group's
+launcher (``--max_restarts 1``) tears the group down and restarts it. ``fsdp``: FSDP2 inside each
+group instead of DDP (``--use_fsdp --fsdp_version 2``; each process exchanges and heals its shard).
 """
 
 from __future__ import annotations
@@ -33,20 +39,28 @@ GROUPS, VICTIM = 3, 1
 LIMIT_S = 90.0
 
 
-def _spawn(out: Path, group: int, lighthouse: str, role: str) -> subprocess.Popen[bytes]:
+def _spawn(
+    out: Path, group: int, lighthouse: str, role: str, size: int, fsdp: bool = False, groups: int = GROUPS
+) -> subprocess.Popen[bytes]:
     env = dict(os.environ, PYTHONPATH=f"{ROOT / 'src'}{os.pathsep}{ROOT}")
     log = (out / f"log_{group}_{role}.txt").open("wb")
-    command = [
-        sys.executable,
-        "-m",
-        "tests.backends.fault_tolerance.worker",
-        str(out),
-        str(group),
-        str(GROUPS),
-        lighthouse,
-        role,
-    ]
+    worker = ["tests.backends.fault_tolerance.worker", str(out), str(group), str(groups), lighthouse, role]
+    if size == 1:
+        command = [sys.executable, "-m", *worker]
+    else:
+        # The group's own launcher; only the victim's may restart its group (after the kill).
+        restarts = "1" if role == "victim" else "0"
+        command = [
+            sys.executable, "-m", "accelerate.commands.accelerate_cli", "launch", "--cpu",
+            "--num_processes", str(size), "--main_process_port", "0", "--max_restarts", restarts, "--fault_tolerance",
+            "--ft_lighthouse", lighthouse, *(["--use_fsdp", "--fsdp_version", "2"] if fsdp else []),
+            "-m", *worker,
+        ]  # fmt: skip
     return subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def _pids(out: Path, group: int, role: str, size: int) -> list[int]:
+    return [int((out / f"started_{group}_{rank}_{role}").read_text()) for rank in range(size)]
 
 
 def _records(path: Path) -> list[dict[str, Any]]:
@@ -105,27 +119,30 @@ def reference(committed: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-def run(out: Path) -> dict[str, Any]:
+def run(out: Path, size: int = 1, fsdp: bool = False) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     server = start_lighthouse("127.0.0.1:0", min_replicas=2, heartbeat_timeout_ms=500, join_timeout_ms=100)
     lighthouse = lighthouse_address(server, "127.0.0.1")
     processes = {
-        g: _spawn(out, g, lighthouse, "victim" if g == VICTIM else "survivor") for g in range(GROUPS)
+        g: _spawn(out, g, lighthouse, "victim" if g == VICTIM else "survivor", size, fsdp)
+        for g in range(GROUPS)
     }
     everyone = list(processes.values())
     survivors = [g for g in range(GROUPS) if g != VICTIM]
     try:
         _until(lambda: (out / "victim_ready").exists(), "the victim reaching its kill step", everyone)
-        # Every server the groups opened (manager, gloo, rendezvous store) listens on loopback only.
-        listeners = (
-            listening_addresses([p.pid for p in processes.values()]) if sys.platform == "linux" else None
-        )
-        victim = processes[VICTIM]
-        victim.send_signal(signal.SIGKILL)
+        # Every server the groups' processes opened (manager, gloo, rendezvous store) listens on loopback only.
+        workers = [
+            pid for g in range(GROUPS) for pid in _pids(out, g, "victim" if g == VICTIM else "survivor", size)
+        ]
+        listeners = listening_addresses(workers) if sys.platform == "linux" else None
+        victim_pid = int((out / "victim_ready").read_text())
+        os.kill(victim_pid, signal.SIGKILL)  # one process of the victim's group, mid-step
         killed_at = time.time()
-        victim.wait()
-        everyone.remove(victim)
-        first = out / f"steps_{survivors[0]}_survivor.jsonl"
+        if size == 1:
+            processes[VICTIM].wait()
+            everyone.remove(processes[VICTIM])
+        first = out / f"steps_{survivors[0]}_0_survivor.jsonl"
 
         def commits_without_it() -> list[float]:
             return [
@@ -135,8 +152,10 @@ def run(out: Path) -> dict[str, Any]:
 
         _until(commits_without_it, "a survivor committing a step without the victim", everyone)
         next_commit = min(commits_without_it())
-        restarted = _spawn(out, VICTIM, lighthouse, "restarted")
-        everyone.append(restarted)
+        # One process: the harness restarts the group; several: the group's launcher already does.
+        restarted = _spawn(out, VICTIM, lighthouse, "restarted", size) if size == 1 else processes[VICTIM]
+        if size == 1:
+            everyone.append(restarted)
         for process in [*(processes[g] for g in survivors), restarted]:
             process.wait(timeout=LIMIT_S)
             if process.returncode != 0:
@@ -149,16 +168,18 @@ def run(out: Path) -> dict[str, Any]:
                 process.kill()
         server.shutdown()
 
-    logs = {g: _records(out / f"steps_{g}_survivor.jsonl") for g in survivors}
-    logs[VICTIM] = _records(out / f"steps_{VICTIM}_restarted.jsonl")
-    victim_log = _records(out / f"steps_{VICTIM}_victim.jsonl")
+    ranks = range(size)
+    logs = {(g, r): _records(out / f"steps_{g}_{r}_survivor.jsonl") for g in survivors for r in ranks}
+    logs.update({(VICTIM, r): _records(out / f"steps_{VICTIM}_{r}_restarted.jsonl") for r in ranks})
+    victim_logs = [_records(out / f"steps_{VICTIM}_{r}_victim.jsonl") for r in ranks]
+    victim_log = victim_logs[-1]  # the process that was killed
     params = {
-        g: torch.load(out / f"params_{g}_{'restarted' if g == VICTIM else 'survivor'}.pt")
-        for g in range(GROUPS)
-    }
+        (g, r): torch.load(out / f"params_{g}_{r}_{'restarted' if g == VICTIM else 'survivor'}.pt")
+        for g in range(GROUPS) for r in ranks
+    }  # fmt: skip
     # Every committed step as the groups logged it (a group that joined late missed the first ones).
     by_step: dict[int, dict[str, Any]] = {}
-    for record in [r for log in [*logs.values(), victim_log] for r in log if r["committed"]]:
+    for record in [r for log in [*logs.values(), *victim_logs] for r in log if r["committed"]]:
         seen = by_step.setdefault(record["step"], record)
         if (seen["position"], seen["contributors"]) != (record["position"], record["contributors"]):
             raise AssertionError(f"groups disagree on what step {record['step']} trained: {seen} vs {record}")
@@ -170,36 +191,48 @@ def run(out: Path) -> dict[str, Any]:
     for step in committed:
         for b in range(step["position"], step["position"] + step["contributors"]):
             trained[b] = trained.get(b, 0) + 1
-    healed = json.loads((out / f"heal_{VICTIM}_restarted.json").read_text())
+    heals = [json.loads((out / f"heal_{VICTIM}_{r}_restarted.json").read_text()) for r in ranks]
+    heal_s = [heal["heal_s"] for heal in heals]
+    survivor_log = logs[(survivors[0], 0)]
+    restarted_log = logs[(VICTIM, 0)]
+    survivor_pids = {(g, r): _pids(out, g, "survivor", size)[r] for g in survivors for r in ranks}
+    if size == 1:
+        survivor_pids.update({(g, 0): processes[g].pid for g in survivors})
     summary = {
+        "group_size": size,
+        "fsdp": fsdp,
+        "sharded": [heal["sharded"] for heal in heals],  # FSDP2 inside the restarted group, per process
         "listen_addresses": sorted(listeners) if listeners is not None else None,
-        "survivor_pids_unchanged": all({r["pid"] for r in logs[g]} == {processes[g].pid} for g in survivors),
-        "skipped_steps": [r["step"] for r in logs[survivors[0]] if not r["committed"]],
+        "survivor_pids_unchanged": all(
+            {r["pid"] for r in logs[key]} == {pid} for key, pid in survivor_pids.items()
+        ),
+        "skipped_steps": [r["step"] for r in survivor_log if not r["committed"]],
         # the victim logged every step before the one it died in (it may have joined at step 1, healed)
         "victim_last_step": max((r["step"] for r in victim_log), default=None),
         # the killed step's batches went back to the pool: the next committed step drew from the same position
         "killed_step_redrawn": [
-            (r["position"], next(c["position"] for c in logs[survivors[0]][i:] if c["committed"]))
-            for i, r in enumerate(logs[survivors[0]])
+            (r["position"], next(c["position"] for c in survivor_log[i:] if c["committed"]))
+            for i, r in enumerate(survivor_log)
             if not r["committed"]
         ],
-        "restarted_first_step": logs[VICTIM][0]["step"] if logs[VICTIM] else None,
+        "restarted_first_step": restarted_log[0]["step"] if restarted_log else None,
         "restarted_committed_with_all": sum(
-            1 for r in logs[VICTIM] if r["committed"] and r["participants"] == GROUPS
+            1 for r in restarted_log if r["committed"] and r["participants"] == GROUPS
         ),
         "groups_equal": all(
-            torch.equal(params[g][k], params[0][k]) for g in range(GROUPS) for k in params[0]
+            torch.equal(params[key][k], params[(0, 0)][k]) for key in params for k in params[(0, 0)]
         ),
-        "max_diff_to_reference": max(float((params[0][k] - expected[k]).abs().max()) for k in expected),
+        "max_diff_to_reference": max(float((params[(0, 0)][k] - expected[k]).abs().max()) for k in expected),
         "batches": NUM_SAMPLES // BATCH_SIZE,
         "each_batch_once": sorted(trained) == list(range(NUM_SAMPLES // BATCH_SIZE))
         and set(trained.values()) == {1},
         "kill_to_next_commit_s": next_commit - killed_at,
-        "heal_s": healed["heal_s"],
+        "heal_s": max(heal_s) if None not in heal_s else None,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary
 
 
 if __name__ == "__main__":
-    print(json.dumps(run(Path(sys.argv[1])), indent=1))
+    size = int(sys.argv[2]) if len(sys.argv) > 2 else 1
+    print(json.dumps(run(Path(sys.argv[1]), size, fsdp="fsdp" in sys.argv[3:]), indent=1))

@@ -1,7 +1,9 @@
 """3 replica groups, one SIGKILLed mid-step: survivors keep their processes and keep committing, the
 killed group restarts, heals from a peer and rejoins, and every group ends equal to a reference run
 that trains the same batches without failure, each batch once (loopback only; in a network
-namespace of its own where ``unshare -n`` works)."""
+namespace of its own where ``unshare -n`` works). Groups of one process, and groups of two (DDP or
+FSDP2 inside each, launched by ``accelerate launch --num_processes 2``; one process of a group is
+killed and its launcher restarts the whole group, each process healing from its same-rank peer)."""
 
 from __future__ import annotations
 
@@ -31,13 +33,20 @@ def _isolated() -> list[str]:
 
 
 @pytest.mark.timeout(240)
-def test_a_killed_replica_group_heals_and_nothing_is_lost(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("group_size", "inside"), [(1, "ddp"), (2, "ddp"), (2, "fsdp")])
+def test_a_killed_replica_group_heals_and_nothing_is_lost(
+    tmp_path: Path, group_size: int, inside: str
+) -> None:
     env = dict(os.environ, PYTHONPATH=f"{ROOT / 'src'}{os.pathsep}{ROOT}")
-    command = [*_isolated(), sys.executable, "-m", "tests.backends.fault_tolerance.chaos", str(tmp_path)]
+    command = [
+        *_isolated(), sys.executable, "-m", "tests.backends.fault_tolerance.chaos", str(tmp_path), str(group_size), inside
+    ]  # fmt: skip
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=220)
     logs = "\n".join(p.read_text()[-3000:] for p in sorted(tmp_path.glob("log_*.txt")))
     assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}\n{logs}"
     summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["group_size"] == group_size, summary
+    assert summary["sharded"] == [inside == "fsdp"] * group_size, summary  # FSDP2 inside the group when asked
     assert summary["survivor_pids_unchanged"], summary
     if summary["listen_addresses"] is not None:
         assert summary["listen_addresses"] == ["127.0.0.1"], summary  # bound to the given address only

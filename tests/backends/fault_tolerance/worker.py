@@ -1,8 +1,12 @@
-"""One replica group of the chaos check (``chaos.py`` starts three): the five-line loop, unchanged.
+"""One process of a replica group of the chaos check (``chaos.py`` starts three groups): the five-line
+loop, unchanged.
 
-argv: out_dir group_id num_groups lighthouse role, where role is ``survivor``, ``victim`` (pauses
-after the forward of step KILL_STEP and writes ``victim_ready`` so the harness SIGKILLs it
-mid-step) or ``restarted`` (the victim's replacement: it heals from a peer and rejoins).
+argv: out_dir group_id num_groups lighthouse role, where role is ``survivor``, ``victim`` (its last
+process pauses after the forward of step KILL_STEP and writes ``victim_ready`` so the harness
+SIGKILLs it mid-step) or ``restarted`` (the victim's replacement: it heals from a peer and rejoins).
+A group of several processes runs under ``accelerate launch --num_processes N``; the victim's
+launcher restarts the whole group after the kill, and its processes then run as ``restarted``.
+Files are named ``{kind}_{group}_{rank}_{role}``.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import time
 from pathlib import Path
 
 import torch
+from torch.distributed.tensor import DTensor
 
 from accelerate import Accelerator, FaultToleranceKwargs
 from tests.backends.fault_tolerance.problem import KILL_STEP, loss_of, make_loader, make_model, make_optimizer
@@ -25,6 +30,13 @@ def _wait_for(path: Path, limit_s: float = 60.0) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"{path} never appeared")
         time.sleep(0.005)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """The harness reads these files as soon as they exist: they never exist half-written."""
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(text)
+    os.replace(partial, path)
 
 
 def main() -> None:
@@ -39,20 +51,26 @@ def main() -> None:
         replica_group_id=group, num_replica_groups=groups, lighthouse_address=lighthouse,
         min_replicas=2, heartbeat_ms=50, timeout_s=20.0, quorum_timeout_s=30.0,
     )  # fmt: skip
+    if role == "victim" and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0:
+        role = "restarted"  # the launcher restarted the victim's group
     accelerator = Accelerator(cpu=True, kwargs_handlers=[settings])
+    rank, size = accelerator.process_index, accelerator.num_processes
+    name = f"{group}_{rank}_{role}"
     model = make_model()
     model, optimizer, loader = accelerator.prepare(model, make_optimizer(model), make_loader())
     runtime = accelerator.strategy.runtime  # the test reads what each step drew and committed
-    steps = out / f"steps_{group}_{role}.jsonl"
-    (out / f"started_{group}_{role}").write_text(str(os.getpid()))
+    steps = out / f"steps_{name}.jsonl"
+    _write_atomically(out / f"started_{name}", str(os.getpid()))
     if role != "restarted":  # start together, so the first quorum has every group (the kill step then has 3)
         for other in range(groups):
-            _wait_for(out / f"started_{other}_{'victim' if other == group_of_victim(groups) else 'survivor'}")
+            _wait_for(
+                out / f"started_{other}_0_{'victim' if other == group_of_victim(groups) else 'survivor'}"
+            )
     with steps.open("w") as log:
         for batch in loader:
             loss = loss_of(model, batch)
-            if role == "victim" and runtime.manager.current_step() == KILL_STEP:
-                (out / "victim_ready").write_text(str(os.getpid()))
+            if role == "victim" and rank == size - 1 and runtime.manager.current_step() == KILL_STEP:
+                _write_atomically(out / "victim_ready", str(os.getpid()))
                 time.sleep(600)  # SIGKILLed here, mid-step
             accelerator.backward(loss)
             optimizer.step()
@@ -69,13 +87,13 @@ def main() -> None:
             ):
                 # Down a group: wait until its replacement is about to ask for a quorum, so the run
                 # cannot end before it rejoins (the harness restarts it once this step is logged).
-                _wait_for(out / f"started_{group_of_victim(groups)}_restarted")
+                _wait_for(out / f"started_{group_of_victim(groups)}_0_restarted")
     unwrapped = accelerator.unwrap_model(model)
-    torch.save(
-        {k: v.detach().clone() for k, v in unwrapped.state_dict().items()}, out / f"params_{group}_{role}.pt"
-    )
+    # FSDP2 inside the group: gather each parameter (a collective of the group, on every process)
+    full = {k: v.full_tensor() if isinstance(v, DTensor) else v for k, v in unwrapped.state_dict().items()}
+    torch.save({k: v.detach().clone() for k, v in full.items()}, out / f"params_{name}.pt")
     heal_s = runtime.transport.last_receive_s if runtime.transport is not None else None
-    (out / f"heal_{group}_{role}.json").write_text(json.dumps({"heal_s": heal_s}))
+    (out / f"heal_{name}.json").write_text(json.dumps({"heal_s": heal_s, "sharded": runtime.sharded}))
     accelerator.strategy.release()
 
 

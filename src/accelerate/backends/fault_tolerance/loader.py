@@ -15,6 +15,12 @@ it, draws the same batches again). So across a failure:
 
 With gradient accumulation of ``G`` steps, a step's draw is ``G`` consecutive batches (the epoch's
 batch count must then be a multiple of ``G``).
+
+A replica group of several processes draws one batch per step like a group of one, and each of its
+``W`` processes trains its own contiguous ``1/W`` of it (``batch_size`` is the group's batch, as with
+``split_batches=True``; it must be at least ``W``, and an exact mean needs ``batch_size`` divisible by
+``W``: an epoch's short last batch splits as evenly as it can). So the groups' sizes do not change
+what an epoch trains.
 """
 
 from __future__ import annotations
@@ -65,6 +71,12 @@ class CommittedBatchLoader:
         self.runtime = runtime
         self.device = device
         self.accumulation = accumulation
+        if batch_size < runtime.group_size:
+            raise ValueError(
+                f"with fault tolerance the DataLoader's batch_size ({batch_size}) is the replica group's "
+                f"batch, split across its {runtime.group_size} processes: make it at least {runtime.group_size} "
+                "(a multiple of it for an exact mean)."
+            )
         batches = self.num_batches
         if batches % accumulation:
             raise ValueError(
@@ -90,8 +102,11 @@ class CommittedBatchLoader:
         return torch.randperm(size, generator=generator).tolist()
 
     def batch(self, index: int, order: list[int]) -> Any:
-        """Batch ``index`` of the epoch whose sample order is ``order``."""
-        samples = [self.dataset[i] for i in order[index * self.batch_size : (index + 1) * self.batch_size]]
+        """This process's part of batch ``index`` of the epoch whose sample order is ``order``."""
+        indices = order[index * self.batch_size : (index + 1) * self.batch_size]
+        rank, size = self.runtime.group_rank, self.runtime.group_size
+        indices = indices[rank * len(indices) // size : (rank + 1) * len(indices) // size]
+        samples = [self.dataset[i] for i in indices]
         return send_to_device(self.collate_fn(samples), self.device)
 
     def __iter__(self) -> Iterator[Any]:

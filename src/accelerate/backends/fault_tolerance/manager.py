@@ -30,6 +30,10 @@ from accelerate.utils.fault_tolerance import FaultToleranceKwargs
 _PATCH_LOCK = threading.Lock()
 
 
+class GroupSizeMismatch(ValueError):
+    """Replica groups of different sizes met in a quorum (each process pairs with its same-rank peers)."""
+
+
 class BoundGloo(ProcessGroupGloo):  # type: ignore[misc]
     """torchft's reconfigurable gloo group whose sockets listen on ``host`` only."""
 
@@ -38,6 +42,8 @@ class BoundGloo(ProcessGroupGloo):  # type: ignore[misc]
         self._host = host
 
     def _create_pg(self, store: Any, rank: int, world_size: int) -> Any:
+        if self._group_rank == 0:
+            _check_group_sizes(store, rank, world_size, int(self._group_world_size or 1))
         options = dist.ProcessGroupGloo._Options()  # type: ignore[attr-defined]
         options._timeout = self._timeout
         options._devices = [dist.ProcessGroupGloo.create_device(hostname=self._host)]
@@ -47,6 +53,24 @@ class BoundGloo(ProcessGroupGloo):  # type: ignore[misc]
         pg._set_default_backend(dist.ProcessGroup.BackendType.GLOO)
         pg._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, backend)
         return pg
+
+
+def _check_group_sizes(store: Any, rank: int, world_size: int, group_size: int) -> None:
+    """Every group of the quorum has ``group_size`` processes, or ``GroupSizeMismatch``.
+
+    torchft pairs each process with the same-rank process of every other group (its gloo group for
+    rank ``r`` lives under ``.../torchft/{quorum_id}/{r}``): a process with no peer of its rank in a
+    smaller group would wait for it until the timeout. The groups' rank-0 processes (which every
+    group has) compare sizes through the quorum's store first, so the run fails naming the cause.
+    """
+    store.set(f"accelerate_group_size/{rank}", str(group_size))
+    sizes = [int(store.get(f"accelerate_group_size/{peer}")) for peer in range(world_size)]
+    if any(size != group_size for size in sizes):
+        raise GroupSizeMismatch(
+            f"fault tolerance: the replica groups of this quorum have {sizes} processes (by replica rank); "
+            "every replica group must have the same number of processes (launch each with the same "
+            "--num_processes): torchft pairs each process with the same-rank process of the other groups."
+        )
 
 
 @contextmanager
@@ -89,11 +113,17 @@ def build_manager(
     state_dict: Callable[[], Any],
     load_state_dict: Callable[[Any], None],
     store_port: int,
+    group_rank: int = 0,
+    group_size: int = 1,
 ) -> tuple[Manager, TensorTransport]:
-    """One replica group's manager (group size 1), its healing transport, the state functions registered.
+    """The manager of one process of a replica group, its healing transport, the state functions registered.
 
-    ``store_port`` is a TCPStore this group's processes share (the group's rendezvous; torchft
-    keeps each quorum's keys under a prefix of the quorum leader's store).
+    ``store_port`` is a TCPStore this group's processes share (the group's rendezvous, on
+    ``bind_address``: group rank 0's manager publishes its server's address there, and torchft
+    keeps each quorum's keys under a prefix of the quorum leader's store). In a group of several
+    processes every one has its own manager client (``group_rank`` of ``group_size``); rank 0's
+    runs the group's quorum server, which asks the lighthouse once all of them ask it, and each
+    rank's gloo group joins the same-rank processes of the other groups (torchft's per-rank model).
     """
     timeout = timedelta(seconds=settings.timeout_s)
     pg = BoundGloo(settings.bind_address, timeout)
@@ -108,8 +138,8 @@ def build_manager(
             timeout=timeout,
             quorum_timeout=timedelta(seconds=settings.quorum_timeout_s),
             connect_timeout=timeout,
-            rank=0,
-            world_size=1,
+            rank=group_rank,
+            world_size=group_size,
             store_addr=settings.bind_address,
             store_port=store_port,
             lighthouse_addr=settings.lighthouse_url,

@@ -9,8 +9,10 @@ A step runs in this order (the user's loop does not change):
    participating rank ``r``, where ``p`` counts the batches committed so far this epoch. ``p`` lives
    in torchft's state (``batches_committed``), so every group in the quorum, a healed one included,
    agrees on it.
-3. **Average** (``comm_hook``): the summed gradient, divided by the number of groups that trained a
-   real batch. An error (a peer died mid-exchange) is reported to the manager, never raised, and the
+3. **Average** (``comm_hook``): inside a group of several processes, the mean of its processes'
+   gradients (each trained its part of the group's batch); then across the groups, each process with
+   the same-rank processes of the others (torchft's per-rank model), the sum divided by the number of
+   groups that trained a real batch. An error (a peer died mid-exchange) is reported to the manager, never raised, and the
    gradient is zeroed.
 4. **Commit** (``optimizer_step``): the optimizer steps only if every group's ``should_commit``
    agrees; otherwise the step is skipped and logged, and its batches go back to the pool (``p`` did
@@ -52,8 +54,16 @@ class StepRecord:
 class Runtime:
     """The manager of this replica group and the objects whose state heals with it."""
 
-    def __init__(self, settings: FaultToleranceKwargs) -> None:
+    def __init__(self, settings: FaultToleranceKwargs, group_rank: int = 0, group_size: int = 1) -> None:
+        if not 0 <= group_rank < group_size:
+            raise ValueError(f"Runtime(group_rank={group_rank}) must lie in [0, group_size={group_size}).")
         self.settings = settings
+        # This process within its replica group (the launch's processes; torch.distributed's default
+        # group is the group's own), and how many processes the group has.
+        self.group_rank, self.group_size = group_rank, group_size
+        # FSDP2 inside the group: the models' parameters are DTensor shards, exchanged and healed by
+        # shard (``shards.py``) instead of through DDP's comm hook.
+        self.sharded = False
         self.models: list[torch.nn.Module] = []
         self.optimizers: list[torch.optim.Optimizer] = []
         self.epoch = 0
@@ -64,6 +74,7 @@ class Runtime:
         self._store: Any = None
         self._open = False  # a quorum is started and its step not yet decided
         self._decision: bool | None = None
+        self._exchanged = False  # FSDP2 inside the group: this step's gradient shards were exchanged
         self._weight = 1.0
         self._contributors = 1
         self._resumed: tuple[int, int] | None = None  # load_state's (step, batches committed)
@@ -73,11 +84,18 @@ class Runtime:
         if self.manager is None:
             from accelerate.backends.fault_tolerance.manager import bound_store, build_manager
 
-            # The group's rendezvous store (one process per group: this one is its master).
-            self._store = bound_store(self.settings.bind_address)
+            # The group's rendezvous store: group rank 0 hosts it, the others learn its port from rank 0.
+            port = torch.zeros(1, dtype=torch.int64)
+            if self.group_rank == 0:
+                self._store = bound_store(self.settings.bind_address)
+                port[0] = int(self._store.port)
+            if self.group_size > 1:
+                import torch.distributed as dist
+
+                dist.broadcast(port, src=0)
             self.manager, self.transport = build_manager(
                 self.settings, state_dict=self.state_dict, load_state_dict=self.load_state_dict,
-                store_port=self._store.port,
+                store_port=int(port.item()), group_rank=self.group_rank, group_size=self.group_size,
             )  # fmt: skip
             if self._resumed is not None:
                 self.manager.load_state_dict(
@@ -87,6 +105,15 @@ class Runtime:
 
     def state_dict(self) -> dict[str, Any]:
         """What a healing peer receives: weights, optimizer states and the epoch's position."""
+        if self.sharded:
+            from accelerate.backends.fault_tolerance.shards import local
+
+            with torch.no_grad():
+                return {
+                    "models": [local(model.state_dict()) for model in self.models],
+                    "optimizers": [local(optimizer.state_dict()) for optimizer in self.optimizers],
+                    "loader": {"epoch": self.epoch, "epoch_start": self.epoch_start},
+                }
         return {
             "models": [model.state_dict() for model in self.models],
             "optimizers": [optimizer.state_dict() for optimizer in self.optimizers],
@@ -100,11 +127,22 @@ class Runtime:
                 f"optimizer(s), this group {len(self.models)} and {len(self.optimizers)}: every replica group "
                 "must prepare the same objects."
             )
-        with torch.no_grad():
+        if self.sharded:
+            from accelerate.backends.fault_tolerance.shards import (
+                as_sharded_optimizer_state,
+                load_model_shards,
+            )
+
             for model, weights in zip(self.models, state["models"]):
-                model.load_state_dict(weights)
-        for optimizer, optimizer_state in zip(self.optimizers, state["optimizers"]):
-            optimizer.load_state_dict(optimizer_state)
+                load_model_shards(model, weights)
+            for optimizer, optimizer_state in zip(self.optimizers, state["optimizers"]):
+                optimizer.load_state_dict(as_sharded_optimizer_state(optimizer, optimizer_state))
+        else:
+            with torch.no_grad():
+                for model, weights in zip(self.models, state["models"]):
+                    model.load_state_dict(weights)
+            for optimizer, optimizer_state in zip(self.optimizers, state["optimizers"]):
+                optimizer.load_state_dict(optimizer_state)
         self.epoch = int(state["loader"]["epoch"])
         self.epoch_start = int(state["loader"]["epoch_start"])
         logger.info("healed: epoch %d, step %d", self.epoch, self.manager.current_step())
@@ -129,8 +167,14 @@ class Runtime:
             return
         manager = self._ensure_manager()
         manager.start_quorum()
+        from accelerate.backends.fault_tolerance.manager import GroupSizeMismatch  # loaded with the manager
+
+        error = getattr(manager.errored(), "original_exception", None)
+        if isinstance(error, GroupSizeMismatch):
+            raise error  # a setup error, not a failure to ride out: no step could ever commit
         self._open = True
         self._decision = None
+        self._exchanged = False
         self._weight, self._contributors = 1.0, max(1, manager.num_participants())
 
     def draw(self, num_batches: int) -> int | None:
@@ -160,6 +204,13 @@ class Runtime:
         self.begin_step()
         manager = self.manager
         buffer: torch.Tensor = bucket.buffer()
+        if self.group_size > 1:
+            import torch.distributed as dist
+
+            # Inside the group first (its own processes, each on its part of the group's batch); a
+            # failure here means a process of this group died, and the launcher restarts the group.
+            dist.all_reduce(buffer)
+            buffer.div_(self.group_size)
         if self._weight == 0.0:
             buffer.zero_()  # a padding slot adds nothing
         manager.allreduce(buffer, reduce_op=ReduceOp.SUM).wait()  # records an error instead of raising
@@ -171,10 +222,42 @@ class Runtime:
         future.set_result(buffer)
         return future
 
+    def exchange_shards(self) -> None:
+        """FSDP2 inside the group: each gradient shard, already averaged inside the group by FSDP2's
+        reduce-scatter, averaged across the groups with the same-rank processes (one flat exchange,
+        once per step: clip_grad_norm_ may run it before the optimizer step)."""
+        from torch.distributed import ReduceOp
+
+        if self._exchanged:
+            return
+        self.begin_step()
+        self._exchanged = True
+
+        from accelerate.backends.fault_tolerance.shards import sharded_grads
+
+        grads = sharded_grads(self.optimizers)
+        if not grads:
+            return
+        flat = torch.cat([grad.reshape(-1) for grad in grads])
+        if self._weight == 0.0:
+            flat.zero_()  # a padding slot adds nothing
+        self.manager.allreduce(flat, reduce_op=ReduceOp.SUM).wait()  # records an error instead of raising
+        if self.manager.errored() is not None:
+            flat.zero_()  # possibly half-reduced; the step will not commit
+        else:
+            flat.div_(self._contributors)
+        offset = 0
+        with torch.no_grad():
+            for grad in grads:
+                grad.copy_(flat[offset : offset + grad.numel()].view_as(grad))
+                offset += grad.numel()
+
     def optimizer_step(self, optimizer: torch.optim.Optimizer, step: Callable[[], Any]) -> Any:
         """Steps only if the quorum commits this step; otherwise logs the skip and drops the gradients."""
         if self._decision is None:
             self.begin_step()
+            if self.sharded:
+                self.exchange_shards()
             self._decision = bool(self.manager.should_commit())
             if self.records:
                 self.records[-1].committed = self._decision
