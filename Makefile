@@ -59,7 +59,7 @@ demo-multinode: $(VENV)/.installed
 CHAOS_SECONDS ?= 120
 CHAOS_SEED ?=
 
-chaos: $(VENV)/.installed
+chaos: $(VENV)/.installed-test
 	$(PY) -m tests.chaos --seconds $(CHAOS_SECONDS) $(if $(CHAOS_SEED),--seed $(CHAOS_SEED))
 
 test: $(VENV)/.installed-test

@@ -30,7 +30,7 @@ def ft_once() -> tuple[float, float]:
     from tests.backends.fault_tolerance.chaos import run
 
     with tempfile.TemporaryDirectory() as tmp:
-        summary = run(Path(tmp))
+        summary = run(Path(tmp), join_timeout_ms=100)  # start_lighthouse's default, as a user runs it
     if not (summary["groups_equal"] and summary["each_batch_once"] and summary["survivor_pids_unchanged"]):
         raise RuntimeError(f"fault-tolerance bench: the chaos run did not end clean: {summary}")
     return float(summary["kill_to_next_commit_s"]), float(summary["heal_s"])

@@ -12,6 +12,7 @@ passed.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import random
 import sys
 import tempfile
@@ -19,6 +20,7 @@ import time
 from pathlib import Path
 
 from tests.chaos.plan import SCENARIOS, Job, random_kinds
+from tests.chaos.replicas import replica_round
 from tests.chaos.report import kinds_legend
 from tests.chaos.soak import chaos_round, reference_run
 
@@ -30,7 +32,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--seed", type=int, default=None, help="the first round's seed (default: random)")
     parser.add_argument("--faults", type=int, default=5, help="faults per round (at least one of each kind)")
-    parser.add_argument("--scenario", default="restart", choices=sorted(SCENARIOS))
+    parser.add_argument(
+        "--scenario",
+        default="all",
+        choices=["all", "fault_tolerance", *sorted(SCENARIOS)],
+        help="restart: rounds under random faults; fault_tolerance: one replica-group kill (torchft); "
+        "all (default): restart rounds, then one fault_tolerance round",
+    )
     parser.add_argument(
         "--disk_full",
         choices=["tmpfs", "hook"],
@@ -40,9 +48,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="keep every round's folder here (default: a temp folder)")
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 2**31)
-    scenario = SCENARIOS[args.scenario]
-    job = Job()
     root = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="accelerate-chaos-"))
+    started = time.monotonic()
+    failed = rounds = 0
+    if args.scenario in ("all", "restart"):
+        passed, count = _restart_rounds(root, seed, args)
+        failed, rounds = failed + count - passed, rounds + count
+    if args.scenario in ("all", "fault_tolerance"):
+        if importlib.util.find_spec("torchft") is None:
+            print(
+                "chaos: fault_tolerance round skipped: torchft is not installed (pip install accelerate[torchft])"
+            )
+        else:
+            done = replica_round(root / "replicas", seed)
+            verdict = "PASS" if done.passed else "FAIL"
+            print(f"chaos: fault_tolerance round (seed {seed}) {verdict}:\n{done.report}")
+            for problem in done.problems:
+                print(f"  problem: {problem}")
+            failed, rounds = failed + (not done.passed), rounds + 1
+    print(
+        f"chaos: {rounds - failed} of {rounds} round(s) passed in {time.monotonic() - started:.0f} s (seed {seed})"
+    )
+    return 1 if failed else 0
+
+
+def _restart_rounds(root: Path, seed: int, args: argparse.Namespace) -> tuple[int, int]:
+    """Rounds of the restart scenario until ``args.seconds`` passed: (passed, run)."""
+    scenario = SCENARIOS["restart"]
+    job = Job()
     print(
         f"chaos: seed {seed} (replay: make chaos CHAOS_SEED={seed}); scenario {scenario.name}: {scenario.what}"
     )
@@ -64,10 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         print(done.report, flush=True)
         failed += not done.passed
         index += 1
-    print(
-        f"chaos: {index - failed} of {index} round(s) passed in {time.monotonic() - started:.0f} s (seed {seed})"
-    )
-    return 1 if failed else 0
+    return index - failed, index
 
 
 if __name__ == "__main__":

@@ -119,9 +119,18 @@ def reference(committed: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-def run(out: Path, size: int = 1, fsdp: bool = False) -> dict[str, Any]:
+def run(out: Path, size: int = 1, fsdp: bool = False, join_timeout_ms: int = 2000) -> dict[str, Any]:
+    """The check; ``join_timeout_ms``: how long a quorum waits for a live group that has not asked yet.
+
+    The check's default (2 s) makes the first quorum wait for a group that starts late on a loaded
+    machine (else it may miss the steps before the kill), and the restarted group's first one too;
+    a dead group stops counting as live after the 500 ms heartbeat timeout, so the survivors wait at
+    most that long. The bench passes start_lighthouse's default, 100 ms, which the kill-to-commit time reflects.
+    """
     out.mkdir(parents=True, exist_ok=True)
-    server = start_lighthouse("127.0.0.1:0", min_replicas=2, heartbeat_timeout_ms=500, join_timeout_ms=100)
+    server = start_lighthouse(
+        "127.0.0.1:0", min_replicas=2, heartbeat_timeout_ms=500, join_timeout_ms=join_timeout_ms
+    )
     lighthouse = lighthouse_address(server, "127.0.0.1")
     processes = {
         g: _spawn(out, g, lighthouse, "victim" if g == VICTIM else "survivor", size, fsdp)
@@ -231,6 +240,30 @@ def run(out: Path, size: int = 1, fsdp: bool = False) -> dict[str, Any]:
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary
+
+
+def problems_in(summary: dict[str, Any], group_size: int, inside: str) -> list[str]:
+    """What a run's summary shows went wrong (empty: nothing); the test and ``make chaos`` both ask."""
+    from tests.backends.fault_tolerance.problem import KILL_STEP
+
+    checks = {
+        "the group size asked for": summary["group_size"] == group_size,
+        "FSDP2 inside the group when asked": summary["sharded"] == [inside == "fsdp"] * group_size,
+        "survivors kept their processes": summary["survivor_pids_unchanged"],
+        "servers bound to 127.0.0.1 only": summary["listen_addresses"] in (None, ["127.0.0.1"]),
+        "the victim logged every step before the kill": summary["victim_last_step"] == KILL_STEP - 1,
+        "the kill step was skipped, not half-applied": summary["skipped_steps"][:1] == [KILL_STEP],
+        "the skipped step's batches were drawn again": all(
+            before == after for before, after in summary["killed_step_redrawn"]
+        ),
+        "the restarted group healed to the live step": (summary["restarted_first_step"] or 0) > KILL_STEP,
+        "the restarted group trained again with every group": summary["restarted_committed_with_all"] > 0,
+        "every group ended with equal parameters": summary["groups_equal"],
+        "every batch was trained exactly once": summary["each_batch_once"],
+        "the parameters equal the reference's (1e-5)": summary["max_diff_to_reference"] < 1e-5,
+        "the restarted group healed from a peer": summary["heal_s"] is not None,
+    }
+    return [f"not so: {what} ({summary})" for what, ok in checks.items() if not ok]
 
 
 if __name__ == "__main__":
