@@ -83,7 +83,7 @@ def test_a_node_dies_the_survivor_continues_and_a_new_node_joins(tmp_path: Path,
             loopback.wait_for([ids / "blocked-b"], nodes, "node b reaching step 5", TIMEOUT)
             loopback.kill_node(nodes[1])
             loopback.wait_for(
-                [ids / "waiting"], nodes[:1], "the survivor reaching step 8 at world size 1", TIMEOUT
+                [ids / "waiting-a"], nodes[:1], "the survivor reaching step 8 at world size 1", TIMEOUT
             )
             nodes.append(node("c", port))
             codes = [nodes[0].finish(TIMEOUT), nodes[2].finish(TIMEOUT)]

@@ -66,7 +66,9 @@ def test_eight_nodes_lose_three_then_gain_one_and_every_sample_is_trained_exactl
             for name in VICTIMS:
                 loopback.kill_node(nodes[name])
             survivors = [nodes[name] for name in SURVIVORS]
-            loopback.wait_for([ids / "waiting"], survivors, "the 5 survivors reaching step 8", TIMEOUT)
+            # Every survivor past step 8's checkpoint: a join during the save would lose it (step 6's remains).
+            waiting = [ids / f"waiting-{name}" for name in SURVIVORS]
+            loopback.wait_for(waiting, survivors, "the 5 survivors reaching step 8", TIMEOUT)
             start("i", port)
             codes = {name: nodes[name].finish(TIMEOUT) for name in (*SURVIVORS, "i")}
         finally:
@@ -82,16 +84,20 @@ def test_eight_nodes_lose_three_then_gain_one_and_every_sample_is_trained_exactl
 
 
 def _check_membership_log(survivor: str, everyone: str, pids: dict[str, int]) -> None:
-    """The survivor's log ends with the three deaths (named by launcher pid) and the join."""
+    """The survivor's log names the three deaths and the join by launcher pid, with the world sizes."""
     events = [
         line for line in survivor.splitlines() if line.startswith("accelerate launch: membership: node")
     ]
-    # Groups formed before all eight arrived add joins before these; the last four are always the same.
-    left, joined = events[-4:-1], events[-1]
-    left_pids = sorted(int(line.split()[4].rsplit(":", 1)[1]) for line in left)  # node HOST:PID left; ...
-    assert left_pids == sorted(pids[name] for name in VICTIMS), events
-    assert all(line.endswith("left; world size 8 -> 5") for line in left), events
-    assert joined.endswith(f":{pids['i']} joined; world size 5 -> 6"), events
+
+    def pid(line: str) -> int:  # accelerate launch: membership: node HOST:PID left; world size 8 -> 5
+        return int(line.split()[4].rsplit(":", 1)[1])
+
+    # Groups formed before all eight arrived, or a survivor too slow for the join's last call (the
+    # group then re-forms once more at 6), add events; these are in every run.
+    deaths = [pid(line) for line in events if line.endswith("left; world size 8 -> 5")]
+    assert sorted(deaths) == sorted(pids[name] for name in VICTIMS), events
+    assert any(pid(line) == pids["i"] and " joined; " in line for line in events), events
+    assert events[-1].endswith("-> 6"), events
     assert (
         "(saved by 8 processes at optimizer step 4) on 5 processes; 1 optimizer step(s) replayed" in everyone
     )

@@ -13,8 +13,8 @@ Hooks the test uses to make events happen at a known step (no timing involved):
   step K, write IDS_DIR/blocked-NODE and wait to be killed (the peers then block in the next step's
   all-reduce).
 - ``--wait_at J``: at world size ``--wait_world`` (default 1), once at step J or later (after step
-  J's checkpoint, or on resuming from it), write IDS_DIR/waiting and wait for the agent to re-form
-  the group (a node joining) — it stops this process.
+  J's checkpoint, or on resuming from it), write IDS_DIR/waiting-NODE and wait for the agent to
+  re-form the group (a node joining) — it stops this process.
 - ``--stop_at S``: save at step S and exit (the reference run's deterministic world-size change).
 - ``--start_world W``: a fresh start (no checkpoint) on fewer than W processes waits for the others
   (the agent re-forms the group when they arrive), so the first phase always has W processes.
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--length", type=int, default=LENGTH)
     args = parser.parse_args(argv)
     node = os.environ.get("ELASTIC_NODE", "")
-    waiting = os.path.join(args.ids_dir, "waiting")
+    waiting = os.path.join(args.ids_dir, f"waiting-{node}")
 
     accelerator = Accelerator(
         project_config=ProjectConfiguration(project_dir=args.project_dir, automatic_checkpoint_naming=True),
