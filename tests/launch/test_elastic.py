@@ -11,11 +11,7 @@ steps by stopping and relaunching (2 processes to step 4, 1 to step 8, 2 to the 
 from __future__ import annotations
 
 import importlib.util
-import os
-import signal
-import socket
-import subprocess
-import time
+import uuid
 from pathlib import Path
 from types import ModuleType
 
@@ -23,9 +19,9 @@ import pytest
 import torch
 
 from accelerate.launch.in_process import debug_launcher
-from tests.commands.helpers import accelerate_cmd, cli_env, reserved_port
+from tests.commands.helpers import reserved_port
+from tests.launch import loopback_nodes as loopback
 
-SCRIPT = str(Path(__file__).resolve().parent / "scripts" / "elastic_train.py")
 LENGTH = 48
 TIMEOUT = 120
 # A short last call (torch: 30 s) forms the smaller group soon after the death; a short heartbeat
@@ -35,65 +31,12 @@ TIMEOUT = 120
 RDZV_CONF = "last_call_timeout=1,join_timeout=60,keep_alive_interval=1,keep_alive_max_attempt=5"
 
 
-def _wait_for(path: Path, procs: list[subprocess.Popen[str]], what: str) -> None:
-    deadline = time.monotonic() + TIMEOUT
-    while not path.exists():
-        for proc in procs:
-            if proc.poll() is not None:
-                out, err = proc.communicate()
-                raise AssertionError(f"a node ended before {what}: {proc.returncode}\n{out}\n{err}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no {what} within {TIMEOUT}s")
-        time.sleep(0.05)
-
-
-def _listening(port: int) -> bool:
-    with socket.socket() as sock:
-        return sock.connect_ex(("127.0.0.1", port)) == 0
-
-
-def _node(name: str, port: int, home: Path, args: list[str]) -> subprocess.Popen[str]:
-    command = accelerate_cmd(
-        "launch", "--cpu", "--num_processes", "2", "--nnodes", "1:2", "--rdzv_backend", "c10d",
-        "--rdzv_endpoint", f"127.0.0.1:{port}", "--rdzv_conf", RDZV_CONF,
-        "--max_restarts", "3", "--monitor_interval", "0.2",
-        # The rendezvous numbers the nodes; a rank > 0 only says "not the one hosting the store".
-        "--machine_rank", "0" if name == "a" else "1", SCRIPT, *args,
-    )  # fmt: skip
-    # Its own session: killing the node kills its launcher and its processes at once, like a machine.
-    return subprocess.Popen(
-        command, env=cli_env(home, ELASTIC_NODE=name), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, start_new_session=True,
-    )  # fmt: skip
-
-
-def _epoch_records(ids_dir: Path) -> dict[int, list[int]]:
-    """step -> sample ids of its last attempt (a phase that resumed from step S supersedes steps > S).
-
-    The processes of one phase (same resume step and world size) add up; a later phase drops what
-    earlier phases trained after its checkpoint (those steps were lost and are trained again).
-    """
-    steps: dict[int, tuple[str, list[int]]] = {}
-    for path in sorted(ids_dir.glob("*.txt"), key=lambda p: int(p.name.split("-")[0])):
-        lines = path.read_text().splitlines()
-        phase, resumed = lines[0], int(lines[0].split()[1])
-        for step in [s for s, (owner, _) in steps.items() if s > resumed and owner != phase]:
-            del steps[step]
-        for line in lines[1:]:
-            step, index = (int(v) for v in line.split())
-            steps.setdefault(step, (phase, []))[1].append(index)
-    return {step: ids for step, (_, ids) in sorted(steps.items())}
-
-
 def _check_epoch(ids_dir: Path) -> dict[int, list[int]]:
-    steps = _epoch_records(ids_dir)
-    seen = [i for ids in steps.values() for i in ids]
-    assert sorted(seen) == list(range(LENGTH)), f"repeated or skipped samples: {sorted(seen)}"
-    return steps
+    return loopback.check_epoch(ids_dir, LENGTH)
 
 
 def _load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("elastic_train", SCRIPT)
+    spec = importlib.util.spec_from_file_location("elastic_train", loopback.SCRIPT)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -125,27 +68,30 @@ def test_a_node_dies_the_survivor_continues_and_a_new_node_joins(tmp_path: Path,
     ids.mkdir()
     args = [str(tmp_path / "project"), str(ids), str(tmp_path / "final.pt"),
             "--block_at", "5", "--wait_at", "8", "--start_world", "2"]  # fmt: skip
+    token = uuid.uuid4().hex
+
+    def node(name: str, port: int) -> loopback.Node:
+        return loopback.start_node(
+            name, port, tmp_path, args, nnodes="1:2", num_processes=2, rdzv_conf=RDZV_CONF, token=token
+        )
+
     with reserved_port() as port:
-        nodes = [_node("a", port, tmp_path, args)]
+        nodes = [node("a", port)]
         try:
-            deadline = time.monotonic() + TIMEOUT
-            while not _listening(port):  # node a hosts the store: it must bind first
-                assert nodes[0].poll() is None and time.monotonic() < deadline, "node a did not start"
-                time.sleep(0.05)
-            nodes.append(_node("b", port, tmp_path, args))
-            _wait_for(ids / "blocked", nodes, "node b reaching step 5")
-            os.killpg(nodes[1].pid, signal.SIGKILL)
-            nodes[1].wait()
-            _wait_for(ids / "waiting", nodes[:1], "the survivor reaching step 8 at world size 1")
-            nodes.append(_node("c", port, tmp_path, args))
-            out_a, err_a = nodes[0].communicate(timeout=TIMEOUT)
-            out_c, err_c = nodes[2].communicate(timeout=TIMEOUT)
+            loopback.wait_listening(port, nodes[0], TIMEOUT)
+            nodes.append(node("b", port))
+            loopback.wait_for([ids / "blocked-b"], nodes, "node b reaching step 5", TIMEOUT)
+            loopback.kill_node(nodes[1])
+            loopback.wait_for(
+                [ids / "waiting-a"], nodes[:1], "the survivor reaching step 8 at world size 1", TIMEOUT
+            )
+            nodes.append(node("c", port))
+            codes = [nodes[0].finish(TIMEOUT), nodes[2].finish(TIMEOUT)]
         finally:
-            for node in nodes:
-                if node.poll() is None:
-                    os.killpg(node.pid, signal.SIGKILL)
-                    node.wait()
-    assert nodes[0].returncode == 0 and nodes[2].returncode == 0, out_a + err_a + out_c + err_c
+            loopback.kill_running(nodes)
+    loopback.wait_no_leftovers(token, 10)
+    err_a, err_c = nodes[0].output(), nodes[2].output()
+    assert codes == [0, 0], err_a + err_c
     steps = _check_epoch(ids)
     # 2 processes to step 5 (step 5 replayed), 1 process for steps 5-8, 2 processes for 9-14.
     sizes = {step: len(samples) // 2 for step, samples in steps.items()}
