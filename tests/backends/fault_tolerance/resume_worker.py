@@ -6,7 +6,7 @@ argv: out_dir mode [lighthouse], where mode is
 ``ft_save`` / ``ft_load``: one replica group (FSDP2 inside when launched so); ``ft_save`` saves
 ``out_dir/ckpt`` after SAVE_AFTER steps, ``ft_load`` loads it; both train to the epoch's end;
 ``gather``: one of two replica groups; an evaluation pass with ``gather_for_metrics``.
-Each process writes ``{mode}_{rank}.json``: the indices each step trained, the final parameters.
+Each process writes ``{mode}_{group}_{rank}.json``: the indices each step trained, the final parameters.
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ def _full(model: torch.nn.Module) -> dict[str, list[float]]:
 def main() -> None:
     out, mode = Path(sys.argv[1]), sys.argv[2]
     handlers: list[Any] = []
+    group = int(sys.argv[4]) if len(sys.argv) > 4 else 0
     if mode != "plain":
-        group = int(sys.argv[4]) if len(sys.argv) > 4 else 0
         groups = 2 if mode == "gather" else 1
         handlers.append(
             FaultToleranceKwargs(
@@ -85,7 +85,7 @@ def main() -> None:
             if mode == "ft_save" and len(steps) == SAVE_AFTER:
                 accelerator.save_state(str(out / "ckpt"))
         report.update(steps=steps, params=_full(accelerator.unwrap_model(model)))
-    (out / f"{mode}_{rank}.json").write_text(json.dumps(report))
+    (out / f"{mode}_{group}_{rank}.json").write_text(json.dumps(report))
     accelerator.end_training()
 
 

@@ -111,7 +111,7 @@ def test_a_fault_tolerant_checkpoint_resumes_under_two_plain_ddp_processes(tmp_p
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=200)
     assert result.returncode == 0, result.stdout + result.stderr
     runs: list[dict[str, Any]] = [
-        json.loads((tmp_path / f"plain_{rank}.json").read_text()) for rank in (0, 1)
+        json.loads((tmp_path / f"plain_0_{rank}.json").read_text()) for rank in (0, 1)
     ]
     # Each step the two processes take the next two batches of the epoch's order, rank by rank.
     # (the epoch's 5 remaining batches: the last step's second one is the plain loader's even_batches

@@ -21,6 +21,12 @@ A replica group of several processes draws one batch per step like a group of on
 ``split_batches=True``; it must be at least ``W``, and an exact mean needs ``batch_size`` divisible by
 ``W``: an epoch's short last batch splits as evenly as it can). So the groups' sizes do not change
 what an epoch trains.
+
+An **evaluation pass** (an iteration begun while every prepared model is in eval mode) draws nothing
+by committed position, since no step commits during it: it iterates the group's own prepared loader,
+as a run without fault tolerance would. Each replica group evaluates the whole dataset, split over its
+own processes (with ``even_batches`` padding), and ``gather_for_metrics`` gathers over those processes
+only (the group's process group) and drops the padding of the last round.
 """
 
 from __future__ import annotations
@@ -93,7 +99,13 @@ class CommittedBatchLoader:
         return size // self.batch_size if self.drop_last else -(-size // self.batch_size)
 
     def __len__(self) -> int:
-        return self.num_batches
+        return len(self.base) if self.evaluating else self.num_batches
+
+    @property
+    def evaluating(self) -> bool:
+        """Every prepared model is in eval mode: an iteration now is an evaluation pass (module doc)."""
+        models = self.runtime.models
+        return bool(models) and not any(model.training for model in models)
 
     def _order(self) -> list[int]:
         size = len(self.dataset)
@@ -111,6 +123,9 @@ class CommittedBatchLoader:
         return send_to_device(self.collate_fn(samples), self.device)
 
     def __iter__(self) -> Iterator[Any]:
+        if self.evaluating:
+            yield from self.base  # the group's plain loader: no quorum, nothing committed
+            return
         slots = self.num_batches // self.accumulation
         epoch, order = -1, []
         while True:
