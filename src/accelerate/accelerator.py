@@ -218,7 +218,7 @@ class Accelerator(AcceleratorCheckpoints, AcceleratorFacts):
             scheduler,
             optimizers,
             step_with_optimizer=self.step_scheduler_with_optimizer,
-            split_batches=self.split_batches,
+            split_batches=self.split_batches or self.strategy.splits_batches,
             num_processes=self.num_processes,
             gradient_state=self.gradient_state,
         )

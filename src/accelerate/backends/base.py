@@ -78,6 +78,9 @@ class Strategy:
     # Strategies that compose a ParallelismConfig's mesh dimensions (tp, cp, dp_shard...): the run's
     # ``composes_parallelism`` fact (Accelerator.is_composable_parallelism_enabled) reads this.
     composes_parallelism = False
+    # Strategies whose processes each train a part of one batch (fault-tolerant replica groups): the
+    # schedule then advances once per optimizer step, as with split_batches=True (scheduler.py).
+    splits_batches = False
 
     def compile_regions(self, model: torch.nn.Module, compile_kwargs: dict[str, Any]) -> None:
         """Compiles ``model``'s repeated blocks in place, after ``setup_module`` (see above)."""

@@ -34,16 +34,22 @@ def test_save_state_records_the_layout_and_load_state_resumes_the_position(tmp_p
             optimizer.zero_grad()
         saved = accelerator.save_state(str(tmp_path / "ckpt"))
         state = data.state_dict()
-        assert state["fault_tolerance"] == {"replica_group_id": 0, "num_replica_groups": 1, "min_replicas": 1}
-        assert (state["step"], state["batches_committed"], state["samples_consumed"]) == (2, 2, 8)
+        layout = {
+            key: state["fault_tolerance"][key]
+            for key in ("replica_group_id", "num_replica_groups", "min_replicas")
+        }
+        assert layout == {"replica_group_id": 0, "num_replica_groups": 1, "min_replicas": 1}
+        position = state["fault_tolerance"]
+        assert (position["step"], position["batches_committed"], state["samples_consumed"]) == (2, 2, 8)
         weights = {k: v.clone() for k, v in accelerator.unwrap_model(model).state_dict().items()}
         x, y = next(batches)  # one more committed step, then back to the checkpoint
         accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
         optimizer.step()
         optimizer.zero_grad()
-        assert data.state_dict()["batches_committed"] == 3
+        assert data.state_dict()["fault_tolerance"]["batches_committed"] == 3
         accelerator.load_state(saved)
-        assert data.state_dict()["step"] == 2 and data.state_dict()["batches_committed"] == 2
+        position = data.state_dict()["fault_tolerance"]
+        assert position["step"] == 2 and position["batches_committed"] == 2
         for key, value in accelerator.unwrap_model(model).state_dict().items():
             assert torch.equal(value, weights[key])
         with pytest.raises(ValueError, match="saved without fault tolerance"):

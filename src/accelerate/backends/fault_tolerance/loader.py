@@ -21,6 +21,12 @@ A replica group of several processes draws one batch per step like a group of on
 ``split_batches=True``; it must be at least ``W``, and an exact mean needs ``batch_size`` divisible by
 ``W``: an epoch's short last batch splits as evenly as it can). So the groups' sizes do not change
 what an epoch trains.
+
+An **evaluation pass** (an iteration begun while every prepared model is in eval mode) draws nothing
+by committed position, since no step commits during it: it iterates the group's own prepared loader,
+as a run without fault tolerance would. Each replica group evaluates the whole dataset, split over its
+own processes (with ``even_batches`` padding), and ``gather_for_metrics`` gathers over those processes
+only (the group's process group) and drops the padding of the last round.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import torch
 from torch.utils.data import RandomSampler
 
 from accelerate.backends.fault_tolerance.runtime import Runtime
+from accelerate.data.base import STATE_FORMAT
 from accelerate.utils.tree import send_to_device
 
 
@@ -92,7 +99,13 @@ class CommittedBatchLoader:
         return size // self.batch_size if self.drop_last else -(-size // self.batch_size)
 
     def __len__(self) -> int:
-        return self.num_batches
+        return len(self.base) if self.evaluating else self.num_batches
+
+    @property
+    def evaluating(self) -> bool:
+        """Every prepared model is in eval mode: an iteration now is an evaluation pass (module doc)."""
+        models = self.runtime.models
+        return bool(models) and not any(model.training for model in models)
 
     def _order(self) -> list[int]:
         size = len(self.dataset)
@@ -110,6 +123,9 @@ class CommittedBatchLoader:
         return send_to_device(self.collate_fn(samples), self.device)
 
     def __iter__(self) -> Iterator[Any]:
+        if self.evaluating:
+            yield from self.base  # the group's plain loader: no quorum, nothing committed
+            return
         slots = self.num_batches // self.accumulation
         epoch, order = -1, []
         while True:
@@ -123,28 +139,52 @@ class CommittedBatchLoader:
 
     # -- save_state / load_state: the position and the replica-group layout --------------------------
     def state_dict(self) -> dict[str, Any]:
-        """The epoch position (torchft's step and batches committed) and the replica-group layout."""
+        """The position as a plain loader's state, plus the fault-tolerant one under ``fault_tolerance``.
+
+        The top-level keys are what a loader without fault tolerance reads (``data/base.py``): the
+        epoch, the samples of its order committed, and the seed and generator state that make its
+        sample order this run's (``data_seed + epoch``). So a plain run resumes the epoch from the
+        first sample not committed, in the same order (see the module doc of ``loader.py``).
+        """
         runtime, settings = self.runtime, self.runtime.settings
         step, committed = runtime.progress()
+        epoch, done = runtime.epoch, committed - runtime.epoch_start  # slots of G batches committed
+        if done >= self.num_batches // self.accumulation:
+            epoch, done = epoch + 1, 0  # the epoch is over: a plain run starts the next one
+        batches = done * self.accumulation
+        generator = torch.Generator().manual_seed(settings.data_seed + epoch) if self.shuffle else None
         return {
             "fault_tolerance": {
                 "replica_group_id": settings.replica_group_id, "num_replica_groups": settings.num_replica_groups,
-                "min_replicas": settings.min_replicas,
+                "min_replicas": settings.min_replicas, "step": step, "batches_committed": committed,
+                "epoch": runtime.epoch, "epoch_start": runtime.epoch_start,
             },
-            "step": step, "batches_committed": committed, "epoch": runtime.epoch, "epoch_start": runtime.epoch_start,
-            # what a loader without fault tolerance reads: samples of this epoch already trained
-            "samples_consumed": (committed - runtime.epoch_start) * self.batch_size * self.accumulation,
+            "format": STATE_FORMAT, "epoch": epoch, "batches_yielded": batches, "base_batches_consumed": batches,
+            "samples_consumed": batches * self.batch_size, "num_processes": 1,
+            # SeedableRandomSampler shuffles epoch e with seed + e, as this loader does; the default
+            # sampler replays the resumed epoch from the generator state (later epochs: its own rule).
+            "seed": settings.data_seed if self.shuffle else None,
+            "generator_state": generator.get_state() if generator is not None else None,
         }  # fmt: skip
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if "fault_tolerance" not in state:
+    def check_state_dict(self, state: dict[str, Any]) -> None:
+        """Raises what ``load_state_dict`` would raise (a checkpoint load asks before loading anything)."""
+        if not isinstance(state.get("fault_tolerance"), dict):
             raise ValueError(
-                "load_state: this loader state was saved without fault tolerance; a fault-tolerant run resumes "
-                "only from a fault-tolerant checkpoint (its position counts committed batches across groups)."
+                "this loader state was saved without fault tolerance, and a fault-tolerant run resumes only "
+                "from a fault-tolerant checkpoint: its position counts batches committed across replica groups "
+                "in an order seeded by FaultToleranceKwargs.data_seed, which a plain run's position and shuffle "
+                "do not give. Load the weights alone (load_model / load_state_dict) and start the epoch afresh"
             )
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.check_state_dict(state)
+        saved = state["fault_tolerance"]
+        if "step" not in saved:  # saved before the position moved under "fault_tolerance"
+            saved = state
         self.runtime.resume(
-            int(state["step"]),
-            int(state["batches_committed"]),
-            int(state["epoch"]),
-            int(state["epoch_start"]),
+            int(saved["step"]),
+            int(saved["batches_committed"]),
+            int(saved["epoch"]),
+            int(saved["epoch_start"]),
         )

@@ -31,6 +31,9 @@ class FaultTolerantStrategy(Strategy):
     """One replica group of a fault-tolerant run (see the module doc)."""
 
     name = "fault_tolerant"
+    # A group's processes train contiguous parts of the group's batch (loader.py): a group of N
+    # steps its schedule once per step, as a group of one does.
+    splits_batches = True
 
     def __init__(
         self,
