@@ -214,3 +214,19 @@ def llama_reference() -> dict[str, Any]:
         "eval_loss": eval_loss,
         "whole": {k: v.detach() for k, v in model.state_dict().items()},
     }
+
+
+def sgd_reload_midway(sizes: dict[str, Any], folder: str) -> dict[str, dict[str, torch.Tensor]]:
+    """An optimizer with no state (plain SGD): save_state after a step, one more step, load_state
+    (the model already cut), the same step again: it must land where the first one did."""
+    accelerator = Accelerator(cpu=True, parallelism_config=ParallelismConfig(pp_loss_fn=F.mse_loss, **sizes))
+    model = make_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    _one_step(accelerator, model, optimizer)
+    accelerator.save_state(folder)
+    _one_step(accelerator, model, optimizer)
+    first = {k: v.clone() for k, v in accelerator.get_state_dict(model).items()}
+    accelerator.load_state(folder)
+    _one_step(accelerator, model, optimizer)
+    return {"first": first, "again": accelerator.get_state_dict(model)}

@@ -77,3 +77,10 @@ def test_sharded_stages_checkpoint_loads_whole_and_resumes_under_pp2(tmp_path: P
     _same(get_pool(2).run(pw.resume_continue, {}, folder, timeout=300)[0], run["at_save"], atol=0)
     for result in get_pool(2).run(pw.resume_continue, _SAVED, folder, timeout=300):
         _same(result, run["end"], atol=1e-5)
+
+
+def test_pp2_load_state_midway_with_a_stateless_optimizer(tmp_path: Path) -> None:
+    """Plain SGD keeps no per-parameter state: its checkpoint holds only the param groups, each rank's own."""
+    folder = str(tmp_path / "ckpt")
+    for result in get_pool(2).run(pw.sgd_reload_midway, _SAVED, folder, timeout=120):
+        _same(result["again"], result["first"], atol=0)
