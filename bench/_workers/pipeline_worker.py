@@ -3,16 +3,15 @@
 A hand-written ``torch.distributed.pipelining`` loop (trace with ``pipeline()``, ``build_stage``,
 ``Schedule1F1B`` with the loss, an optimizer over the stage) and the same model through
 ``Accelerator(parallelism_config=ParallelismConfig(pp_size=2, ...))`` run in the same processes and
-alternate optimizer step by optimizer step. Then each schedule's bubble: the share of a step's wall
-time a rank spends outside its own computation (waiting for the other stage), 1 - CPU / wall,
-ranks averaged. Writes DIR/rank{N}.json.
+alternate optimizer step by optimizer step. Then each schedule's action table as torch built it for
+the prepared model (``schedule.pipeline_order``: per rank, its actions in order), for the bench to
+count the bubble from. Writes DIR/rank{N}.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +65,10 @@ def raw_loop() -> Step:
 
 
 def accelerate_loop(schedule: str = "1F1B") -> Step:
+    return _accelerate_parts(schedule)[0]
+
+
+def _accelerate_parts(schedule: str) -> tuple[Step, Any]:
     from accelerate import Accelerator
     from accelerate.state import reset_state
     from accelerate.utils import ParallelismConfig
@@ -83,17 +86,21 @@ def accelerate_loop(schedule: str = "1F1B") -> Step:
         optimizer.step()
         optimizer.zero_grad()
 
-    return run
+    return run, model
 
 
-def bubble(step: Step, steps: int) -> float:
-    """1 - CPU time / wall time of ``steps`` steps on this rank (the share spent waiting)."""
-    step()
-    dist.barrier()
-    wall, cpu = time.perf_counter(), time.process_time()
-    for _ in range(steps):
-        step()
-    return 1.0 - (time.process_time() - cpu) / (time.perf_counter() - wall)
+def action_table(schedule: str) -> dict[str, list[tuple[str, int, int]]]:
+    """The actions of ``schedule``'s step on every rank, in torch's order (``pipeline_order``): each
+    one's computation type name (FORWARD, FULL_BACKWARD, REDUCE_GRAD, ...), stage and micro-batch."""
+    run, model = _accelerate_parts(schedule)
+    run()  # the first step traces and cuts the model: the schedule exists from then on
+    order = model.schedule.pipeline_order
+    return {
+        str(rank): [
+            (a.computation_type.name, a.stage_index, a.microbatch_index) for a in actions if a is not None
+        ]
+        for rank, actions in order.items()
+    }
 
 
 def main() -> None:
@@ -102,7 +109,7 @@ def main() -> None:
     def measure() -> dict[str, Any]:
         out: dict[str, Any] = interleave(raw_loop(), accelerate_loop(), args.steps, args.repeats)
         for schedule in ("GPipe", "1F1B", "Interleaved1F1B"):
-            out[f"bubble {schedule}"] = bubble(accelerate_loop(schedule), args.steps)
+            out[f"actions {schedule}"] = action_table(schedule)
         return out
 
     run_rank(args.out, measure)

@@ -57,10 +57,10 @@ def test_the_schedules_are_parallelism_configs() -> None:
     assert tuple(CONFIG_SCHEDULES) == PIPELINE_SCHEDULES
 
 
-def test_every_pipeline_rank_also_holds_the_other_stages_weights() -> None:
-    # This accelerate's pipeline keeps the whole model on every rank: parameters are the whole model's,
-    # gradients and optimizer states the stage's.
+def test_a_pipeline_rank_holds_only_its_stages_weights() -> None:
+    # The pipeline frees the other stages' weights once the model is cut: parameters, gradients and
+    # optimizer states are all the stage's.
     estimate = estimate_memory(SHAPE, RunLayout(world_size=4, pp=4, dp_shard=1, sequence_length=8))
     first = next(group.memory for group in estimate.groups if group.ranks == (0,))
-    assert first.parameters == 2800 * 4 and first.gradients == 1200 * 4 and first.optimizer_states == 1200 * 8
-    assert any("whole model on each rank" in note for note in estimate.notes)
+    assert first.parameters == 1200 * 4 and first.gradients == 1200 * 4 and first.optimizer_states == 1200 * 8
+    assert any("its stage's weights only" in note for note in estimate.notes)

@@ -263,12 +263,6 @@ def _rank_memory(model: ModelShape, layout: RunLayout, shard_params: int, stage:
     optimizer = int(
         (shard_params if layout.zero_stage >= 1 else whole) * OPTIMIZER_STATE_BYTES[layout.optimizer]
     )
-    if layout.pp > 1:
-        # This accelerate cuts the model into stages at its first call and every rank keeps the whole
-        # model's weights (backends/parallel/pipeline_model.py); gradients and optimizer states are
-        # its stage's only.
-        others = sum(stage_parameters(model, layout, s) for s in range(layout.pp)) - whole
-        parameters += others * _FP32
     buffers = _buffers(model, layout, whole, gradients, stage)
     activations = activation_bytes(model, layout, stage)
     if layout.cpu_offload:
@@ -330,8 +324,9 @@ def estimate_memory(model: ModelShape, layout: RunLayout) -> MemoryEstimate:
         )
     if layout.pp > 1:
         notes.append(
-            "pp: every rank also holds the other stages' weights (this accelerate keeps the whole model on "
-            "each rank); gradients, optimizer states and activations are its stage's"
+            "pp: each rank holds its stage's weights only (the whole model is built on every rank and "
+            "traced at the first batch, then the other stages' weights are freed: the model must fit "
+            "in host memory until then)"
         )
     if layout.ep > 1:
         notes.append(

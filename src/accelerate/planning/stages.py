@@ -7,8 +7,8 @@ activations of the micro-batches it has run forward and not yet backward: all of
 ``pp - stage`` (at most the micro-batch count) under 1F1B, which is what lets the first stages fit.
 Interleaved 1F1B is counted as 1F1B (its two half-size stages per rank hold about as much).
 Tensor parallelism splits the blocks and the LM head, and keeps the input embedding whole
-(transformers' tensor-parallel plans replicate it). This accelerate's pipeline keeps the whole
-model's weights on every rank; the estimate adds the other stages' (``estimate._rank_memory``).
+(transformers' tensor-parallel plans replicate it). Each rank keeps only its stages' weights: this
+accelerate's pipeline frees the others once it has cut the model (at the first batch).
 Pure arithmetic, no torch.
 """
 

@@ -15,6 +15,17 @@ from tests.backends.parallel.models import apply_tp, dataset, make_model
 from tests.backends.parallel.workers import ACCUM, MAX_NORM, PER_RANK, STEPS
 
 
+def held_bytes(*modules: torch.nn.Module) -> int:
+    """The bytes of parameter and buffer data ``modules`` hold on this rank (each storage once; a
+    DTensor's local piece; a freed tensor's storage holds none)."""
+    storages = {}
+    for module in modules:
+        for tensor in (*module.parameters(), *module.buffers()):
+            local = tensor.to_local() if hasattr(tensor, "to_local") else tensor
+            storages[local.untyped_storage().data_ptr()] = local.untyped_storage().nbytes()
+    return sum(storages.values())
+
+
 def train(sizes: dict[str, Any]) -> dict[str, Any]:
     """The five-line loop under ``pp_size``: the loss runs in the schedule, labels go to the model call."""
     config = ParallelismConfig(pp_loss_fn=F.mse_loss, **sizes)
@@ -23,6 +34,7 @@ def train(sizes: dict[str, Any]) -> dict[str, Any]:
     if config.tp_enabled:  # the plan goes on the whole model before prepare, as without a pipeline
         apply_tp(model, accelerator.torch_device_mesh["tp"])
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    bytes_before = held_bytes(model)
     shards = accelerator.state.run.data_shards[0]
     x, y = dataset(STEPS * ACCUM * PER_RANK * shards)
     loader = DataLoader(TensorDataset(x, y), batch_size=PER_RANK)
@@ -57,6 +69,8 @@ def train(sizes: dict[str, Any]) -> dict[str, Any]:
             }
         ),
         "whole": accelerator.get_state_dict(model),
+        "bytes_before": bytes_before,  # the whole model, before the cut
+        "bytes_after": held_bytes(inner, *model.stage_modules),  # what the rank holds once cut
         "norms": norms,
         "losses": losses,
         "eval_loss": eval_loss,
@@ -200,3 +214,19 @@ def llama_reference() -> dict[str, Any]:
         "eval_loss": eval_loss,
         "whole": {k: v.detach() for k, v in model.state_dict().items()},
     }
+
+
+def sgd_reload_midway(sizes: dict[str, Any], folder: str) -> dict[str, dict[str, torch.Tensor]]:
+    """An optimizer with no state (plain SGD): save_state after a step, one more step, load_state
+    (the model already cut), the same step again: it must land where the first one did."""
+    accelerator = Accelerator(cpu=True, parallelism_config=ParallelismConfig(pp_loss_fn=F.mse_loss, **sizes))
+    model = make_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    _one_step(accelerator, model, optimizer)
+    accelerator.save_state(folder)
+    _one_step(accelerator, model, optimizer)
+    first = {k: v.clone() for k, v in accelerator.get_state_dict(model).items()}
+    accelerator.load_state(folder)
+    _one_step(accelerator, model, optimizer)
+    return {"first": first, "again": accelerator.get_state_dict(model)}

@@ -77,3 +77,26 @@ def test_sharded_stages_checkpoint_loads_whole_and_resumes_under_pp2(tmp_path: P
     _same(get_pool(2).run(pw.resume_continue, {}, folder, timeout=300)[0], run["at_save"], atol=0)
     for result in get_pool(2).run(pw.resume_continue, _SAVED, folder, timeout=300):
         _same(result, run["end"], atol=1e-5)
+
+
+def test_pp2_load_state_midway_with_a_stateless_optimizer(tmp_path: Path) -> None:
+    """Plain SGD keeps no per-parameter state: its checkpoint holds only the param groups, each rank's own."""
+    folder = str(tmp_path / "ckpt")
+    for result in get_pool(2).run(pw.sgd_reload_midway, _SAVED, folder, timeout=120):
+        _same(result["again"], result["first"], atol=0)
+
+
+def test_pp4_checkpoint_loads_whole_and_resumes_under_pp2(tmp_path: Path) -> None:
+    """Four stages of the two-block model (embedding | block 0 | block 1 | norm and head), saved by four
+    ranks, each holding only its stage: loads whole in one process and resumes under pp=2."""
+    folder = str(tmp_path / "ckpt")
+    sizes = {
+        "pp_size": 4,
+        "pp_split_points": ["blocks.0", "blocks.1", "norm"],
+        "pp_schedule": "GPipe",
+        "pp_microbatches": 2,
+    }
+    run = get_pool(4).run(pw.train_save_continue, sizes, folder, timeout=300)[0]
+    _same(get_pool(2).run(pw.resume_continue, {}, folder, timeout=300)[0], run["at_save"], atol=0)
+    for result in get_pool(2).run(pw.resume_continue, _SAVED, folder, timeout=300):
+        _same(result, run["end"], atol=1e-5)

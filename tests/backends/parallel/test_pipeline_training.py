@@ -24,6 +24,11 @@ def test_pp2_trains_to_the_one_process_parameters(schedule: str) -> None:
     for key, value in merged.items():
         torch.testing.assert_close(value, expected[key], rtol=1e-5, atol=1e-5, msg=key)
     for result in results:  # get_state_dict: the whole trained model, on every rank
+        # Once cut, a rank holds only its stages' weights: about half the model each (exactly the
+        # parameters its optimizer trains, the tiny model has no buffers).
+        own = sum(v.numel() * v.element_size() for v in result["stage"].values())
+        assert result["bytes_after"] == own, (result["bytes_after"], own)
+        assert 0.4 < result["bytes_after"] / result["bytes_before"] < 0.6, result["bytes_after"]
         assert set(result["whole"]) == set(expected)
         for key, value in expected.items():
             torch.testing.assert_close(result["whole"][key], value, rtol=1e-5, atol=1e-5, msg=key)

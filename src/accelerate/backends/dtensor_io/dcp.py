@@ -196,14 +196,32 @@ def load_optimizer_dcp(model: nn.Module, optimizer: Any, folder: Path) -> None:
     inner = raw_optimizer(optimizer)
     reader, _ = _saved_shapes(folder, OPTIMIZER_KEY)
     # Creates the optimizer's state (a step with zero learning rate) so DCP has tensors to fill.
-    state = get_optimizer_state_dict(model, inner)
+    state: Any = get_optimizer_state_dict(model, inner)
+    own_names = [list(group["params"]) for group in state["param_groups"]]
     try:
         dcp.load({OPTIMIZER_KEY: state}, storage_reader=reader)
     except _dcp_errors() as exc:
         raise CheckpointError(
             f"Loading the optimizer state in {folder}: {exc}. Was it saved for this model and optimizer?"
         ) from exc
+    _own_parameters_in_groups(state, own_names)
     set_optimizer_state_dict(model, inner, state)
+
+
+def _own_parameters_in_groups(state: dict[str, Any], own_names: list[list[str]]) -> None:
+    """Puts this optimizer's parameter names back into the loaded param groups when the state holds no
+    per-parameter entries (plain SGD, or before the first step).
+
+    The groups are one value in a DCP folder, written by one rank: the names of its parameters only,
+    when each rank steps a part of the model (a pipeline stage). With per-parameter state, torch
+    matches the groups by those names; without, it loads them as they are and finds groups of
+    another size. The hyperparameters still come from the checkpoint, group by group.
+    """
+    loaded = state["param_groups"]
+    if state["state"] or len(loaded) != len(own_names):
+        return
+    for group, names in zip(loaded, own_names, strict=True):
+        group["params"] = names
 
 
 def read_full_dcp(folder: Path) -> dict[str, Any]:

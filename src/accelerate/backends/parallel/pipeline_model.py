@@ -19,8 +19,10 @@ else the last stage's output, on every rank.
 
 The model is traced and cut at its first call (torch's tracer needs one real micro-batch); the stage
 modules share the model's parameter objects, so the optimizers prepared with it are trimmed then to
-this rank's stage parameters. Every rank keeps the whole model's weights in memory (its ``tp``
-shards of them under a tensor-parallel plan). With ``tp`` each stage runs on DTensors, with
+this rank's stage parameters. Then the model's tensors that no stage of this rank holds are freed
+(see :func:`~accelerate.backends.parallel.pipeline_stage.release_other_stages`): a rank keeps only
+its stages' weights (their ``tp`` pieces, their ``dp_shard`` shards); ``get_state_dict`` and
+``save_model`` gather each tensor from the rank that holds it. With ``tp`` each stage runs on DTensors, with
 ``dp_shard`` it is sharded by FSDP2 (see :mod:`accelerate.backends.parallel.pipeline_stage`); the
 optimizers are pointed at what the stages train.
 """
@@ -39,8 +41,10 @@ from accelerate.backends.parallel.pipeline_stage import (
     StageShards,
     compose_stage,
     full_tensor,
+    is_released,
     named_view,
     plain_for_tracing,
+    release_other_stages,
 )
 from accelerate.state.pipeline_options import check_batch, microbatches, stages_per_rank
 
@@ -93,6 +97,7 @@ class PipelinedModel(nn.Module):
         self._view: list[nn.Module] = []
         self.shards = StageShards()  # the model's parameters -> the tensors this rank trains
         self._on_built: list[Callable[[StageShards], None]] = []
+        self.released_bytes = 0  # the model's weights freed once cut (those of the other ranks' stages)
 
     # ------------------------------------------------------------------ building
     @property
@@ -160,6 +165,9 @@ class PipelinedModel(nn.Module):
         for callback in self._on_built:
             callback(self.shards)
         self._on_built.clear()
+        # Only now: the optimizers were pointed at the stages (they find the model's parameters by
+        # identity, which freeing keeps), and tracing needed the whole model.
+        self.released_bytes = release_other_stages(self.module, self.stage_modules)
 
     def trained_view(self) -> nn.Module:
         """The module whose parameters this rank's optimizers step, under the model's names: the model
@@ -187,18 +195,25 @@ class PipelinedModel(nn.Module):
     def gathered_state_dict(self) -> dict[str, torch.Tensor]:
         """The whole model's state dict on every rank: each stage's tensors from the rank that holds it.
 
-        Every rank keeps the whole model, but only its own stages are trained; the stage modules name
-        their tensors as the model does, so the pieces merge into the model's own keys. A collective
-        over the ``pp`` group once the stages exist (and over ``dp_shard`` for sharded stages).
+        Once cut, a rank holds only its own stages' tensors (the model's others are freed); the stage
+        modules name their tensors as the model does, so the pieces merge into the model's own keys. A
+        collective over the ``pp`` group once the stages exist (and over ``dp_shard`` for sharded stages).
         """
-        whole = {k: v.detach().cpu() for k, v in self.module.state_dict().items()}
-        if self.schedule is None:
-            return whole  # not cut yet: every rank holds the same, untrained weights
+        own = self.module.state_dict()
+        if self.schedule is None:  # not cut yet: every rank holds the same, untrained weights
+            return {k: v.detach().cpu() for k, v in own.items()}
         mine = self._stage_state(lambda value: full_tensor(value).detach().cpu())
         pieces: list[Any] = [None] * self._size
         dist.all_gather_object(pieces, mine, group=self._group)
+        merged: dict[str, torch.Tensor] = {}
         for piece in pieces:
-            whole.update(piece)
+            merged.update(piece)
+        whole: dict[str, torch.Tensor] = {}
+        for key, value in own.items():  # the model's order; a tensor no stage holds: this rank's copy
+            if key in merged:
+                whole[key] = merged[key]
+            elif not is_released(value):
+                whole[key] = value.detach().cpu()
         return whole
 
     # ------------------------------------------------------------------ running

@@ -208,3 +208,41 @@ def named_view(modules: list[nn.Module]) -> nn.Module:
 def full_tensor(value: torch.Tensor) -> torch.Tensor:
     """A sharded (DTensor) value gathered whole; any other tensor as is."""
     return value.full_tensor() if _is_dtensor(value) else value  # type: ignore[attr-defined]
+
+
+def _local(value: torch.Tensor) -> torch.Tensor:
+    """``value``'s data on this rank: a DTensor's local piece, any other tensor itself."""
+    return value._local_tensor if _is_dtensor(value) else value  # type: ignore[attr-defined]
+
+
+def _storage(value: torch.Tensor) -> torch.UntypedStorage:
+    return _local(value).untyped_storage()
+
+
+def is_released(value: torch.Tensor) -> bool:
+    """Whether ``value`` holds no data on this rank (a tensor freed by :func:`release_other_stages`)."""
+    return _local(value).numel() == 0
+
+
+def release_other_stages(model: nn.Module, stages: list[nn.Module]) -> int:
+    """Frees the data of every parameter and buffer of ``model`` that none of ``stages`` (this rank's)
+    holds, and returns the bytes freed.
+
+    The tensors stay the same Python objects, their data replaced by an empty tensor of their dtype
+    (``.data``, which frees the storage): the optimizers, clipping and the stage bookkeeping
+    (:class:`StageShards`) find the model's parameters by identity, and the model keeps its names for
+    checkpoints. Moving them to the meta device instead (keeping the shapes) would need
+    ``torch.utils.swap_tensors``, which refuses tensors with weak references (the strategy keeps
+    some); an empty tensor also fails loudly where stale weights would pass: any computation with
+    it has the wrong shape. Under ``dp_shard`` the model's copies of this rank's own stage go too
+    (FSDP2 trains shards it made of them).
+    """
+    held = {_storage(t).data_ptr() for stage in stages for t in (*stage.parameters(), *stage.buffers())}
+    freed = 0
+    for value in (*model.parameters(), *model.buffers()):
+        local = _local(value)
+        if local.numel() == 0 or _storage(value).data_ptr() in held:
+            continue  # freed already (a tensor listed twice), or a stage's own
+        freed += _storage(value).nbytes()
+        local.data = torch.empty(0, dtype=local.dtype, device=local.device)
+    return freed
