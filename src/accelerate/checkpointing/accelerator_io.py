@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from accelerate.checkpointing.checkpoint_io import CheckpointIO
+from accelerate.checkpointing.internal_reads import internal_state_read
 
 if TYPE_CHECKING:
     from accelerate.checkpointing.training_state import ProcessInfo
@@ -249,9 +250,10 @@ def _save_state(
     models = list(objects.models)
     io = objects.checkpoint_io
     owned = io.owns_training_objects
-    weights = [
-        objects.unwrap(m, keep_fp32_wrapper=True, keep_torch_compile=False).state_dict() for m in models
-    ] if not owned else []  # fmt: skip
+    with internal_state_read():  # a pipeline rank's freed stages: the hooks see them empty, as saved
+        weights = [
+            objects.unwrap(m, keep_fp32_wrapper=True, keep_torch_compile=False).state_dict() for m in models
+        ] if not owned else []  # fmt: skip
     bare = [objects.unwrap(m, keep_torch_compile=False) for m in models]  # as upstream: not the DDP wrappers
     for hook in objects.save_hooks:
         hook(bare, weights, str(target))

@@ -24,3 +24,19 @@ def test_release_frees_what_no_stage_holds_and_keeps_the_tensors() -> None:
     with pytest.raises(RuntimeError):  # no stale weights: computing with one fails
         model(torch.ones(2, 4))
     assert release_other_stages(model, [stage]) == 0  # freed once
+
+
+def test_a_cut_models_own_state_dict_is_an_error_naming_the_way_out() -> None:
+    from accelerate.backends.parallel.pipeline_stage import guard_released
+    from accelerate.checkpointing.internal_reads import internal_state_read
+
+    model = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 2))
+    stage = nn.Module()
+    stage.register_parameter("weight", model[1].weight)
+    release_other_stages(model, [stage])
+    guard_released(model)
+    # It would hold empty tensors for the freed stage (a torch.save of it: most of the model missing).
+    with pytest.raises(RuntimeError, match=r"accelerator\.get_state_dict\(model\)"):
+        model.state_dict()
+    with internal_state_read():  # accelerate's own reads (the keys, this rank's stages)
+        assert list(model.state_dict()) == ["0.weight", "0.bias", "1.weight", "1.bias"]

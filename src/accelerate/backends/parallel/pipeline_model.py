@@ -41,11 +41,13 @@ from accelerate.backends.parallel.pipeline_stage import (
     StageShards,
     compose_stage,
     full_tensor,
+    guard_released,
     is_released,
     named_view,
     plain_for_tracing,
     release_other_stages,
 )
+from accelerate.checkpointing.internal_reads import internal_state_read
 from accelerate.state.pipeline_options import check_batch, microbatches, stages_per_rank
 
 
@@ -168,6 +170,7 @@ class PipelinedModel(nn.Module):
         # Only now: the optimizers were pointed at the stages (they find the model's parameters by
         # identity, which freeing keeps), and tracing needed the whole model.
         self.released_bytes = release_other_stages(self.module, self.stage_modules)
+        guard_released(self.module)
 
     def trained_view(self) -> nn.Module:
         """The module whose parameters this rank's optimizers step, under the model's names: the model
@@ -187,7 +190,8 @@ class PipelinedModel(nn.Module):
     def _stage_state(self, convert: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, torch.Tensor]:
         """This rank's stages' tensors under the model's keys (a stage also lists the model's
         non-persistent buffers, e.g. rotary ``inv_freq``: left out, as the model's state dict does)."""
-        keys = self.module.state_dict().keys()
+        with internal_state_read():
+            keys = self.module.state_dict().keys()
         return {
             k: convert(v) for stage in self.stage_modules for k, v in stage.state_dict().items() if k in keys
         }
@@ -199,7 +203,8 @@ class PipelinedModel(nn.Module):
         modules name their tensors as the model does, so the pieces merge into the model's own keys. A
         collective over the ``pp`` group once the stages exist (and over ``dp_shard`` for sharded stages).
         """
-        own = self.module.state_dict()
+        with internal_state_read():
+            own = self.module.state_dict()
         if self.schedule is None:  # not cut yet: every rank holds the same, untrained weights
             return {k: v.detach().cpu() for k, v in own.items()}
         mine = self._stage_state(lambda value: full_tensor(value).detach().cpu())

@@ -246,3 +246,24 @@ def release_other_stages(model: nn.Module, stages: list[nn.Module]) -> int:
         freed += _storage(value).nbytes()
         local.data = torch.empty(0, dtype=local.dtype, device=local.device)
     return freed
+
+
+def guard_released(model: nn.Module) -> None:
+    """Makes ``model.state_dict()`` an error once other stages' tensors were freed.
+
+    It would otherwise return empty tensors for them without a word, and a ``torch.save`` of it
+    would write a checkpoint missing most of the model: a silently wrong result. Accelerate's own
+    reads run inside :func:`~accelerate.checkpointing.internal_reads.internal_state_read`.
+    """
+    from accelerate.checkpointing.internal_reads import is_internal_state_read
+
+    def refuse(module: nn.Module, prefix: str, keep_vars: bool) -> None:
+        if not is_internal_state_read():
+            raise RuntimeError(
+                f"{type(module).__name__}.state_dict() on a pipeline rank: this rank keeps only the stages "
+                "it runs (the others' tensors were freed after the model was cut), so the state dict would "
+                "hold empty tensors for them. Use accelerator.get_state_dict(model) for the whole model's "
+                "tensors (gathered from every stage) or accelerator.save_model(model, folder)."
+            )
+
+    model.register_state_dict_pre_hook(refuse)  # type: ignore[no-untyped-call]
