@@ -40,6 +40,8 @@ _STAT = re.compile(r"^(?P<median>[+-]?[\d.]+) \[(?P<low>[+-]?[\d.]+), (?P<high>[
 _TARGET = re.compile(r"^(?P<op><=|>=) (?P<value>[+-]?[\d.]+)")
 # How each kind of ratio in the "compared" column becomes accelerate's time over raw's. A ratio of
 # times with accelerate on top is taken as it is; raw on top, or a ratio of rates, is inverted.
+# Rows that report a figure rather than a ratio (the pipeline bubble counted from a schedule's table).
+_NOT_RATIOS = frozenset({"action table"})
 _ORIENTATION = {
     "acc/raw time": False,
     "async/sync time": False,  # ours against ours: the async save's blocking time over a sync save
@@ -117,6 +119,8 @@ def parse_tables(text: str) -> Tables:
         label = _label(bench, metric)
         if compared == "acc - raw":
             startup.append(RatioRow(label, median, low, high, target, status))
+            continue
+        if compared in _NOT_RATIOS:  # a figure of the run, not ours against raw: nothing to plot
             continue
         if compared not in _ORIENTATION:
             raise ValueError(
