@@ -18,7 +18,7 @@ import torch
 from accelerate.planning import RunLayout, estimate_memory
 from accelerate.planning.shapes import shape_of_module
 from tests.helpers.pool import WorkerPool
-from tests.planning.test_validation import _allocation_peak, _live_bytes
+from tests.planning.tp_payload import _step_peak
 
 transformers = pytest.importorskip("transformers")
 
@@ -51,20 +51,7 @@ def _fsdp_peak(batch: int, sequence: int) -> dict[str, int]:
         0, CONFIG["vocab_size"], (batch, sequence), generator=torch.Generator().manual_seed(1)
     )
 
-    def step() -> None:
-        accelerator.backward(model(input_ids=ids, labels=ids).loss)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    step()
-    step()
-    states = [v for state in optimizer.state.values() for v in state.values() if torch.is_tensor(v)]
-    before = _live_bytes(_local(model.parameters())) + _live_bytes(_local(states))
-    with torch.profiler.profile(
-        activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True
-    ) as prof:
-        step()
-    peak = before + _allocation_peak(prof.profiler.kineto_results.experimental_event_tree())  # type: ignore[union-attr]
+    peak = _step_peak(lambda: model(input_ids=ids, labels=ids).loss, accelerator, model, optimizer)
     layout = RunLayout(world_size=2, dp_shard=2, micro_batch_size=batch, sequence_length=sequence)
     return {"measured": peak, "estimated": estimate_memory(shape, layout).peak}
 
