@@ -1,7 +1,9 @@
 """DeepSpeed checkpoints that move: save_state under ZeRO-2 on two CPU processes, load_state under ZeRO-3 or
 ZeRO-1, or on one process; weights and Adam's moments carry over, and the next steps match a run that did
-not move. `accelerate merge-weights` turns each ZeRO stage's folder into one file a plain model loads strictly.
-A checkpoint that does not fit the model is refused before DeepSpeed touches the engine."""
+not move. The same holds across bf16 (DeepSpeed's ZeRO optimizer and its BF16_Optimizer), ZeRO stage 0 and
+CPU optimizer offload. `accelerate merge-weights` turns each ZeRO stage's folder into one file a plain model loads
+strictly. A checkpoint that does not fit the model, or an engine that cannot take it, is refused before DeepSpeed
+touches the engine."""
 
 from __future__ import annotations
 
@@ -221,3 +223,17 @@ def test_merge_weights_reads_a_bf16_optimizer_folder(saved_runs: Any, tmp_path: 
     model.load_state_dict(load_state_dict_file(merged.path), strict=True)
     # the fp32 masters: rounded to bf16 they are the run's working weights
     _close({k: v.bfloat16().float() for k, v in model.state_dict().items()}, straight["loaded"], atol=0)
+
+
+def test_an_nvme_swapped_or_unknown_optimizer_is_refused_before_anything_is_written() -> None:
+    from types import SimpleNamespace
+
+    from accelerate.backends.deepspeed.portable import _partitions
+    from accelerate.storage.errors import CheckpointError
+
+    with pytest.raises(
+        CheckpointError, match="offloads its optimizer state to NVMe.*offload_optimizer.device: cpu"
+    ):
+        _partitions(SimpleNamespace(swap_optimizer=True, fp32_partitioned_groups_flat=[]), 3)
+    with pytest.raises(CheckpointError, match=r"optimizer \(SimpleNamespace\) keeps its fp32 master weights"):
+        _partitions(SimpleNamespace(), 2)
