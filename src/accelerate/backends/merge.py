@@ -59,10 +59,18 @@ def _deepspeed_folder(source: Path) -> Any:
 
 
 def _read_deepspeed(folder: Any) -> tuple[dict[str, Any], str]:
-    from accelerate.backends.deepspeed.zero_files import full_fp32_weights
+    from accelerate.backends.deepspeed.zero_files import (
+        full_fp32_weights,
+        read_partitioned_state,
+        whole_weights,
+    )
 
     files = folder.optim_files()
     stage = folder.load(files[0])["optimizer_state_dict"].get("zero_stage")
+    if stage is None:  # DeepSpeed's BF16_Optimizer, whose files zero_to_fp32 does not read
+        saved = read_partitioned_state(folder)
+        found = f"a DeepSpeed BF16_Optimizer (ZeRO-1) checkpoint saved by {len(files)} process(es) ({folder.path})"
+        return whole_weights(folder, saved), found
     state = full_fp32_weights(folder)
     return (
         state,

@@ -11,8 +11,39 @@ from torch.utils.data import DataLoader
 from tests.backends.deepspeed.deepspeed_payloads import LR, _accelerator, make_data, make_model
 
 
-def _setup(stage: int, batch_size: int) -> tuple[Any, Any, Any, Any, Any]:
-    accelerator = _accelerator(stage)
+def layout_accelerator(layout: int | str) -> Any:
+    """An Accelerator for a layout: a ZeRO stage, or ``"<stage>[-bf16|-bf16opt][-offload]"``.
+
+    ``bf16`` is accelerate's ``mixed_precision="bf16"`` (DeepSpeed's ZeRO optimizer with bf16 weights);
+    ``bf16opt`` also accumulates gradients in fp32, which makes DeepSpeed use its separate
+    ``BF16_Optimizer`` under ZeRO-1; ``offload`` puts the optimizer (DeepSpeedCPUAdam) on the CPU.
+    """
+    from accelerate import Accelerator
+    from accelerate.utils import DeepSpeedPlugin
+
+    stage, *flags = str(layout).split("-")
+    if not flags:
+        return _accelerator(int(stage))
+    zero: dict[str, Any] = {"stage": int(stage), "stage3_gather_16bit_weights_on_model_save": True}
+    config: dict[str, Any] = {
+        "train_batch_size": "auto",
+        "train_micro_batch_size_per_gpu": "auto",
+        "gradient_accumulation_steps": "auto",
+        "gradient_clipping": 0.0,
+        "zero_optimization": zero,
+    }
+    if "offload" in flags:
+        zero["offload_optimizer"] = {"device": "cpu"}
+    if "bf16opt" in flags:
+        config["data_types"] = {"grad_accum_dtype": "fp32"}
+    bf16 = "bf16" in flags or "bf16opt" in flags
+    return Accelerator(
+        deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=config), mixed_precision="bf16" if bf16 else "no"
+    )
+
+
+def _setup(stage: int | str, batch_size: int) -> tuple[Any, Any, Any, Any, Any]:
+    accelerator = layout_accelerator(stage)
     model = make_model()
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 / (1 + step))
@@ -28,20 +59,42 @@ def _weights(accelerator: Any, model: Any) -> dict[str, torch.Tensor]:
 
 
 def _moments(model: Any) -> dict[str, torch.Tensor]:
-    """Adam's first moment per parameter, whole (DeepSpeed's getter gathers it: a collective)."""
+    """Adam's first moment per parameter, whole (DeepSpeed's getter gathers it: a collective).
+
+    Stage 0 has no getter: its optimizer steps the parameters themselves (fp32) or one flat fp32 copy
+    per group (bf16's FP16_Optimizer)."""
     from deepspeed.utils import safe_get_full_optimizer_state
 
-    return {
-        n: safe_get_full_optimizer_state(p, "exp_avg").clone() for n, p in model.module.named_parameters()
-    }
+    moments = {}
+    for name, param in model.module.named_parameters():
+        value = safe_get_full_optimizer_state(param, "exp_avg")
+        moments[name] = (value if value is not None else _stage0_moment(model.optimizer, param)).clone()
+    return moments
 
 
-def resume_elsewhere(stage: int, folder: str, save_after: int, batch_size: int) -> dict[str, Any]:
+def _stage0_moment(optimizer: Any, param: torch.nn.Parameter) -> torch.Tensor:
+    if param in optimizer.state:
+        return optimizer.state[param]["exp_avg"].float()
+    for group, masters in zip(optimizer.fp16_groups, getattr(optimizer, "fp32_groups", []), strict=False):
+        for p, master in zip(group, masters, strict=True):  # unfused: one fp32 master per parameter
+            if p is param:
+                return optimizer.optimizer.state[master]["exp_avg"].float()
+    for group, flat in zip(optimizer.fp16_groups, optimizer.fp32_groups_flat, strict=True):
+        offset = 0
+        for p in group:
+            if p is param:
+                return optimizer.optimizer.state[flat]["exp_avg"].narrow(0, offset, p.numel()).view(p.shape)
+            offset += p.numel()
+    raise AssertionError("parameter not found in the stage-0 optimizer")
+
+
+def resume_elsewhere(stage: int | str, folder: str, save_after: int, batch_size: int) -> dict[str, Any]:
     """Loads ``folder`` (saved by another layout) and finishes the epoch: weights after the next step and at the end."""
     accelerator, model, optimizer, loader, scheduler = _setup(stage, batch_size)
     accelerator.load_state(folder)
     loaded = _weights(accelerator, model)
     moments = _moments(model)
+    facts = {"optimizer": type(model.optimizer).__name__}
     after_next: dict[str, torch.Tensor] = {}
     for step, (x, y) in enumerate(accelerator.skip_first_batches(loader, save_after)):
         accelerator.backward(F.mse_loss(model(x), y))
@@ -50,14 +103,14 @@ def resume_elsewhere(stage: int, folder: str, save_after: int, batch_size: int) 
         optimizer.zero_grad()
         if step == 0:
             after_next = _weights(accelerator, model)
-    return {"loaded": loaded, "exp_avg": moments, "next": after_next, "final": _weights(accelerator, model),
+    return {**facts, "loaded": loaded, "exp_avg": moments, "next": after_next, "final": _weights(accelerator, model),
             "lr": scheduler.get_last_lr(), "global_steps": model.global_steps}  # fmt: skip
 
 
-def save_then_record(stage: int, folder: str, save_after: int, batch_size: int) -> dict[str, Any]:
+def save_then_record(stage: int | str, folder: str, save_after: int, batch_size: int) -> dict[str, Any]:
     """The run that does not move: saves after ``save_after`` steps and records the same facts."""
     accelerator, model, optimizer, loader, scheduler = _setup(stage, batch_size)
-    facts: dict[str, Any] = {}
+    facts: dict[str, Any] = {"optimizer": type(model.optimizer).__name__}
     for step, (x, y) in enumerate(loader, start=1):
         accelerator.backward(F.mse_loss(model(x), y))
         optimizer.step()

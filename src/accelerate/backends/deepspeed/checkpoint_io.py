@@ -47,6 +47,14 @@ def record_file(path: Path) -> FileRecord:
     return FileRecord(size=size, checksum=hasher.hexdigest(), algorithm=CHECKSUM_ALGORITHM)
 
 
+def engine_layout(engine: Any) -> str:
+    """What decides an engine's optimizer files beside its stage: the optimizer class that holds the fp32
+    masters, the working precision and where the optimizer lives (``"DeepSpeedZeroOptimizer/bf16/cpu"``)."""
+    precision = "bf16" if engine.bfloat16_enabled() else "fp16" if engine.fp16_enabled() else "fp32"
+    offload = "cpu" if engine.zero_cpu_offload() else "none"
+    return f"{type(engine.optimizer).__name__}/{precision}/{offload}"
+
+
 class EngineCheckpointIO(CheckpointIO):
     """Saves and loads the DeepSpeed engines of one Accelerator (see the module docstring).
 
@@ -69,6 +77,7 @@ class EngineCheckpointIO(CheckpointIO):
                 "zero_stages": [int(e.zero_optimization_stage()) for e in self.engines],
                 "world_size": self._world_size(),
                 "tags": [engine_tag(i) for i in range(len(self.engines))],
+                "layouts": [engine_layout(e) for e in self.engines],
             }
         }
 
@@ -104,27 +113,23 @@ class EngineCheckpointIO(CheckpointIO):
         return records
 
     def _moves(self, directory: Path, manifest: Manifest | None) -> bool:
-        """Whether the checkpoint has another layout (ZeRO stage or world size) than this run's engines.
+        """Whether the checkpoint has another layout than this run's engines: ZeRO stage, world size,
+        precision, or optimizer (DeepSpeed's BF16_Optimizer, CPU offload).
 
         Such a checkpoint is put back together and re-partitioned (``portable.load_portable``) instead of
-        being read by DeepSpeed's ``load_checkpoint``, which needs the layout that wrote it.
+        being read by DeepSpeed's ``load_checkpoint``, which needs the layout that wrote it. Stage 0 on both
+        sides needs no moving across world sizes: every rank holds the whole state.
         """
         saved = (manifest.extra.get(EXTRA_KEY) if manifest is not None else None) or {}
         stages = saved.get("zero_stages")
         now = [int(e.zero_optimization_stage()) for e in self.engines]
         world = saved.get("world_size")
+        layouts = saved.get("layouts")
         moved_stage = stages is not None and list(stages) != now
-        moved_world = world is not None and int(world) != self._world_size() and any(s > 0 for s in now)
-        if not (moved_stage or moved_world):
-            return False
-        if 0 in now or (stages is not None and 0 in stages):
-            raise CheckpointError(
-                f"Checkpoint {directory} was saved with ZeRO stage(s) {stages} by {world} processes, and this run "
-                f"uses {now} on {self._world_size()}: a ZeRO stage-0 checkpoint (or engine) keeps its optimizer "
-                "state in DeepSpeed's own layout, which only the same stage and world size can read. Load it with "
-                "the setup that saved it, or use ZeRO stage 1, 2 or 3 on both sides."
-            )
-        return True
+        partitioned = any(s > 0 for s in [*now, *(stages or [])])
+        moved_world = world is not None and int(world) != self._world_size() and partitioned
+        moved_layout = layouts is not None and list(layouts) != [engine_layout(e) for e in self.engines]
+        return moved_stage or moved_world or moved_layout
 
     def check_compatible(self, directory: Path, manifest: Manifest | None) -> bool:
         """Checks the folders and every engine's parameter shapes before anything is loaded.

@@ -1,14 +1,18 @@
-"""Loading a ZeRO checkpoint into an engine of another world size or ZeRO stage, and the shape check
-that runs before any DeepSpeed load touches the engine.
+"""Loading a DeepSpeed checkpoint into an engine of another layout (world size, ZeRO stage 0-3,
+precision, BF16_Optimizer or not, optimizer on the CPU or not), and the shape check that runs before
+any DeepSpeed load touches the engine.
 
-DeepSpeed's own ``load_checkpoint`` reads each rank's partition file, so it needs the world size and
-stage that wrote them. Here the partitions are put back together into whole tensors per parameter
-(``zero_files.read_partitioned_state``: master weights and every optimizer moment) and each rank
-writes its own share of them into the live engine through DeepSpeed's public setters
+DeepSpeed's own ``load_checkpoint`` reads each rank's partition file, so it needs the layout that
+wrote them. Here the partitions are put back together into whole tensors per parameter
+(``zero_files.read_partitioned_state``: master weights and every optimizer moment; stage 0's come
+from its model-states file, ``stage0.py``) and each rank writes its own share of them into the live
+engine: ZeRO 1-3 and BF16_Optimizer engines through DeepSpeed's public setters
 (``safe_set_full_fp32_param`` / ``safe_set_full_optimizer_state``), which know the engine's
-partitioning. The model's working copy, the optimizer's step and hyperparameters, the scheduler and
-the engine's counters follow. Every rank reads the whole checkpoint (it is not split by rank): the
-cost is one full copy of the model and its optimizer state in host memory per process.
+partitioning (and its CPU-offloaded masters); stage-0 engines, which hold every tensor whole, directly.
+The model's working copy, the optimizer's step and hyperparameters, the scheduler and the engine's
+counters follow. Every rank reads the whole checkpoint (it is not split by rank): the cost is one full
+copy of the model and its optimizer state in host memory per process. What cannot be written (an
+NVMe-swapped optimizer, an optimizer whose masters live elsewhere) is refused before the engine changes.
 """
 
 from __future__ import annotations
@@ -19,13 +23,14 @@ from typing import Any
 
 import torch
 
+from accelerate.backends.deepspeed.stage0 import stage0_slots
 from accelerate.backends.deepspeed.zero_files import (
     FP32_KEY,
     PartitionedState,
     ZeroFolder,
-    full_fp32_weights,
     read_partitioned_state,
     saved_param_shapes,
+    whole_weights,
 )
 from accelerate.storage.errors import CheckpointError
 
@@ -39,7 +44,17 @@ def _engine_shapes(engine: Any) -> dict[str, torch.Size]:
 
 def saved_shapes(folder: ZeroFolder) -> dict[str, torch.Size]:
     """The parameter shapes a tag folder was saved with (from its model-states file)."""
-    return saved_param_shapes(folder.load(folder.model_states_file()))
+    return _shapes_of(folder.load(folder.model_states_file()))
+
+
+def _shapes_of(model_states: Mapping[str, Any]) -> dict[str, torch.Size]:
+    shapes = saved_param_shapes(model_states)
+    if shapes or model_states.get("optimizer") is None:
+        return shapes
+    buffers = set(
+        model_states.get("buffer_names") or []
+    )  # stage 0 records no param_shapes: its module has them
+    return {n: v.shape for n, v in (model_states.get("module") or {}).items() if n not in buffers}
 
 
 def check_engine_shapes(engine: Any, saved: Mapping[str, torch.Size], *, source: str, index: int) -> None:
@@ -73,16 +88,40 @@ def check_engine_shapes(engine: Any, saved: Mapping[str, torch.Size], *, source:
         )
 
 
-def _flat_masters(zero_optimizer: Any, stage: int) -> list[torch.Tensor]:
-    """The fp32 master tensors the inner optimizer steps (one per parameter group or ZeRO-3 sub-group)."""
-    name = "fp32_partitioned_groups_flat" if stage == 3 else "single_partition_of_fp32_groups"
-    masters = getattr(zero_optimizer, name, None)
-    if masters is None:
+def _partitions(zero_optimizer: Any, stage: int) -> tuple[list[torch.Tensor], list[list[Any]] | None]:
+    """The fp32 master partitions the inner optimizer steps, and (ZeRO 1/2) the parameter groups they hold.
+
+    ZeRO-3 keeps one flat partition per sub-group; ZeRO 1/2 one per parameter group, in
+    ``single_partition_of_fp32_groups`` (on the CPU when the optimizer is offloaded), and DeepSpeed's
+    separate BF16_Optimizer in ``fp32_groups_flat_partition``.
+    """
+    if getattr(zero_optimizer, "swap_optimizer", False):
         raise CheckpointError(
-            f"This DeepSpeed optimizer ({type(zero_optimizer).__name__}) keeps no {name}: only the ZeRO 1-3 "
-            "optimizers without bf16_optimizer or offloading can take a checkpoint of another layout."
+            "This DeepSpeed engine offloads its optimizer state to NVMe, where it is swapped out of memory, and a "
+            "checkpoint of another layout cannot be written into it. Nothing was loaded. Load a checkpoint of the "
+            "same layout, or offload to the CPU (offload_optimizer.device: cpu) or not at all."
         )
-    return list(masters)
+    if stage == 3:
+        masters = getattr(zero_optimizer, "fp32_partitioned_groups_flat", None)
+        if masters is None:
+            raise _unknown(zero_optimizer)
+        return list(masters), None
+    for masters_name, groups_name in (
+        ("fp32_groups_flat_partition", "bf16_groups"),
+        ("single_partition_of_fp32_groups", "bit16_groups"),
+    ):
+        masters = getattr(zero_optimizer, masters_name, None)
+        if masters is not None:
+            return list(masters), list(getattr(zero_optimizer, groups_name))
+    raise _unknown(zero_optimizer)
+
+
+def _unknown(zero_optimizer: Any) -> CheckpointError:
+    return CheckpointError(
+        f"This DeepSpeed optimizer ({type(zero_optimizer).__name__}) keeps its fp32 master weights where this "
+        "loader does not look (ZeRO 1-3 optimizers, BF16_Optimizer and the stage-0 optimizers can take a "
+        "checkpoint of another layout). Nothing was loaded. Load a checkpoint of the same layout."
+    )
 
 
 def _create_state(inner: torch.optim.Optimizer, masters: list[torch.Tensor], saved: PartitionedState) -> None:
@@ -98,19 +137,72 @@ def _create_state(inner: torch.optim.Optimizer, masters: list[torch.Tensor], sav
         for key in keys:
             state[key] = torch.zeros_like(master)
         for key, value in scalars.items():
-            state[key] = value.clone() if torch.is_tensor(value) else value
+            state[key] = _scalar_for(inner, value)
 
 
-def _link_fragments(zero_optimizer: Any, inner: torch.optim.Optimizer, stage: int) -> None:
-    """ZeRO 1/2 parameters find their optimizer-state slices through links made after a step: make them."""
-    if stage == 3:
-        return
-    from deepspeed.utils.mixed_precision_linkage import lazy_init_hp_params_optimizer_state
+def _scalar_for(inner: torch.optim.Optimizer, value: Any) -> Any:
+    """A scalar of the optimizer state (Adam's step) in the form the stepping optimizer keeps it.
 
-    for group, master in zip(
-        zero_optimizer.bit16_groups, zero_optimizer.single_partition_of_fp32_groups, strict=True
-    ):
-        lazy_init_hp_params_optimizer_state(group, master, inner.state)
+    torch's optimizers keep a tensor (and refuse a number); DeepSpeedCPUAdam, which steps an offloaded
+    optimizer, keeps an int that it hands to its C++ kernel.
+    """
+    if type(inner).__module__.startswith("torch.optim"):
+        return value.clone() if torch.is_tensor(value) else torch.tensor(float(value))
+    if torch.is_tensor(value) and value.numel() == 1:
+        number = value.item()
+        return int(number) if float(number).is_integer() else number
+    return value
+
+
+class _PartitionedWriter:
+    """Writes whole tensors into a ZeRO 1-3 engine (or BF16_Optimizer) through DeepSpeed's setters."""
+
+    def __init__(self, zero_optimizer: Any, stage: int) -> None:
+        self.masters, self.groups = _partitions(zero_optimizer, stage)
+        self.zero_optimizer = zero_optimizer
+        self.inner: torch.optim.Optimizer = zero_optimizer.optimizer
+
+    def prepare(self, saved: PartitionedState) -> None:
+        _create_state(self.inner, self.masters, saved)
+        if self.groups is None:
+            return
+        # ZeRO 1/2 parameters find their optimizer-state slices through links made after a step: make them
+        from deepspeed.utils.mixed_precision_linkage import lazy_init_hp_params_optimizer_state
+
+        for group, master in zip(self.groups, self.masters, strict=True):
+            lazy_init_hp_params_optimizer_state(group, master, self.inner.state)
+        if hasattr(self.zero_optimizer, "_hp_optimizer_states_linked"):
+            self.zero_optimizer._hp_optimizer_states_linked = (
+                True  # BF16_Optimizer: linked now, not at its step
+            )
+
+    def write(self, param: torch.nn.Parameter, values: Mapping[str, torch.Tensor]) -> None:
+        from deepspeed.utils import safe_set_full_fp32_param, safe_set_full_optimizer_state
+
+        device = self.masters[0].device
+        for key, value in values.items():
+            if key == FP32_KEY:
+                safe_set_full_fp32_param(param, value.to(device))
+            else:
+                safe_set_full_optimizer_state(param, value.to(device), key)
+
+
+class _Stage0Writer:
+    """Writes whole tensors into a ZeRO stage-0 engine, whose every rank holds all of them."""
+
+    def __init__(self, optimizer: Any) -> None:
+        self.inner, self.slots = stage0_slots(optimizer)
+
+    def prepare(self, saved: PartitionedState) -> None:
+        _create_state(self.inner, list({id(s.master): s.master for s in self.slots.values()}.values()), saved)
+
+    def write(self, param: torch.nn.Parameter, values: Mapping[str, torch.Tensor]) -> None:
+        slot = self.slots.get(id(param))
+        if slot is None:
+            return  # frozen: the optimizer does not hold it
+        for key, value in values.items():
+            target = slot.master.data if key == FP32_KEY else self.inner.state[slot.master][key]
+            slot.view(target, value.numel()).copy_(value.reshape(-1).to(target.dtype))
 
 
 def _set_working_copy(param: torch.nn.Parameter, value: torch.Tensor) -> None:
@@ -124,35 +216,36 @@ def _set_working_copy(param: torch.nn.Parameter, value: torch.Tensor) -> None:
 
 
 def load_portable(engine: Any, folder: ZeroFolder, *, index: int) -> None:
-    """Loads a ZeRO checkpoint of any world size and stage 1-3 into ``engine`` (on every rank)."""
-    from deepspeed.utils import safe_set_full_fp32_param, safe_set_full_optimizer_state
-
+    """Loads a DeepSpeed checkpoint of any world size, ZeRO stage 0-3, precision (fp32, bf16 with the ZeRO
+    optimizer or BF16_Optimizer) and optimizer offload (none or CPU) into ``engine`` (on every rank)."""
     saved = read_partitioned_state(folder)
-    check_engine_shapes(engine, saved_param_shapes(saved.model_states), source=str(folder.path), index=index)
-    weights = full_fp32_weights(folder)
+    check_engine_shapes(engine, _shapes_of(saved.model_states), source=str(folder.path), index=index)
     stage = int(engine.zero_optimization_stage())
-    zero_optimizer = engine.optimizer
-    inner = zero_optimizer.optimizer
-    if len(inner.param_groups) != len(saved.param_groups):
+    try:
+        writer = (
+            _Stage0Writer(engine.optimizer) if stage == 0 else _PartitionedWriter(engine.optimizer, stage)
+        )
+    except CheckpointError as error:
+        from accelerate.backends.deepspeed.checkpoint_io import engine_layout
+
+        raise CheckpointError(
+            f"{folder.path} (a {saved.kind} checkpoint saved by {saved.world_size} process(es)) cannot be loaded "
+            f"into DeepSpeed engine {index} (ZeRO-{stage}, {engine_layout(engine)}): {error}"
+        ) from error
+    if len(writer.inner.param_groups) != len(saved.param_groups):
         raise CheckpointError(
             f"{folder.path} has {len(saved.param_groups)} optimizer parameter groups and engine {index}'s "
-            f"optimizer has {len(inner.param_groups)}; build the optimizer with the same groups."
+            f"optimizer has {len(writer.inner.param_groups)}; build the optimizer with the same groups. Nothing "
+            "was loaded."
         )
-    _create_state(inner, _flat_masters(zero_optimizer, stage), saved)
-    _link_fragments(zero_optimizer, inner, stage)
-    device = next(iter(_flat_masters(zero_optimizer, stage))).device
+    weights = whole_weights(folder, saved)
+    writer.prepare(saved)
     for name, param in engine.module.named_parameters():
         _set_working_copy(param, weights[name])
-        if name not in saved.params:
-            continue  # frozen: no master copy, no optimizer state
-        for key, value in saved.params[name].items():
-            value = value.to(device)
-            if key == FP32_KEY:
-                safe_set_full_fp32_param(param, value)
-            else:
-                safe_set_full_optimizer_state(param, value, key)
+        if name in saved.params:  # frozen: no master copy, no optimizer state
+            writer.write(param, saved.params[name])
     _restore_buffers(engine, weights)
-    for group, hyper in zip(inner.param_groups, saved.param_groups, strict=True):
+    for group, hyper in zip(writer.inner.param_groups, saved.param_groups, strict=True):
         group.update(hyper)
     _restore_engine(engine, saved.model_states)
 

@@ -42,6 +42,7 @@ __all__ = [
     "ZeroFolder",
     "full_fp32_weights",
     "read_partitioned_state",
+    "whole_weights",
 ]
 
 FP32_KEY = "fp32"  # the master weights, beside the optimizer's own keys (exp_avg, exp_avg_sq, ...)
@@ -124,6 +125,8 @@ class PartitionedState:
     param_groups: list[dict[str, Any]]
     group_scalars: list[dict[str, Any]]
     model_states: dict[str, Any]  # rank 0's model-states file: param_shapes, lr_scheduler, counters
+    # what wrote it: "ZeRO-<stage>", "BF16_Optimizer" (ZeRO-1's layout without a stage) or "ZeRO-0"
+    kind: str = "ZeRO"
 
     def shapes(self) -> dict[str, torch.Size]:
         return {name: values[FP32_KEY].shape for name, values in self.params.items()}
@@ -143,7 +146,12 @@ def saved_param_shapes(model_states: Mapping[str, Any]) -> dict[str, torch.Size]
 def _stage(optim: Mapping[str, Any], folder: Path) -> int:
     stage = optim.get("zero_stage")
     if stage is None:
-        raise CheckpointError(f"{folder}: the optimizer files name no ZeRO stage (a stage-0 checkpoint?).")
+        if "single_partition_of_fp32_groups" in optim:
+            return 1  # DeepSpeed's BF16_Optimizer: ZeRO-1's layout (its masters keep their padding)
+        raise CheckpointError(
+            f"{folder}: the optimizer files name no ZeRO stage and are not BF16_Optimizer's; they cannot be "
+            "converted. Load the checkpoint with the setup that saved it."
+        )
     return int(stage)
 
 
@@ -220,9 +228,15 @@ def _zero3(ranks: list[dict[str, Any]], shapes: list[dict[str, torch.Size]], fol
 
 def read_partitioned_state(folder: ZeroFolder) -> PartitionedState:
     """Every trainable parameter's master weight and optimizer state, whole, from all ranks' files."""
+    model_states = folder.load(folder.model_states_file())
+    if model_states.get("optimizer") is not None and not any(folder.path.glob("*_optim_states.pt")):
+        from accelerate.backends.deepspeed.stage0 import read_stage0  # stage 0: all in the model states
+
+        params0, groups0, scalars0 = read_stage0(model_states, str(folder.path))
+        world = int(model_states.get("dp_world_size") or 1)
+        return PartitionedState(0, world, params0, groups0, scalars0, model_states, kind="ZeRO-0")
     files = folder.optim_files()
     ranks = [folder.load(f)["optimizer_state_dict"] for f in files]
-    model_states = folder.load(folder.model_states_file())
     stage = _stage(ranks[0], folder.path)
     shapes = [
         {name: torch.Size(shape) for name, shape in group.items()}
@@ -245,7 +259,19 @@ def read_partitioned_state(folder: ZeroFolder) -> PartitionedState:
             f"{folder.path}: ZeRO stage {stage} checkpoints cannot be converted (1, 2 or 3 can)."
         )
     groups = [{k: v for k, v in group.items() if k != "params"} for group in base.get("param_groups", [])]
-    return PartitionedState(stage, len(files), params, groups, scalars, model_states)
+    kind = f"ZeRO-{stage}" if "zero_stage" in ranks[0] else "BF16_Optimizer"
+    return PartitionedState(stage, len(files), params, groups, scalars, model_states, kind)
+
+
+def whole_weights(folder: ZeroFolder, saved: PartitionedState) -> dict[str, torch.Tensor]:
+    """The whole model in fp32: DeepSpeed's ``zero_to_fp32`` for ZeRO 1-3 files; for stage 0 and
+    BF16_Optimizer (which that helper does not read) the saved module with its fp32 masters put in."""
+    if saved.kind.startswith("ZeRO-") and saved.stage > 0:
+        return full_fp32_weights(folder)
+    module = saved.model_states.get("module") or {}
+    weights = {name: value.detach().float().cpu() for name, value in module.items()}
+    weights.update({name: values[FP32_KEY] for name, values in saved.params.items()})
+    return weights
 
 
 def full_fp32_weights(folder: ZeroFolder) -> dict[str, torch.Tensor]:
