@@ -74,6 +74,8 @@ test: $(VENV)/.installed-test
 	@# DeepSpeed JIT-builds a small C++ op (shared-memory collectives) the first time a CPU run starts;
 	@# built here once, outside any test's timeout (a few seconds when it is already in the cache).
 	$(PY) -c "from deepspeed.comm.torch import build_shm_op; build_shm_op()" >/dev/null
+	@# The same for its CPU Adam (the optimizer-offload tests): a minute or two of C++ the first time.
+	$(PY) -c "from deepspeed.ops.op_builder import CPUAdamBuilder; CPUAdamBuilder().load()" >/dev/null
 	$(PY) -m pytest -q --durations=15 tests
 
 lint: $(VENV)/.installed-test
