@@ -14,7 +14,6 @@ next call starts a fresh one) and fails the test with what each rank said — ne
 
 from __future__ import annotations
 
-import gc
 import importlib
 import multiprocessing as mp
 import os
@@ -66,11 +65,6 @@ def _worker(rank: int, world_size: int, port: int, conn: Connection) -> None:
     torch.set_num_threads(1)
     from accelerate.state import reset_state
 
-    # Every gc.collect() a payload triggers (free_memory, an out-of-memory retry) would otherwise walk
-    # torch's objects again, about a second each on a busy core; the payloads' own objects are
-    # collected as before (see tests/conftest.py's freeze_imported_objects).
-    gc.collect()
-    gc.freeze()
     base_env = dict(os.environ)
     while True:
         message = conn.recv()
