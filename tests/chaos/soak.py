@@ -50,17 +50,23 @@ def chaos_round(
     job: Job,
     scenario: Scenario,
     kinds: list[str],
-    reference: Path,
+    reference: Path | Callable[[], Path],
     real_disk: bool = True,
 ) -> Round:
     """One round; with ``real_disk`` (and root) the project folder is a small tmpfs that a
-    ``disk_full`` fault fills for real, else the worker's write hook raises the ENOSPC."""
+    ``disk_full`` fault fills for real, else the worker's write hook raises the ENOSPC.
+
+    ``reference`` is the reference run's final state, or a call that waits for it: it is read only
+    once the round has ended, so the reference run may go on beside the round.
+    """
     plan = make_plan(seed, job, kinds)
     wanted = real_disk and any(fault.kind == "disk_full" for fault in plan)
     with small_disk(folder / "project", wanted) as ballast:
         result = JobRun(folder, job, scenario, plan, _JOB_TIMEOUT_S, ballast).run()
         tmpfs = ballast is not None
-    done = _checked(folder, seed, job, scenario, plan, result, reference)
+    done = _checked(
+        folder, seed, job, scenario, plan, result, reference if isinstance(reference, Path) else reference()
+    )
     done.tmpfs = tmpfs
     return done
 

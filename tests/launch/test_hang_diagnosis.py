@@ -3,11 +3,14 @@
 Real runs of `accelerate launch` with 2 processes on gloo (scripts/hang.py) and a 15 s process-group
 timeout: the launcher must exit non-zero well within a minute and name the waiting rank's collective
 and the missing rank's function. The subprocess timeout only stops a test that would hang forever.
+The CPU launches run side by side (see `launched`); each keeps its own port, folder and timeout.
 """
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,18 +20,78 @@ from tests.commands.helpers import accelerate_cmd, cli_env, reserved_port
 
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "hang.py"
 DDP_STALL = Path(__file__).resolve().parent / "scripts" / "ddp_stall.py"
+# The launch each CPU test reads. Each waits out most of its 15 s process-group timeout asleep, so
+# the module starts them all at once (each on its own port and folder) and every test then waits for
+# its own: the module takes about one launch's time instead of four.
+_CASE_OF_TEST = {
+    "test_a_rank_stuck_in_user_code_is_named_with_its_function_and_the_waiting_rank_with_its_gather": "missing",
+    "test_ranks_in_different_collectives_are_both_named": "different",
+    "test_a_rank_whose_script_ended_waits_for_the_stuck_one_and_both_are_reported": "finished",
+    "test_a_rank_stalled_before_its_ddp_backward_is_named_not_the_rank_waiting_in_the_all_reduce": "ddp_stall",
+}
+# Only stops a launch that would hang forever (four launches share the cores, hence more than one's).
+_LAUNCH_TIMEOUT_S = 240
 
 
-def _launch(
-    tmp_path: Path, mode: str, *flags: str, script: Path = SCRIPT
-) -> subprocess.CompletedProcess[str]:
-    args = [mode, "15"] if script == SCRIPT else ["15"]
+def _command(mode: str, port: int, *flags: str) -> list[str]:
+    script, args = (DDP_STALL, ["15"]) if mode == "ddp_stall" else (SCRIPT, [mode, "15"])
+    return accelerate_cmd(
+        "launch", *flags, "--num_processes", "2", "--main_process_port", str(port), str(script), *args
+    )
+
+
+def _launch(tmp_path: Path, mode: str, *flags: str) -> subprocess.CompletedProcess[str]:
     with reserved_port() as port:
         return subprocess.run(
-            accelerate_cmd("launch", *flags, "--num_processes", "2", "--main_process_port", str(port),
-                           str(script), *args),
-            env=cli_env(tmp_path), capture_output=True, text=True, timeout=120,
+            _command(mode, port, *flags), env=cli_env(tmp_path), capture_output=True, text=True,
+            timeout=_LAUNCH_TIMEOUT_S,
         )  # fmt: skip
+
+
+class _Running:
+    """One `accelerate launch --cpu` started in the background, its output in files of its folder."""
+
+    def __init__(self, mode: str, folder: Path, ports: contextlib.ExitStack) -> None:
+        self.folder = folder
+        port = ports.enter_context(reserved_port())
+        self._out = (folder / "stdout").open("w")
+        self._err = (folder / "stderr").open("w")
+        self.proc = subprocess.Popen(
+            _command(mode, port, "--cpu"), env=cli_env(folder), stdout=self._out, stderr=self._err, text=True
+        )
+
+    def result(self) -> subprocess.CompletedProcess[str]:
+        try:
+            code = self.proc.wait(timeout=_LAUNCH_TIMEOUT_S)
+        finally:
+            self._out.close()
+            self._err.close()
+        out, err = ((self.folder / name).read_text() for name in ("stdout", "stderr"))
+        return subprocess.CompletedProcess(self.proc.args, code, out, err)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def launched(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, _Running]]:
+    """The launches of this session's selected CPU tests, all started at once."""
+    modes = {
+        _CASE_OF_TEST[name]
+        for item in request.session.items
+        if (name := getattr(item, "originalname", None)) in _CASE_OF_TEST
+    }
+    with contextlib.ExitStack() as ports:  # each port held until the module ends
+        running = {mode: _Running(mode, tmp_path_factory.mktemp(mode), ports) for mode in sorted(modes)}
+        try:
+            yield running
+        finally:
+            for launch in running.values():
+                launch.stop()
 
 
 def _summary(result: subprocess.CompletedProcess[str]) -> str:
@@ -38,9 +101,9 @@ def _summary(result: subprocess.CompletedProcess[str]) -> str:
 
 
 def test_a_rank_stuck_in_user_code_is_named_with_its_function_and_the_waiting_rank_with_its_gather(
-    tmp_path: Path,
+    launched: dict[str, _Running],
 ) -> None:
-    result = _launch(tmp_path, "missing", "--cpu")
+    result = launched["missing"].result()
     assert result.returncode == HANG_EXIT_CODE
     assert "unreachable" not in result.stdout
     summary = _summary(result)
@@ -55,8 +118,8 @@ def test_a_rank_stuck_in_user_code_is_named_with_its_function_and_the_waiting_ra
     assert "bootstrap.py" not in summary
 
 
-def test_ranks_in_different_collectives_are_both_named(tmp_path: Path) -> None:
-    result = _launch(tmp_path, "different", "--cpu")
+def test_ranks_in_different_collectives_are_both_named(launched: dict[str, _Running]) -> None:
+    result = launched["different"].result()
     assert result.returncode == HANG_EXIT_CODE
     head = _summary(result).split("-" * 78)[0]
     assert "waiting: rank 0 waits in `gather`" in head
@@ -64,8 +127,10 @@ def test_ranks_in_different_collectives_are_both_named(tmp_path: Path) -> None:
     assert "the ranks are in different collectives: rank 0 in `gather` (#2), rank 1 in `reduce` (#2)" in head
 
 
-def test_a_rank_whose_script_ended_waits_for_the_stuck_one_and_both_are_reported(tmp_path: Path) -> None:
-    result = _launch(tmp_path, "finished", "--cpu")
+def test_a_rank_whose_script_ended_waits_for_the_stuck_one_and_both_are_reported(
+    launched: dict[str, _Running],
+) -> None:
+    result = launched["finished"].result()
     assert result.returncode == HANG_EXIT_CODE
     head = _summary(result).split("-" * 78)[0]
     assert "waiting: rank 0 waits in `barrier at the end of the script`" in head
@@ -73,10 +138,10 @@ def test_a_rank_whose_script_ended_waits_for_the_stuck_one_and_both_are_reported
 
 
 def test_a_rank_stalled_before_its_ddp_backward_is_named_not_the_rank_waiting_in_the_all_reduce(
-    tmp_path: Path,
+    launched: dict[str, _Running],
 ) -> None:
     # Before, gloo's receive timeout in rank 0's backward was reported as rank 0's failure.
-    result = _launch(tmp_path, "", "--cpu", script=DDP_STALL)
+    result = launched["ddp_stall"].result()
     assert result.returncode == HANG_EXIT_CODE, result.stderr[-4000:]
     assert "unreachable" not in result.stdout
     summary = _summary(result)
