@@ -1,35 +1,24 @@
 """The estimate against a measured peak: a real training step of a small decoder on CPU.
 
-The measurement is the CPU allocator's own count of live bytes (the profiler's allocation events,
-``total_allocated``), which is exact and the same on every run: nothing here depends on timing or
-on what else the machine does. The peak of the third step (optimizer states exist, gradients were
-freed by ``zero_grad``) plus what was alive before it (parameters, optimizer states) is compared
-with the estimate's peak, which must be within 15%.
+The measurement is the live bytes rebuilt from the profiler's allocation and free events
+(tests/planning/allocations.py), which are exact and the same on every run: nothing here depends on
+timing or on what else the machine does. The peak of the third step (optimizer states exist,
+gradients were freed by ``zero_grad``) plus what was alive before it (parameters, optimizer states)
+is compared with the estimate's peak, which must be within 15%.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 import pytest
 import torch
 
 from accelerate.planning import RunLayout, estimate_memory
 from accelerate.planning.shapes import shape_of_module
+from tests.planning.allocations import live_peak
 
 transformers = pytest.importorskip("transformers")
-
-
-def _allocation_peak(events: Iterable[Any]) -> int:
-    peak, stack = 0, list(events)
-    while stack:
-        event = stack.pop()
-        fields = event.extra_fields
-        if type(fields).__name__ == "_ExtraFields_Allocation":
-            peak = max(peak, int(fields.total_allocated))
-        stack.extend(event.children)
-    return peak
 
 
 def _live_bytes(tensors: Iterable[torch.Tensor]) -> int:
@@ -52,7 +41,7 @@ def measured_peak(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batc
         activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True
     ) as prof:
         step()
-    return before + _allocation_peak(prof.profiler.kineto_results.experimental_event_tree())  # type: ignore[union-attr]
+    return before + live_peak(prof.profiler.kineto_results.experimental_event_tree())  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,8 @@ from typing import Any
 
 import torch
 
-from tests.planning.test_validation import _allocation_peak, _live_bytes
+from tests.planning.allocations import live_peak
+from tests.planning.test_validation import _live_bytes
 
 CONFIG = {
     "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4,
@@ -78,10 +79,17 @@ def nd_peak(sizes: dict[str, int], batch: int, sequence: int) -> dict[str, int]:
     from accelerate.planning import RunLayout, estimate_memory
     from accelerate.planning.shapes import shape_of_module
     from accelerate.state.parallelism import ParallelismConfig
+    from accelerate.utils import FullyShardedDataParallelPlugin
 
     gc.collect()  # what earlier calls left in this worker is not this step's
     torch.manual_seed(0)
-    accelerator = Accelerator(cpu=True, parallelism_config=ParallelismConfig(**sizes))
+    # FSDP2 shards each decoder block on its own, as the estimate assumes (without a wrap policy only
+    # the root is sharded, and the whole model is gathered at once).
+    plugin = FullyShardedDataParallelPlugin(
+        fsdp_version=2, auto_wrap_policy="transformer_based_wrap",
+        transformer_cls_names_to_wrap=["LlamaDecoderLayer"],
+    )  # fmt: skip
+    accelerator = Accelerator(cpu=True, parallelism_config=ParallelismConfig(**sizes), fsdp_plugin=plugin)
     model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**CONFIG))
     shape = shape_of_module(model)
     if sizes.get("tp_size", 1) > 1:
@@ -114,4 +122,4 @@ def _step_peak(loss: Any, accelerator: Any, model: Any, optimizer: Any) -> int:
         activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True
     ) as prof:
         step()
-    return before + _allocation_peak(prof.profiler.kineto_results.experimental_event_tree())  # type: ignore[union-attr]
+    return before + live_peak(prof.profiler.kineto_results.experimental_event_tree())  # type: ignore[union-attr]

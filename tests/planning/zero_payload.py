@@ -2,8 +2,8 @@
 
 DeepSpeed keeps copies the model's parameters do not show (a flat fp32 partition for the optimizer,
 gradient partitions, bucket buffers), so the whole run is profiled from before the model is built:
-the CPU allocator's live bytes (``total_allocated``) then count everything the process allocated
-since, and the peak is taken over the third step's allocation events.
+the live bytes rebuilt from its allocation events (tests/planning/allocations.py) then count
+everything the process allocated since, and the peak is taken over the third step's allocations.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from tests.planning.allocations import live_peak
 from tests.planning.tp_payload import CONFIG
 
 STEP = "validated step"
@@ -27,27 +28,6 @@ def _window(events: Iterable[Any]) -> tuple[int, int]:
             return event.start_time_ns, event.start_time_ns + event.duration_time_ns
         stack.extend(event.children)
     raise RuntimeError(f"no {STEP!r} event in the profile")
-
-
-def peak_between(events: Any, start: int, stop: int) -> int:
-    """The most bytes allocated since the profile began and still live, at any allocation event between
-    ``start`` and ``stop`` (ns).
-
-    The allocator's count (``total_allocated``) also carries what earlier profiles in this process
-    allocated and is still alive (an earlier call's engine in the worker pool): the count just before
-    the profile's first allocation is subtracted.
-    """
-    peak, first, stack = 0, (2**63, 0), list(events)
-    while stack:
-        event = stack.pop()
-        fields = event.extra_fields
-        if type(fields).__name__ == "_ExtraFields_Allocation":
-            total = int(fields.total_allocated)
-            first = min(first, (event.start_time_ns, total - int(fields.alloc_size)))
-            if start <= event.start_time_ns <= stop:
-                peak = max(peak, total)
-        stack.extend(event.children)
-    return peak - first[1]
 
 
 def _plugin(stage: int, buckets: str) -> Any:
@@ -99,7 +79,7 @@ def zero_peak(stage: int, batch: int, sequence: int, buckets: str = "auto") -> d
         with torch.profiler.record_function(STEP):
             step()
     events = prof.profiler.kineto_results.experimental_event_tree()  # type: ignore[union-attr]
-    peak = peak_between(events, *_window(events))
+    peak = live_peak(events, *_window(events))
     bucket = CONFIG["hidden_size"] ** 2 if buckets == "auto" else 500_000_000
     layout = RunLayout(world_size=2, dp_shard=2, zero_stage=stage, micro_batch_size=batch, sequence_length=sequence,
                        zero_bucket_size=bucket)  # fmt: skip
