@@ -1,9 +1,11 @@
 """3 replica groups, one SIGKILLed mid-step: survivors keep their processes and keep committing, the
 killed group restarts, heals from a peer and rejoins, and every group ends equal to a reference run
 that trains the same batches without failure, each batch once (loopback only; in a network
-namespace of its own where ``unshare -n`` works). Groups of one process, and groups of two (DDP or
+namespace of its own where ``unshare -n`` works). Groups of one process, groups of two (DDP or
 FSDP2 inside each, launched by ``accelerate launch --num_processes 2``; one process of a group is
-killed and its launcher restarts the whole group, each process healing from its same-rank peer)."""
+killed and its launcher restarts the whole group, which heals from a peer group: through its rank 0
+with DDP, each process from its same-rank peer with FSDP2), and DDP groups of 1, 2 and 2 processes.
+Every process's learning rate ends as the reference's after the same batches."""
 
 from __future__ import annotations
 
@@ -33,9 +35,11 @@ def _isolated() -> list[str]:
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize(("group_size", "inside"), [(1, "ddp"), (2, "ddp"), (2, "fsdp")])
+@pytest.mark.parametrize(
+    ("group_size", "inside"), [("1", "ddp"), ("2", "ddp"), ("2", "fsdp"), ("1,2,2", "ddp")]
+)
 def test_a_killed_replica_group_heals_and_nothing_is_lost(
-    tmp_path: Path, group_size: int, inside: str
+    tmp_path: Path, group_size: str, inside: str
 ) -> None:
     env = dict(os.environ, PYTHONPATH=f"{ROOT / 'src'}{os.pathsep}{ROOT}")
     command = [

@@ -21,7 +21,14 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from accelerate import Accelerator, FaultToleranceKwargs
-from tests.backends.fault_tolerance.problem import KILL_STEP, loss_of, make_loader, make_model, make_optimizer
+from tests.backends.fault_tolerance.problem import (
+    KILL_STEP,
+    loss_of,
+    make_loader,
+    make_model,
+    make_optimizer,
+    make_scheduler,
+)
 
 
 def _wait_for(path: Path, limit_s: float = 60.0) -> None:
@@ -57,7 +64,10 @@ def main() -> None:
     rank, size = accelerator.process_index, accelerator.num_processes
     name = f"{group}_{rank}_{role}"
     model = make_model()
-    model, optimizer, loader = accelerator.prepare(model, make_optimizer(model), make_loader())
+    optimizer = make_optimizer(model)
+    model, optimizer, scheduler, loader = accelerator.prepare(
+        model, optimizer, make_scheduler(optimizer), make_loader()
+    )
     runtime = accelerator.strategy.runtime  # the test reads what each step drew and committed
     steps = out / f"steps_{name}.jsonl"
     _write_atomically(out / f"started_{name}", str(os.getpid()))
@@ -74,6 +84,7 @@ def main() -> None:
                 time.sleep(600)  # SIGKILLed here, mid-step
             accelerator.backward(loss)
             optimizer.step()
+            scheduler.step()
             optimizer.zero_grad()
             record = runtime.records[-1].as_dict()
             record["pid"], record["time"] = os.getpid(), time.time()
@@ -92,8 +103,10 @@ def main() -> None:
     # FSDP2 inside the group: gather each parameter (a collective of the group, on every process)
     full = {k: v.full_tensor() if isinstance(v, DTensor) else v for k, v in unwrapped.state_dict().items()}
     torch.save({k: v.detach().clone() for k, v in full.items()}, out / f"params_{name}.pt")
-    heal_s = runtime.transport.last_receive_s if runtime.transport is not None else None
-    (out / f"heal_{name}.json").write_text(json.dumps({"heal_s": heal_s, "sharded": runtime.sharded}))
+    heal_s = runtime.last_heal_s
+    (out / f"heal_{name}.json").write_text(
+        json.dumps({"heal_s": heal_s, "sharded": runtime.sharded, "lr": scheduler.get_last_lr()[0]})
+    )
     accelerator.strategy.release()
 
 

@@ -31,9 +31,6 @@ class FaultTolerantStrategy(Strategy):
     """One replica group of a fault-tolerant run (see the module doc)."""
 
     name = "fault_tolerant"
-    # A group's processes train contiguous parts of the group's batch (loader.py): a group of N
-    # steps its schedule once per step, as a group of one does.
-    splits_batches = True
 
     def __init__(
         self,
@@ -51,6 +48,7 @@ class FaultTolerantStrategy(Strategy):
             super().__init__(device, distributed_type)
         self.settings = settings
         self.runtime = Runtime(settings, group_rank, group_size)
+        self.runtime.device = device
         # FSDP2 inside the group: that strategy shards the models and syncs inside the group; the
         # exchange across groups and healing work by shard (``shards.py``).
         self.sharding = sharding
@@ -97,6 +95,15 @@ class FaultTolerantStrategy(Strategy):
             self.sharding.setup_optimizer(optimizer)
         if optimizer not in self.runtime.optimizers:
             self.runtime.optimizers.append(optimizer)
+
+    def setup_scheduler(self, scheduler: Any) -> None:
+        if not any(scheduler is known for known in self.runtime.schedulers):
+            self.runtime.schedulers.append(scheduler)
+
+    def batches_stepped(self, num_processes: int) -> int:
+        # A group's processes share one batch (loader.py), so the group's size does not count: the
+        # batches the committed step trained across the groups do (the schedule follows the data).
+        return self.runtime.batches_stepped
 
     def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[Any]:
         if self.sharding is not None:
