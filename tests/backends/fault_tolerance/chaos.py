@@ -107,13 +107,18 @@ def listening_addresses(pids: list[int]) -> set[str]:
     return found
 
 
-def reference(committed: list[dict[str, Any]]) -> tuple[dict[str, torch.Tensor], float]:
+def reference(
+    committed: list[dict[str, Any]], start: dict[str, torch.Tensor] | None = None
+) -> tuple[dict[str, torch.Tensor], float]:
     """One process training the batches the committed steps trained, with no failure; its last LR.
 
     The schedule is the one-process run's, one step per batch: a committed step of ``c`` real
-    batches advances it ``c`` times (the LR is a function of the batches trained).
+    batches advances it ``c`` times (the LR is a function of the batches trained). ``start``: the
+    weights the run started from, when not ``make_model()``'s (test_hsdp.py).
     """
     model = make_model()
+    if start is not None:
+        model.load_state_dict(start)
     optimizer = make_optimizer(model)
     scheduler = make_scheduler(optimizer)
     dataset = make_dataset()

@@ -66,6 +66,9 @@ class Runtime:
         # FSDP2 inside the group: the models' parameters are DTensor shards, exchanged and healed by
         # shard (``shards.py``) instead of through DDP's comm hook.
         self.sharded = False
+        # What the groups of a quorum compare before they meet, and checkpoints record (the strategy
+        # names an FSDP2/HSDP group's mesh; DDP groups of any sizes meet through their rank 0).
+        self.layout = "DDP (any size)"
         self.models: list[torch.nn.Module] = []
         self.optimizers: list[torch.optim.Optimizer] = []
         self.schedulers: list[Any] = []  # AcceleratedSchedulers: their state heals with the weights
@@ -117,7 +120,7 @@ class Runtime:
                     dist.broadcast(port, src=0)
                 # FSDP2: every process is a torchft member (its own shard); DDP: rank 0 alone, as a group of one.
                 members = self.group_size if self.sharded else 1
-                layout = f"FSDP2 over {self.group_size} processes" if self.sharded else "DDP (any size)"
+                layout = self.layout
                 manager, self.transport = build_manager(
                     self.settings, state_dict=self.state_dict, load_state_dict=self.load_state_dict,
                     store_port=int(port.item()), group_rank=self.group_rank, group_size=members, layout=layout,

@@ -158,26 +158,44 @@ def fault_tolerant(
 ) -> Strategy:
     """``strategy``'s run as one replica group of a fault-tolerant run (called by the connector).
 
-    The launch's ``num_processes`` processes are the group (``process_index`` this one); every group
-    of the run must have as many (torchft pairs each process with the same-rank process of the
-    other groups).
+    The launch's ``num_processes`` processes are the group (``process_index`` this one). DDP groups
+    may differ in size (their rank 0 speaks for them, ``group.py``); FSDP2/HSDP groups must all have
+    the same size and mesh (each process pairs with the same-rank process of the other groups).
     """
-    if type(strategy).optimizer_step is not Strategy.optimizer_step or strategy.owns_backward:
+    from accelerate.backends.fsdp.strategy import FSDPStrategy
+
+    # FSDP2 sharding inside each group: its own FSDPStrategy, or HSDP from a ParallelismConfig of
+    # data-parallel dimensions only (dp_replicate x dp_shard: FSDP2 on a 2-D mesh, whose
+    # optimizer_step override only reduces expert-parallel gradients, which it has none of).
+    # Anything else data-parallel runs DDP inside the group.
+    hsdp = _is_hsdp(strategy)
+    sharding = strategy if type(strategy) is FSDPStrategy or hsdp else None
+    if sharding is None and strategy.composes_parallelism:
+        raise ValueError(
+            f"FaultToleranceKwargs cannot combine with the {strategy.name} strategy's parallelism mesh; "
+            "inside a replica group use DDP, FSDP2 (--use_fsdp --fsdp_version 2) or HSDP "
+            "(ParallelismConfig(dp_replicate_size=R, dp_shard_size=S) and no other dimension)."
+        )
+    if not hsdp and (type(strategy).optimizer_step is not Strategy.optimizer_step or strategy.owns_backward):
         raise ValueError(
             f"FaultToleranceKwargs cannot combine with the {strategy.name} strategy, which runs the optimizer "
             "step itself; use plain data parallelism inside each replica group."
         )
-    from accelerate.backends.fsdp.strategy import FSDPStrategy
-
-    # FSDP2 sharding inside each group (its own FSDPStrategy, not an N-D parallel mesh of several
-    # dimensions); anything else data-parallel runs DDP inside the group.
-    sharding = strategy if type(strategy) is FSDPStrategy else None
-    if sharding is None and strategy.composes_parallelism:
-        raise ValueError(
-            f"FaultToleranceKwargs cannot combine with the {strategy.name} strategy's parallelism mesh; "
-            "inside a replica group use DDP or FSDP2 (--use_fsdp --fsdp_version 2)."
-        )
-    return FaultTolerantStrategy(
+    made = FaultTolerantStrategy(
         strategy.device, settings, strategy.distributed_type, group_rank=process_index, group_size=num_processes,
         sharding=sharding,
     )  # fmt: skip
+    if isinstance(sharding, FSDPStrategy):
+        shape, names = sharding.mesh_shape()
+        mesh = " x ".join(f"{name}={size}" for name, size in zip(names, shape))
+        made.runtime.layout = f"FSDP2 over {num_processes} processes, mesh {mesh}"
+    return made
+
+
+def _is_hsdp(strategy: Strategy) -> bool:
+    """A ParallelismConfig strategy of dp_shard (and dp_replicate) alone: FSDP2/HSDP inside the group."""
+    config = getattr(strategy, "config", None)
+    if not strategy.composes_parallelism or config is None or not getattr(strategy, "shards", False):
+        return False
+    others = ("tp_enabled", "cp_enabled", "sp_enabled", "pp_enabled", "ep_enabled")
+    return bool(config.dp_shard_enabled) and not any(getattr(config, name, False) for name in others)
