@@ -143,10 +143,11 @@ def group_sizes(spec: int | str) -> list[int]:
 def run(out: Path, size: int | str = 1, fsdp: bool = False, join_timeout_ms: int = 2000) -> dict[str, Any]:
     """The check; ``join_timeout_ms``: how long a quorum waits for a live group that has not asked yet.
 
-    The check's default (2 s) makes the first quorum wait for a group that starts late on a loaded
-    machine (else it may miss the steps before the kill), and the restarted group's first one too;
-    a dead group stops counting as live after the 500 ms heartbeat timeout, so the survivors wait at
-    most that long. The bench passes start_lighthouse's default, 100 ms, which the kill-to-commit time reflects.
+    The check's default (2 s) makes the first quorum wait for a group that asks late on a loaded
+    machine (else it may miss the steps before the kill), and the restarted group's first one too.
+    The lighthouse waits only for a live (heartbeating) group, so each worker connects its manager
+    before it writes its ``started`` file (``worker.py``); a dead group stops counting as live after
+    the 500 ms heartbeat timeout, so the survivors wait at most that long. The bench passes start_lighthouse's default, 100 ms, which the kill-to-commit time reflects.
     """
     sizes = group_sizes(size)
     if len(sizes) != GROUPS:

@@ -70,6 +70,11 @@ def main() -> None:
     )
     runtime = accelerator.strategy.runtime  # the test reads what each step drew and committed
     steps = out / f"steps_{name}.jsonl"
+    # "started" means heartbeating: the lighthouse then waits (its join timeout) for this group's
+    # quorum request. Written after prepare() alone, it let the others' first quorum form without a
+    # group still building its manager (lazily, at its first step), which then joined healed, past
+    # the kill step, and was never killed (or a restarted group missed the run's end).
+    runtime.connect()
     _write_atomically(out / f"started_{name}", str(os.getpid()))
     if role != "restarted":  # start together, so the first quorum has every group (the kill step then has 3)
         for other in range(groups):
@@ -96,8 +101,8 @@ def main() -> None:
                 and record["participants"] < groups
                 and (out / "victim_ready").exists()
             ):
-                # Down a group: wait until its replacement is about to ask for a quorum, so the run
-                # cannot end before it rejoins (the harness restarts it once this step is logged).
+                # Down a group: wait until its replacement heartbeats (the next quorum then waits for
+                # it), so the run cannot end before it rejoins (the harness restarts it once this step is logged).
                 _wait_for(out / f"started_{group_of_victim(groups)}_0_restarted")
     unwrapped = accelerator.unwrap_model(model)
     # FSDP2 inside the group: gather each parameter (a collective of the group, on every process)

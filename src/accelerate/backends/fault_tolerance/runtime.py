@@ -101,7 +101,16 @@ class Runtime:
         value = getattr(source, "last_receive_s", None)
         return None if value is None else float(value)
 
-    def _ensure_manager(self) -> Any:
+    def connect(self) -> Any:
+        """Builds this process's torchft manager now, if not yet built (else the first step does); returns it.
+
+        From here on the group heartbeats to the lighthouse, and only a heartbeating group counts
+        as live: a quorum waits up to the lighthouse's join timeout for a live group that has not
+        asked yet, but forms at once without a group that is not heartbeating. So whoever needs the
+        groups' first quorum to include every group (the chaos check's workers, before their
+        start barrier) connects each first. FSDP2 inside the group: a collective of the group (its
+        rank 0 sends the rendezvous port), so every process of the group calls it at the same point.
+        """
         if self.manager is None:
             from accelerate.backends.fault_tolerance.group import GroupFollower, GroupLeader
             from accelerate.backends.fault_tolerance.manager import bound_store, build_manager
@@ -205,7 +214,7 @@ class Runtime:
         """Starts the next step's quorum (once per step; healing happens in here)."""
         if self._open:
             return
-        manager = self._ensure_manager()
+        manager = self.connect()
         manager.start_quorum()
         from accelerate.backends.fault_tolerance.manager import GroupSizeMismatch  # loaded with the manager
 
