@@ -164,3 +164,29 @@ def test_scheduler_does_not_step_after_an_fp16_overflow_skip() -> None:
     assert accelerator.optimizer_step_was_skipped
     scheduler.step()
     assert scheduler.last_epoch == 0
+
+
+def test_a_strategy_counting_batches_per_step_drives_the_schedule_unless_split_batches() -> None:
+    """Fault-tolerant groups: the schedule advances by the batches each committed step trained
+    (Strategy.batches_stepped), once per step with split_batches=True, never on a skipped step."""
+    from accelerate.scheduler import AcceleratedScheduler
+
+    class _Optimizer:
+        step_was_skipped = False
+
+    optimizer = torch.optim.SGD(make_model().parameters(), lr=1.0)
+    for split, expected in ((False, 6), (True, 3)):
+        fake = _Optimizer()
+        counts = [3, 2, 1]  # e.g. 3 groups, a group lost, the epoch's last round with one real batch
+        scheduler = AcceleratedScheduler(
+            torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0),
+            [fake],
+            split_batches=split,
+            num_processes=2,  # not what counts: the strategy answers
+            batches_stepped=lambda _n, counts=counts: counts.pop(0),
+        )
+        for _ in range(3):
+            scheduler.step()
+        fake.step_was_skipped = True
+        scheduler.step()  # skipped: no advance
+        assert scheduler.last_epoch == expected

@@ -218,11 +218,13 @@ class Accelerator(AcceleratorCheckpoints, AcceleratorFacts):
             scheduler,
             optimizers,
             step_with_optimizer=self.step_scheduler_with_optimizer,
-            split_batches=self.split_batches or self.strategy.splits_batches,
+            split_batches=self.split_batches,
             num_processes=self.num_processes,
+            batches_stepped=self.strategy.batches_stepped,
             gradient_state=self.gradient_state,
         )
         self._schedulers.append(wrapped)
+        self.strategy.setup_scheduler(wrapped)  # fault tolerance: its state heals with the weights
         return wrapped
 
     def _register_prepared(

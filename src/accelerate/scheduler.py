@@ -5,7 +5,10 @@ single-process run, counted in that run's optimizer steps. With N processes and
 ``split_batches=False`` every optimizer step consumes N per-process batches (the global batch is N
 times larger), so the run has N times fewer optimizer steps; advancing the schedule N steps at a
 time makes it finish, warm up and decay at the same point of the data. With ``split_batches=True``
-the global batch size is unchanged and the schedule advances once per step.
+the global batch size is unchanged and the schedule advances once per step. The count N comes
+from the strategy (``Strategy.batches_stepped``): the number of processes, or for fault-tolerant
+replica groups the batches the committed step really trained (the groups in its quorum, less the
+weight-0 extras of an epoch's last round), so the learning rate follows the data position.
 
 Under gradient accumulation the schedule only moves on sync steps (the learning rate matters only
 when the optimizer steps). With ``adjust_scheduler=True`` (the default) it is written in optimizer
@@ -16,7 +19,7 @@ that fp16 loss scaling skipped, nor past the end of a fixed-length schedule (``O
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from accelerate.state.gradient import GradientState
@@ -34,12 +37,15 @@ class AcceleratedScheduler:
         *,
         num_processes: int = 1,
         gradient_state: GradientState | None = None,
+        batches_stepped: Callable[[int], int] | None = None,
     ) -> None:
         self.scheduler = scheduler
         self.optimizers = list(optimizers)
         self.split_batches = split_batches
         self.step_with_optimizer = step_with_optimizer
         self.num_processes = num_processes
+        # num_processes -> the batches the last optimizer step trained (Strategy.batches_stepped)
+        self.batches_stepped = batches_stepped
         self.gradient_state = gradient_state or GradientState()
         self._micro_steps = 0  # non-sync micro-steps since the last optimizer step
 
@@ -57,7 +63,12 @@ class AcceleratedScheduler:
         # adjust_scheduler=False: the schedule counts micro-batches, so it catches up on all of
         # this accumulation window's micro-steps at once.
         per_process = 1 if self.gradient_state.adjust_scheduler else micro
-        repeats = per_process * (1 if self.split_batches else self.num_processes)
+        if self.split_batches:
+            repeats = per_process
+        elif self.batches_stepped is not None:
+            repeats = per_process * self.batches_stepped(self.num_processes)
+        else:
+            repeats = per_process * self.num_processes
         total = getattr(self.scheduler, "total_steps", None)
         for _ in range(repeats):
             # Schedules with a fixed length (OneCycleLR) raise past their end; with N processes

@@ -78,9 +78,6 @@ class Strategy:
     # Strategies that compose a ParallelismConfig's mesh dimensions (tp, cp, dp_shard...): the run's
     # ``composes_parallelism`` fact (Accelerator.is_composable_parallelism_enabled) reads this.
     composes_parallelism = False
-    # Strategies whose processes each train a part of one batch (fault-tolerant replica groups): the
-    # schedule then advances once per optimizer step, as with split_batches=True (scheduler.py).
-    splits_batches = False
 
     def compile_regions(self, model: torch.nn.Module, compile_kwargs: dict[str, Any]) -> None:
         """Compiles ``model``'s repeated blocks in place, after ``setup_module`` (see above)."""
@@ -91,6 +88,15 @@ class Strategy:
     def __init__(self, device: torch.device, distributed_type: DistributedType = DistributedType.NO) -> None:
         self.device = device
         self.distributed_type = distributed_type
+
+    def batches_stepped(self, num_processes: int) -> int:
+        """The batches the optimizer step just taken trained, each one step of the one-process run.
+
+        With ``split_batches=False`` the schedule advances this many times per optimizer step
+        (scheduler.py): here one per process. Fault-tolerant replica groups answer the batches
+        their last committed step really trained, which depends on the quorum.
+        """
+        return num_processes
 
     def data_parallel_ranks(self, process_index: int) -> tuple[int, int]:
         """Process ``process_index``'s (replica, shard) ranks: each process is a whole replica here."""
@@ -108,6 +114,9 @@ class Strategy:
 
     def setup_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         """Points an optimizer at what ``setup_module`` made of its parameters (FSDP: the shards)."""
+
+    def setup_scheduler(self, scheduler: Any) -> None:
+        """Called with each prepared scheduler (an ``AcceleratedScheduler``); nothing to do here."""
 
     def model_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
         """The model's full state dict; a sharded (DTensor) model is gathered onto the main process

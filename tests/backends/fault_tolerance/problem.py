@@ -20,6 +20,11 @@ def make_optimizer(model: torch.nn.Module) -> torch.optim.Optimizer:
     return torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)  # momentum: optimizer state heals too
 
 
+def make_scheduler(optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LambdaLR:
+    """Written for one process: one step per batch (a committed step advances it by its real batches)."""
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 0.98**step)
+
+
 def make_dataset() -> TensorDataset:
     generator = torch.Generator().manual_seed(1)
     x = torch.randn(NUM_SAMPLES, 6, generator=generator)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import torch
 
 from accelerate import FaultToleranceKwargs
@@ -71,3 +72,17 @@ def test_the_last_round_pads_with_weight_zero_and_averages_over_real_batches() -
     assert runtime._weight == 0.0
     _step(runtime)
     assert runtime.draw(10) is None and runtime.epoch == 1 and runtime.epoch_start == 12
+
+
+def test_connect_builds_the_manager_once_before_any_step() -> None:
+    # A DDP group's process other than rank 0 builds its follower (no torchft server, no collective);
+    # a step's quorum then uses the same one (the chaos workers connect before their start barrier).
+    pytest.importorskip("torchft")
+    from accelerate.backends.fault_tolerance.group import GroupFollower
+
+    runtime = Runtime(FaultToleranceKwargs(num_replica_groups=2), group_rank=1, group_size=2)
+    follower = runtime.connect()
+    assert (
+        isinstance(follower, GroupFollower) and runtime.connect() is follower and runtime.manager is follower
+    )
+    assert runtime.records == []  # connecting starts no step

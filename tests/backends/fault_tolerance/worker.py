@@ -21,7 +21,14 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from accelerate import Accelerator, FaultToleranceKwargs
-from tests.backends.fault_tolerance.problem import KILL_STEP, loss_of, make_loader, make_model, make_optimizer
+from tests.backends.fault_tolerance.problem import (
+    KILL_STEP,
+    loss_of,
+    make_loader,
+    make_model,
+    make_optimizer,
+    make_scheduler,
+)
 
 
 def _wait_for(path: Path, limit_s: float = 60.0) -> None:
@@ -57,9 +64,17 @@ def main() -> None:
     rank, size = accelerator.process_index, accelerator.num_processes
     name = f"{group}_{rank}_{role}"
     model = make_model()
-    model, optimizer, loader = accelerator.prepare(model, make_optimizer(model), make_loader())
+    optimizer = make_optimizer(model)
+    model, optimizer, scheduler, loader = accelerator.prepare(
+        model, optimizer, make_scheduler(optimizer), make_loader()
+    )
     runtime = accelerator.strategy.runtime  # the test reads what each step drew and committed
     steps = out / f"steps_{name}.jsonl"
+    # "started" means heartbeating: the lighthouse then waits (its join timeout) for this group's
+    # quorum request. Written after prepare() alone, it let the others' first quorum form without a
+    # group still building its manager (lazily, at its first step), which then joined healed, past
+    # the kill step, and was never killed (or a restarted group missed the run's end).
+    runtime.connect()
     _write_atomically(out / f"started_{name}", str(os.getpid()))
     if role != "restarted":  # start together, so the first quorum has every group (the kill step then has 3)
         for other in range(groups):
@@ -74,6 +89,7 @@ def main() -> None:
                 time.sleep(600)  # SIGKILLed here, mid-step
             accelerator.backward(loss)
             optimizer.step()
+            scheduler.step()
             optimizer.zero_grad()
             record = runtime.records[-1].as_dict()
             record["pid"], record["time"] = os.getpid(), time.time()
@@ -85,15 +101,17 @@ def main() -> None:
                 and record["participants"] < groups
                 and (out / "victim_ready").exists()
             ):
-                # Down a group: wait until its replacement is about to ask for a quorum, so the run
-                # cannot end before it rejoins (the harness restarts it once this step is logged).
+                # Down a group: wait until its replacement heartbeats (the next quorum then waits for
+                # it), so the run cannot end before it rejoins (the harness restarts it once this step is logged).
                 _wait_for(out / f"started_{group_of_victim(groups)}_0_restarted")
     unwrapped = accelerator.unwrap_model(model)
     # FSDP2 inside the group: gather each parameter (a collective of the group, on every process)
     full = {k: v.full_tensor() if isinstance(v, DTensor) else v for k, v in unwrapped.state_dict().items()}
     torch.save({k: v.detach().clone() for k, v in full.items()}, out / f"params_{name}.pt")
-    heal_s = runtime.transport.last_receive_s if runtime.transport is not None else None
-    (out / f"heal_{name}.json").write_text(json.dumps({"heal_s": heal_s, "sharded": runtime.sharded}))
+    heal_s = runtime.last_heal_s
+    (out / f"heal_{name}.json").write_text(
+        json.dumps({"heal_s": heal_s, "sharded": runtime.sharded, "lr": scheduler.get_last_lr()[0]})
+    )
     accelerator.strategy.release()
 
 

@@ -158,6 +158,7 @@ class CommittedBatchLoader:
                 "replica_group_id": settings.replica_group_id, "num_replica_groups": settings.num_replica_groups,
                 "min_replicas": settings.min_replicas, "step": step, "batches_committed": committed,
                 "epoch": runtime.epoch, "epoch_start": runtime.epoch_start,
+                "group_size": runtime.group_size, "group_layout": runtime.layout,
             },
             "format": STATE_FORMAT, "epoch": epoch, "batches_yielded": batches, "base_batches_consumed": batches,
             "samples_consumed": batches * self.batch_size, "num_processes": 1,

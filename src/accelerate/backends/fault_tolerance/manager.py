@@ -37,13 +37,14 @@ class GroupSizeMismatch(ValueError):
 class BoundGloo(ProcessGroupGloo):  # type: ignore[misc]
     """torchft's reconfigurable gloo group whose sockets listen on ``host`` only."""
 
-    def __init__(self, host: str, timeout: timedelta) -> None:
+    def __init__(self, host: str, timeout: timedelta, layout: str = "DDP (any size)") -> None:
         super().__init__(timeout=timeout)
         self._host = host
+        self._layout = layout
 
     def _create_pg(self, store: Any, rank: int, world_size: int) -> Any:
         if self._group_rank == 0:
-            _check_group_sizes(store, rank, world_size, int(self._group_world_size or 1))
+            _check_group_sizes(store, rank, world_size, self._layout)
         options = dist.ProcessGroupGloo._Options()  # type: ignore[attr-defined]
         options._timeout = self._timeout
         options._devices = [dist.ProcessGroupGloo.create_device(hostname=self._host)]
@@ -55,21 +56,25 @@ class BoundGloo(ProcessGroupGloo):  # type: ignore[misc]
         return pg
 
 
-def _check_group_sizes(store: Any, rank: int, world_size: int, group_size: int) -> None:
-    """Every group of the quorum has ``group_size`` processes, or ``GroupSizeMismatch``.
+def _check_group_sizes(store: Any, rank: int, world_size: int, layout: str) -> None:
+    """Every group of the quorum has the same ``layout``, or ``GroupSizeMismatch``.
 
-    torchft pairs each process with the same-rank process of every other group (its gloo group for
-    rank ``r`` lives under ``.../torchft/{quorum_id}/{r}``): a process with no peer of its rank in a
-    smaller group would wait for it until the timeout. The groups' rank-0 processes (which every
-    group has) compare sizes through the quorum's store first, so the run fails naming the cause.
+    A DDP group meets the others as one process (its rank 0 speaks for it, ``group.py``), so DDP
+    groups of any sizes match. An FSDP2 group's processes each hold their own shard and pair with
+    the same-rank process of every other group (torchft's per-rank model: the gloo group of rank
+    ``r`` lives under ``.../torchft/{quorum_id}/{r}``), so FSDP2 groups must all have the same size
+    and cannot meet DDP ones: a process with no same-rank peer would wait for it until the timeout.
+    The groups' rank-0 processes (which every group has) compare layouts through the quorum's store
+    first, so the run fails naming the cause.
     """
-    store.set(f"accelerate_group_size/{rank}", str(group_size))
-    sizes = [int(store.get(f"accelerate_group_size/{peer}")) for peer in range(world_size)]
-    if any(size != group_size for size in sizes):
+    store.set(f"accelerate_group_layout/{rank}", layout)
+    layouts = [store.get(f"accelerate_group_layout/{peer}").decode() for peer in range(world_size)]
+    if any(other != layout for other in layouts):
         raise GroupSizeMismatch(
-            f"fault tolerance: the replica groups of this quorum have {sizes} processes (by replica rank); "
-            "every replica group must have the same number of processes (launch each with the same "
-            "--num_processes): torchft pairs each process with the same-rank process of the other groups."
+            f"fault tolerance: the replica groups of this quorum are {layouts} (by replica rank). FSDP2 "
+            "replica groups hold their shards cut by their size, so every replica group must have the same "
+            "number of processes when FSDP2 runs inside them (launch each with the same --num_processes), "
+            "and all groups must run FSDP2 or all DDP (DDP groups may differ in size)."
         )
 
 
@@ -115,18 +120,21 @@ def build_manager(
     store_port: int,
     group_rank: int = 0,
     group_size: int = 1,
+    layout: str = "DDP (any size)",
 ) -> tuple[Manager, TensorTransport]:
     """The manager of one process of a replica group, its healing transport, the state functions registered.
 
     ``store_port`` is a TCPStore this group's processes share (the group's rendezvous, on
     ``bind_address``: group rank 0's manager publishes its server's address there, and torchft
-    keeps each quorum's keys under a prefix of the quorum leader's store). In a group of several
-    processes every one has its own manager client (``group_rank`` of ``group_size``); rank 0's
-    runs the group's quorum server, which asks the lighthouse once all of them ask it, and each
-    rank's gloo group joins the same-rank processes of the other groups (torchft's per-rank model).
+    keeps each quorum's keys under a prefix of the quorum leader's store). In an FSDP2 group of
+    several processes every one has its own manager client (``group_rank`` of ``group_size``);
+    rank 0's runs the group's quorum server, which asks the lighthouse once all of them ask it, and
+    each rank's gloo group joins the same-rank processes of the other groups (torchft's per-rank
+    model). A DDP group builds one manager, on its rank 0, as a group of one (``group.py``).
+    ``layout`` names the group's kind for the check that the groups of a quorum can meet.
     """
     timeout = timedelta(seconds=settings.timeout_s)
-    pg = BoundGloo(settings.bind_address, timeout)
+    pg = BoundGloo(settings.bind_address, timeout, layout)
     transport = TensorTransport(pg, timeout)
     with _manager_server_bound_to(settings.bind_address):
         manager = Manager(

@@ -16,7 +16,8 @@ A step runs in this order (the user's loop does not change):
    gradient is zeroed.
 4. **Commit** (``optimizer_step``): the optimizer steps only if every group's ``should_commit``
    agrees; otherwise the step is skipped and logged, and its batches go back to the pool (``p`` did
-   not move, so the next quorum draws them again).
+   not move, so the next quorum draws them again). A committed step records the batches it
+   really trained (``batches_stepped``): the learning-rate schedule advances by that many.
 """
 
 from __future__ import annotations
@@ -61,11 +62,19 @@ class Runtime:
         # This process within its replica group (the launch's processes; torch.distributed's default
         # group is the group's own), and how many processes the group has.
         self.group_rank, self.group_size = group_rank, group_size
+        self.device = torch.device("cpu")  # where the group's own collectives run (the strategy's)
         # FSDP2 inside the group: the models' parameters are DTensor shards, exchanged and healed by
         # shard (``shards.py``) instead of through DDP's comm hook.
         self.sharded = False
+        # What the groups of a quorum compare before they meet, and checkpoints record (the strategy
+        # names an FSDP2/HSDP group's mesh; DDP groups of any sizes meet through their rank 0).
+        self.layout = "DDP (any size)"
         self.models: list[torch.nn.Module] = []
         self.optimizers: list[torch.optim.Optimizer] = []
+        self.schedulers: list[Any] = []  # AcceleratedSchedulers: their state heals with the weights
+        # The batches the last committed step trained (its quorum's real ones, not the weight-0
+        # extras of an epoch's last round): the schedule advances by it (Strategy.batches_stepped).
+        self.batches_stepped = 0
         self.epoch = 0
         self.epoch_start = 0  # batches_committed when this epoch began
         self.records: list[StepRecord] = []
@@ -80,23 +89,54 @@ class Runtime:
         self._resumed: tuple[int, int] | None = None  # load_state's (step, batches committed)
 
     # -- the manager -------------------------------------------------------------------------
-    def _ensure_manager(self) -> Any:
+    @property
+    def one_voice(self) -> bool:
+        """A DDP group of several processes: only its rank 0 talks to torchft (``group.py``)."""
+        return not self.sharded and self.group_size > 1
+
+    @property
+    def last_heal_s(self) -> float | None:
+        """How long this process's last healing took (from a peer group, or from its group's leader)."""
+        source = self.transport if self.transport is not None else self.manager
+        value = getattr(source, "last_receive_s", None)
+        return None if value is None else float(value)
+
+    def connect(self) -> Any:
+        """Builds this process's torchft manager now, if not yet built (else the first step does); returns it.
+
+        From here on the group heartbeats to the lighthouse, and only a heartbeating group counts
+        as live: a quorum waits up to the lighthouse's join timeout for a live group that has not
+        asked yet, but forms at once without a group that is not heartbeating. So whoever needs the
+        groups' first quorum to include every group (the chaos check's workers, before their
+        start barrier) connects each first. FSDP2 inside the group: a collective of the group (its
+        rank 0 sends the rendezvous port), so every process of the group calls it at the same point.
+        """
         if self.manager is None:
+            from accelerate.backends.fault_tolerance.group import GroupFollower, GroupLeader
             from accelerate.backends.fault_tolerance.manager import bound_store, build_manager
 
-            # The group's rendezvous store: group rank 0 hosts it, the others learn its port from rank 0.
-            port = torch.zeros(1, dtype=torch.int64)
-            if self.group_rank == 0:
-                self._store = bound_store(self.settings.bind_address)
-                port[0] = int(self._store.port)
-            if self.group_size > 1:
-                import torch.distributed as dist
+            if self.one_voice and self.group_rank > 0:
+                self.manager = GroupFollower(self.load_state_dict, self.device)
+            else:
+                # The group's rendezvous store: group rank 0 hosts it, the others learn its port from rank 0.
+                port = torch.zeros(1, dtype=torch.int64, device=self.device)
+                if self.group_rank == 0:
+                    self._store = bound_store(self.settings.bind_address)
+                    port[0] = int(self._store.port)
+                if self.sharded and self.group_size > 1:
+                    import torch.distributed as dist
 
-                dist.broadcast(port, src=0)
-            self.manager, self.transport = build_manager(
-                self.settings, state_dict=self.state_dict, load_state_dict=self.load_state_dict,
-                store_port=int(port.item()), group_rank=self.group_rank, group_size=self.group_size,
-            )  # fmt: skip
+                    dist.broadcast(port, src=0)
+                # FSDP2: every process is a torchft member (its own shard); DDP: rank 0 alone, as a group of one.
+                members = self.group_size if self.sharded else 1
+                layout = self.layout
+                manager, self.transport = build_manager(
+                    self.settings, state_dict=self.state_dict, load_state_dict=self.load_state_dict,
+                    store_port=int(port.item()), group_rank=self.group_rank, group_size=members, layout=layout,
+                )  # fmt: skip
+                self.manager = (
+                    GroupLeader(manager, self.state_dict, self.device) if self.one_voice else manager
+                )
             if self._resumed is not None:
                 self.manager.load_state_dict(
                     {"step": self._resumed[0], "batches_committed": self._resumed[1]}
@@ -112,20 +152,24 @@ class Runtime:
                 return {
                     "models": [local(model.state_dict()) for model in self.models],
                     "optimizers": [local(optimizer.state_dict()) for optimizer in self.optimizers],
+                    "schedulers": [scheduler.state_dict() for scheduler in self.schedulers],
                     "loader": {"epoch": self.epoch, "epoch_start": self.epoch_start},
                 }
         return {
             "models": [model.state_dict() for model in self.models],
             "optimizers": [optimizer.state_dict() for optimizer in self.optimizers],
+            "schedulers": [scheduler.state_dict() for scheduler in self.schedulers],
             "loader": {"epoch": self.epoch, "epoch_start": self.epoch_start},
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if len(state["models"]) != len(self.models) or len(state["optimizers"]) != len(self.optimizers):
+        theirs = [len(state[kind]) for kind in ("models", "optimizers", "schedulers")]
+        ours = [len(self.models), len(self.optimizers), len(self.schedulers)]
+        if theirs != ours:
             raise ValueError(
-                f"the healing peer trains {len(state['models'])} model(s) and {len(state['optimizers'])} "
-                f"optimizer(s), this group {len(self.models)} and {len(self.optimizers)}: every replica group "
-                "must prepare the same objects."
+                f"the healing peer trains {theirs[0]} model(s), {theirs[1]} optimizer(s) and {theirs[2]} "
+                f"scheduler(s), this group {ours[0]}, {ours[1]} and {ours[2]}: every replica group must "
+                "prepare the same objects."
             )
         if self.sharded:
             from accelerate.backends.fault_tolerance.shards import (
@@ -143,8 +187,13 @@ class Runtime:
                     model.load_state_dict(weights)
             for optimizer, optimizer_state in zip(self.optimizers, state["optimizers"]):
                 optimizer.load_state_dict(optimizer_state)
+        for scheduler, scheduler_state in zip(self.schedulers, state["schedulers"]):
+            scheduler.load_state_dict(scheduler_state)
         self.epoch = int(state["loader"]["epoch"])
         self.epoch_start = int(state["loader"]["epoch_start"])
+        mark_healed = getattr(self.manager, "mark_healed", None)
+        if mark_healed is not None:
+            mark_healed()  # a DDP group's leader: its followers receive this state after the quorum
         logger.info("healed: epoch %d, step %d", self.epoch, self.manager.current_step())
 
     def progress(self) -> tuple[int, int]:
@@ -165,7 +214,7 @@ class Runtime:
         """Starts the next step's quorum (once per step; healing happens in here)."""
         if self._open:
             return
-        manager = self._ensure_manager()
+        manager = self.connect()
         manager.start_quorum()
         from accelerate.backends.fault_tolerance.manager import GroupSizeMismatch  # loaded with the manager
 
@@ -204,20 +253,24 @@ class Runtime:
         self.begin_step()
         manager = self.manager
         buffer: torch.Tensor = bucket.buffer()
-        if self.group_size > 1:
-            import torch.distributed as dist
+        import torch.distributed as dist
 
-            # Inside the group first (its own processes, each on its part of the group's batch); a
-            # failure here means a process of this group died, and the launcher restarts the group.
-            dist.all_reduce(buffer)
+        if self.group_size > 1:
+            # Inside the group first (its own processes, each on its part of the group's batch), to
+            # the group's rank 0, which alone exchanges across groups (group.py); a failure here
+            # means a process of this group died, and the launcher restarts the group.
+            dist.reduce(buffer, dst=0)
             buffer.div_(self.group_size)
-        if self._weight == 0.0:
-            buffer.zero_()  # a padding slot adds nothing
-        manager.allreduce(buffer, reduce_op=ReduceOp.SUM).wait()  # records an error instead of raising
-        if manager.errored() is not None:
-            buffer.zero_()  # possibly half-reduced; the step will not commit
-        else:
-            buffer.div_(self._contributors)
+        if self.group_rank == 0:
+            if self._weight == 0.0:
+                buffer.zero_()  # a padding slot adds nothing
+            manager.allreduce(buffer, reduce_op=ReduceOp.SUM).wait()  # records an error instead of raising
+            if manager.errored() is not None:
+                buffer.zero_()  # possibly half-reduced; the step will not commit
+            else:
+                buffer.div_(self._contributors)
+        if self.group_size > 1:
+            dist.broadcast(buffer, src=0)  # the leader's average, to the whole group
         future: torch.futures.Future[torch.Tensor] = torch.futures.Future()
         future.set_result(buffer)
         return future
@@ -261,6 +314,7 @@ class Runtime:
             self._decision = bool(self.manager.should_commit())
             if self.records:
                 self.records[-1].committed = self._decision
+            self.batches_stepped = self._contributors if self._decision else 0
             self._open = False  # the next draw or forward starts the next quorum
             if not self._decision:
                 logger.warning(

@@ -31,9 +31,6 @@ class FaultTolerantStrategy(Strategy):
     """One replica group of a fault-tolerant run (see the module doc)."""
 
     name = "fault_tolerant"
-    # A group's processes train contiguous parts of the group's batch (loader.py): a group of N
-    # steps its schedule once per step, as a group of one does.
-    splits_batches = True
 
     def __init__(
         self,
@@ -51,6 +48,7 @@ class FaultTolerantStrategy(Strategy):
             super().__init__(device, distributed_type)
         self.settings = settings
         self.runtime = Runtime(settings, group_rank, group_size)
+        self.runtime.device = device
         # FSDP2 inside the group: that strategy shards the models and syncs inside the group; the
         # exchange across groups and healing work by shard (``shards.py``).
         self.sharding = sharding
@@ -97,6 +95,15 @@ class FaultTolerantStrategy(Strategy):
             self.sharding.setup_optimizer(optimizer)
         if optimizer not in self.runtime.optimizers:
             self.runtime.optimizers.append(optimizer)
+
+    def setup_scheduler(self, scheduler: Any) -> None:
+        if not any(scheduler is known for known in self.runtime.schedulers):
+            self.runtime.schedulers.append(scheduler)
+
+    def batches_stepped(self, num_processes: int) -> int:
+        # A group's processes share one batch (loader.py), so the group's size does not count: the
+        # batches the committed step trained across the groups do (the schedule follows the data).
+        return self.runtime.batches_stepped
 
     def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[Any]:
         if self.sharding is not None:
@@ -151,26 +158,44 @@ def fault_tolerant(
 ) -> Strategy:
     """``strategy``'s run as one replica group of a fault-tolerant run (called by the connector).
 
-    The launch's ``num_processes`` processes are the group (``process_index`` this one); every group
-    of the run must have as many (torchft pairs each process with the same-rank process of the
-    other groups).
+    The launch's ``num_processes`` processes are the group (``process_index`` this one). DDP groups
+    may differ in size (their rank 0 speaks for them, ``group.py``); FSDP2/HSDP groups must all have
+    the same size and mesh (each process pairs with the same-rank process of the other groups).
     """
-    if type(strategy).optimizer_step is not Strategy.optimizer_step or strategy.owns_backward:
+    from accelerate.backends.fsdp.strategy import FSDPStrategy
+
+    # FSDP2 sharding inside each group: its own FSDPStrategy, or HSDP from a ParallelismConfig of
+    # data-parallel dimensions only (dp_replicate x dp_shard: FSDP2 on a 2-D mesh, whose
+    # optimizer_step override only reduces expert-parallel gradients, which it has none of).
+    # Anything else data-parallel runs DDP inside the group.
+    hsdp = _is_hsdp(strategy)
+    sharding = strategy if type(strategy) is FSDPStrategy or hsdp else None
+    if sharding is None and strategy.composes_parallelism:
+        raise ValueError(
+            f"FaultToleranceKwargs cannot combine with the {strategy.name} strategy's parallelism mesh; "
+            "inside a replica group use DDP, FSDP2 (--use_fsdp --fsdp_version 2) or HSDP "
+            "(ParallelismConfig(dp_replicate_size=R, dp_shard_size=S) and no other dimension)."
+        )
+    if not hsdp and (type(strategy).optimizer_step is not Strategy.optimizer_step or strategy.owns_backward):
         raise ValueError(
             f"FaultToleranceKwargs cannot combine with the {strategy.name} strategy, which runs the optimizer "
             "step itself; use plain data parallelism inside each replica group."
         )
-    from accelerate.backends.fsdp.strategy import FSDPStrategy
-
-    # FSDP2 sharding inside each group (its own FSDPStrategy, not an N-D parallel mesh of several
-    # dimensions); anything else data-parallel runs DDP inside the group.
-    sharding = strategy if type(strategy) is FSDPStrategy else None
-    if sharding is None and strategy.composes_parallelism:
-        raise ValueError(
-            f"FaultToleranceKwargs cannot combine with the {strategy.name} strategy's parallelism mesh; "
-            "inside a replica group use DDP or FSDP2 (--use_fsdp --fsdp_version 2)."
-        )
-    return FaultTolerantStrategy(
+    made = FaultTolerantStrategy(
         strategy.device, settings, strategy.distributed_type, group_rank=process_index, group_size=num_processes,
         sharding=sharding,
     )  # fmt: skip
+    if isinstance(sharding, FSDPStrategy):
+        shape, names = sharding.mesh_shape()
+        mesh = " x ".join(f"{name}={size}" for name, size in zip(names, shape))
+        made.runtime.layout = f"FSDP2 over {num_processes} processes, mesh {mesh}"
+    return made
+
+
+def _is_hsdp(strategy: Strategy) -> bool:
+    """A ParallelismConfig strategy of dp_shard (and dp_replicate) alone: FSDP2/HSDP inside the group."""
+    config = getattr(strategy, "config", None)
+    if not strategy.composes_parallelism or config is None or not getattr(strategy, "shards", False):
+        return False
+    others = ("tp_enabled", "cp_enabled", "sp_enabled", "pp_enabled", "ep_enabled")
+    return bool(config.dp_shard_enabled) and not any(getattr(config, name, False) for name in others)
