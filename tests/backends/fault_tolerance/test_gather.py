@@ -5,9 +5,6 @@ splits it; the gather spans the group's processes only and drops the padding of 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,50 +12,21 @@ import pytest
 pytest.importorskip("torchft")
 
 from accelerate.backends.fault_tolerance.manager import lighthouse_address, start_lighthouse  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[3]
+from tests.backends.fault_tolerance.launched import run_groups  # noqa: E402
 
 
 @pytest.mark.timeout(240)
 def test_gather_for_metrics_spans_the_group_and_trims_the_last_round(tmp_path: Path) -> None:
     server = start_lighthouse("127.0.0.1:0", min_replicas=2)
-    env = dict(os.environ, PYTHONPATH=f"{ROOT / 'src'}{os.pathsep}{ROOT}")
     lighthouse = lighthouse_address(server, "127.0.0.1")
-    processes = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "accelerate.commands.accelerate_cli",
-                "launch",
-                "--cpu",
-                "--num_processes",
-                "2",
-                "--main_process_port",
-                "0",
-                "-m",
-                "tests.backends.fault_tolerance.resume_worker",
-                str(tmp_path),
-                "gather",
-                lighthouse,
-                str(group),
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )  # fmt: skip
-        for group in (0, 1)
-    ]
-    try:
-        outputs = [process.communicate(timeout=200)[0] for process in processes]
-    finally:
-        for process in processes:
-            if process.poll() is None:
-                process.kill()
-        server.shutdown()
-    assert all(process.returncode == 0 for process in processes), outputs
+    run_groups(
+        [
+            ["--num_processes", "2", "-m", "tests.backends.fault_tolerance.resume_worker", str(tmp_path), "gather", lighthouse, str(group)]
+            for group in (0, 1)
+        ],
+        server=server,
+        timeout=200,
+    )  # fmt: skip
     for group in (0, 1):
         runs = [json.loads((tmp_path / f"gather_{group}_{rank}.json").read_text()) for rank in (0, 1)]
         # 30 samples, batches of 4 per process: 4 rounds of 8, the last padded with 2 samples and trimmed

@@ -9,9 +9,6 @@ are what two cores carry; the chaos test kills an FSDP2 group of 2.)"""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,57 +19,26 @@ pytest.importorskip("torchft")
 
 from accelerate.backends.fault_tolerance.manager import lighthouse_address, start_lighthouse  # noqa: E402
 from tests.backends.fault_tolerance.chaos import reference  # noqa: E402
+from tests.backends.fault_tolerance.launched import run_groups  # noqa: E402
 from tests.backends.fault_tolerance.problem import make_model  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.timeout(300)
 def test_hsdp_groups_average_after_the_in_group_reduction_and_heal_by_shard(tmp_path: Path) -> None:
     server = start_lighthouse("127.0.0.1:0", min_replicas=2, join_timeout_ms=2000)
     lighthouse = lighthouse_address(server, "127.0.0.1")
-    env = dict(os.environ, PYTHONPATH=f"{ROOT / 'src'}{os.pathsep}{ROOT}")
-    processes = [
-        subprocess.Popen(
+    run_groups(
+        [
             [
-                sys.executable,
-                "-m",
-                "accelerate.commands.accelerate_cli",
-                "launch",
-                "--cpu",
-                "--num_processes",
-                "4",
-                "--main_process_port",
-                "0",
-                "--fault_tolerance",
-                "--ft_lighthouse",
-                lighthouse,
-                "--ft_replica_group_id",
-                str(group),
-                "--ft_num_replica_groups",
-                "2",
-                "--ft_min_replicas",
-                "2",
-                "-m",
-                "tests.backends.fault_tolerance.hsdp_worker",
-                str(tmp_path),
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )  # fmt: skip
-        for group in (0, 1)
-    ]
-    try:
-        outputs = [process.communicate(timeout=280)[0] for process in processes]
-    finally:
-        for process in processes:
-            if process.poll() is None:
-                process.kill()
-        server.shutdown()
-    assert all(process.returncode == 0 for process in processes), "\n".join(o[-4000:] for o in outputs)
+                "--num_processes", "4", "--fault_tolerance", "--ft_lighthouse", lighthouse,
+                "--ft_replica_group_id", str(group), "--ft_num_replica_groups", "2", "--ft_min_replicas", "2",
+                "-m", "tests.backends.fault_tolerance.hsdp_worker", str(tmp_path),
+            ]
+            for group in (0, 1)
+        ],
+        server=server,
+        timeout=280,
+    )  # fmt: skip
     runs = {
         (g, r): json.loads((tmp_path / f"hsdp_{g}_{r}.json").read_text()) for g in (0, 1) for r in range(4)
     }
