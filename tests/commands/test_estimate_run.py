@@ -104,3 +104,18 @@ def test_ep_size_splits_a_moe_configs_experts(tmp_path: Path, capsys: pytest.Cap
     capsys.readouterr()
     assert main(["estimate-memory", str(tmp_path), "--dp_shard_size", "6", "--ep_size", "3"]) == 2
     assert "num_experts=128, which does not divide over 3 ranks" in capsys.readouterr().err
+
+
+def test_plain_ddp_is_dp_replicate_and_a_world_size_alone_is_fsdp(
+    llama: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # What Accelerator() runs on 2 processes without a parallelism config: DDP, buckets as big as the
+    # gradients (tests/planning/test_validation_ddp.py measures it).
+    assert main(["estimate-memory", llama, "--dp_replicate_size", "2", "--json"]) == 0
+    ddp = json.loads(capsys.readouterr().out)
+    memory = ddp["ranks"][0]
+    assert ddp["layout"]["dp_shard"] == 1 and memory["communication_buffers"] == memory["gradients"]
+    assert main(["estimate-memory", llama, "--dp_replicate_size", "2"]) == 0
+    assert "dp_replicate=2 (DDP) on 2 rank(s)" in capsys.readouterr().out
+    assert main(["estimate-memory", llama, "--world_size", "2"]) == 0
+    assert "dp_shard=2 (FSDP) on 2 rank(s)" in capsys.readouterr().out

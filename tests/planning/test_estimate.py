@@ -20,6 +20,7 @@ def test_one_process_holds_everything_in_fp32() -> None:
 def test_ddp_keeps_a_second_copy_of_the_gradients_in_buckets() -> None:
     estimate = estimate_memory(TINY, RunLayout(world_size=4, dp_replicate=4))
     assert estimate.groups[0].memory.communication_buffers == 4000 and len(estimate.groups) == 1
+    assert estimate.layout.describe() == "dp_replicate=4 (DDP)"
 
 
 # DeepSpeed's parameters: the compute-precision copy (whole, or this rank's partition under ZeRO-3)

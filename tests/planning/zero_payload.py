@@ -81,8 +81,9 @@ def zero_peak(stage: int, batch: int, sequence: int, buckets: str = "auto") -> d
     events = prof.profiler.kineto_results.experimental_event_tree()  # type: ignore[union-attr]
     peak = live_peak(events, *_window(events))
     bucket = CONFIG["hidden_size"] ** 2 if buckets == "auto" else 500_000_000
-    layout = RunLayout(world_size=2, dp_shard=2, zero_stage=stage, micro_batch_size=batch, sequence_length=sequence,
-                       zero_bucket_size=bucket)  # fmt: skip
+    world = accelerator.num_processes  # ZeRO partitions over every process: dp_shard is the world
+    layout = RunLayout(world_size=world, dp_shard=world, zero_stage=stage, micro_batch_size=batch,
+                       sequence_length=sequence, zero_bucket_size=bucket)  # fmt: skip
     estimate = estimate_memory(shape, layout)
     return {
         "measured": peak,

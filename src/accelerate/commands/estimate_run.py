@@ -22,7 +22,12 @@ from accelerate.utils.dataclasses import MIXED_PRECISION_MODES
 _RUN_OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
     (
         "--world_size",
-        {"type": int, "help": "Processes in the run (default: the product of the sizes given, else 1)."},
+        {
+            "type": int,
+            "help": "Processes in the run (default: the product of the sizes given, else 1). Alone it "
+            "means FSDP over them (dp_shard takes what the other sizes leave, as in ParallelismConfig); "
+            "plain DDP, what Accelerator() runs without a parallelism config, is --dp_replicate_size N.",
+        },
     ),
     (
         "--dp_replicate_size",

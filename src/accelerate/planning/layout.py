@@ -218,6 +218,8 @@ class RunLayout:
         sharding = (
             " (FSDP)" if fsdp else {0: "", 1: " (ZeRO-1)", 2: " (ZeRO-2)", 3: " (ZeRO-3)"}[self.zero_stage]
         )
+        if not sharding and self.dp_replicate > 1:  # replicas with nothing sharded: DDP, buckets and all
+            sharding = " (DDP)"
         offload = " + CPU offload" if self.cpu_offload else ""
         pipeline = f" ({self.pp_schedule}, {self.microbatches} micro-batches)" if self.pp > 1 else ""
         return (" x ".join(sizes) or "one process") + pipeline + sharding + offload
