@@ -77,6 +77,11 @@ class Row:
         return data
 
 
+# A row whose benchmark broke (not a missing dependency): run_all exits non-zero on one, so a broken
+# worker is seen at once instead of reading as "not available" in the table.
+FAILED = "FAILED: "
+
+
 def skipped(bench: str, metric: str, reason: str) -> Row:
     """A row for a measurement that could not run (a missing dependency, a failed launch)."""
     return Row(bench=bench, metric=metric, note=f"not available: {reason}")
@@ -401,9 +406,15 @@ def guarded(bench: str, metric: str, make_rows: Callable[[], list[Row]]) -> list
         return make_rows()
     except ImportError as exc:
         return [skipped(bench, metric, f"{exc}")]
-    except Exception as exc:  # a benchmark must never take the whole run down
-        first = str(exc).strip().splitlines()
-        return [skipped(bench, metric, f"{type(exc).__name__}: {first[-1] if first else ''}"[:200])]
+    except Exception as exc:  # a benchmark must never take the whole run down, nor fail quietly
+        lines = [line for line in str(exc).strip().splitlines() if line.strip("=- ")]
+        return [
+            Row(
+                bench=bench,
+                metric=metric,
+                note=f"{FAILED}{type(exc).__name__}: {lines[-1] if lines else ''}"[:200],
+            )
+        ]
 
 
 def main_for(bench_name: str, run: Callable[[], list[Row]]) -> None:

@@ -35,7 +35,7 @@ from bench import (
     startup,
     step_overhead,
 )
-from bench.common import ROOT, Row, format_table, guarded, write_results
+from bench.common import FAILED, ROOT, Row, format_table, guarded, write_results
 
 BENCHMARKS = [
     startup, step_overhead, ddp_two_proc, deepspeed_zero2, data_loading, collectives, checkpoint_io, checkpoint_large,
@@ -61,6 +61,11 @@ def main() -> None:
     print(
         f"\n{len(rows)} rows, {len(misses)} missed target, in {total:.0f} s; {path.relative_to(ROOT)} and latest.md"
     )
+    broken = [row for row in rows if row.note.startswith(FAILED)]
+    if broken:
+        sys.exit(
+            "benchmarks that failed (not a missing dependency): " + ", ".join(row.bench for row in broken)
+        )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ and the five-line loop. The loops alternate optimizer step by optimizer step (th
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 
@@ -85,7 +86,12 @@ def main() -> None:
     torch.set_num_threads(1)
     accel = accelerate_loop()  # creates the process group through accelerate; the raw engine reuses it
     raw = raw_loop()
-    result = {"accum1": interleave(raw, accel, 1, args.steps, args.repeats)}
+    # One optimizer step per call, as the shared interleaving times them (the ddp worker does the same).
+    result = {
+        "accum1": interleave(
+            functools.partial(raw, 1, 1), functools.partial(accel, 1, 1), args.steps, args.repeats
+        )
+    }
     write_worker_result(args.out, dist.get_rank(), result)
     dist.barrier()
 
