@@ -5,20 +5,31 @@
 - elastic: the process on node b (ELASTIC_NODE=b) writes OUT_DIR/blocked at step DIE_AT and waits
   to be killed with its node; a group of 1 formed before that waits for node b (the agent re-forms).
 - restart: rank 1 of the first attempt writes OUT_DIR/died (with the time) and exits at step DIE_AT.
-Every process appends "time world attempt" per step to OUT_DIR/steps-PID.txt.
+
+Every process writes OUT_DIR/proc-PID.txt once it is ready to train, "started imported ready world
+attempt": when its script started (before ``import torch``), when torch and accelerate were
+imported, when the process group was formed and the model prepared (all ``time.time()``, the clock
+of the step lines and of the death), its world size and the launch's restart count
+(``TORCHELASTIC_RESTART_COUNT``). It appends "time world attempt" per step to OUT_DIR/steps-PID.txt.
+The bench counts a step only from a process that started after the death it times: a process of
+the old group can still log a step just after its peer died.
 """
 
 from __future__ import annotations
 
-import os
-import sys
 import time
-from pathlib import Path
 
-import torch
+STARTED = time.time()  # before the imports: starting a new process is part of what the bench times
 
-from accelerate import Accelerator
+import os  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
 
+import torch  # noqa: E402
+
+from accelerate import Accelerator  # noqa: E402
+
+IMPORTED = time.time()
 DIE_AT = 10
 STEPS = 30
 
@@ -31,6 +42,7 @@ def main() -> None:
     model, optimizer = accelerator.prepare(model, optimizer)
     world = accelerator.num_processes
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    (out / f"proc-{os.getpid()}.txt").write_text(f"{STARTED} {IMPORTED} {time.time()} {world} {attempt}\n")
     if mode == "elastic" and world == 1 and not (out / "blocked").exists():
         time.sleep(120)  # the first group formed before node b arrived: the agent re-forms it
     with open(out / f"steps-{os.getpid()}.txt", "a") as log:
