@@ -12,11 +12,12 @@ Where the time goes (the parts each row's note gives, and torch's agent log; iss
 
 - The restart's agent watches its own processes: it sees rank 1's exit within ``--monitor_interval``
   (0.1 s), stops rank 0 with SIGTERM, and its one-node rendezvous completes without waiting; the new
-  processes start 0.4-0.8 s after the death.
+  processes start 0.7-0.8 s after the death (at load 10).
 - A dead *node* can only be seen by its missing heartbeats. Node a's process fails at once (gloo:
-  "Connection closed by peer") but then exits through Python's teardown of torch (2-4 s on the
-  loaded 2-core machine; a raw ``torch.distributed`` script takes as long), and only then does its
-  agent start a new rendezvous round. That round waits until node b's heartbeats have been missing
+  "Connection closed by peer") but then exits through Python's teardown of torch (~1 s of CPU,
+  as long as a raw ``torch.distributed`` script's; 3-5 s of wall at load 9-12 on the 2-core
+  machine: hidden in the heartbeat window when idle, not when loaded), and only then does its agent
+  start a new rendezvous round. That round waits until node b's heartbeats have been missing
   ``keep_alive_interval`` x ``keep_alive_max_attempt`` (3 s here; b's last beat came up to one
   interval before the death, so 2-3 s after it), then ``last_call_timeout`` for late nodes (1 s
   here). torch's rendezvous loop reads the shared state once a second (a fixed ``_delay(seconds=1)``
@@ -27,7 +28,7 @@ Where the time goes (the parts each row's note gives, and torch's agent log; iss
 Accelerate's own share of the re-formation is small: its agent hooks (the restart report, the
 exchange of node names through the round's store) take about 1 ms between torch's "Rendezvous
 complete" and "Starting worker group" log lines; ``Accelerator()`` in the new process takes ~70 ms
-at load 12 (``startup.py`` judges it); the bootstrap's failure path writes two small files; no sleep
+at load 12 (``startup.py`` judges it); the bootstrap's failure path writes one small error file; no sleep
 or polling interval of ours is on the path.
 
 So the judged row compares the re-formation with the restart plus the waits ``--rdzv_conf``

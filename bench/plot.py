@@ -46,6 +46,7 @@ _ORIENTATION = {
     "acc/raw time": False,
     "async/sync time": False,  # ours against ours: the async save's blocking time over a sync save
     "elastic/restart time": False,  # accelerate's elastic re-formation against a plain restart
+    "elastic/(restart+waits)": False,  # the same against a restart plus the rendezvous waits --rdzv_conf sets
     "ft/elastic time": False,  # ours against ours: fault-tolerant recovery over elastic re-formation
     "raw/acc time": True,
     "acc/raw samples/s": True,
