@@ -23,7 +23,9 @@ Where the time goes (the parts each row's note gives, and torch's agent log; iss
   here). torch's rendezvous loop reads the shared state once a second (a fixed ``_delay(seconds=1)``
   in ``dynamic_rendezvous``), so each of those two waits ends up to 1 s late.
 - Then both sides pay the same: new processes import torch and accelerate, form the process group,
-  wrap the model in DDP and step.
+  wrap the model in DDP and step. In CPU time they match (the elastic process 1.6-1.7 s to its
+  imports and 2.9 s until prepared, a restarted one 1.9-2.0 s and 3.7-3.8 s, at load 11-19); their
+  wall times differ with what else runs on the 2 shared cores.
 
 Accelerate's own share of the re-formation is small: its agent hooks (the restart report, the
 exchange of node names through the round's store) take about 1 ms between torch's "Rendezvous
