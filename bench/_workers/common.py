@@ -108,6 +108,31 @@ def accelerate_step(
         optimizer.zero_grad()
 
 
+def accelerate_token_steps(
+    accelerator: Any,
+    model: Any,
+    optimizer: Any,
+    batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
+    max_norm: float,
+) -> Step:
+    """The accelerate side of a token model's loop: each call one :func:`accelerate_step` on the next
+    of ``batches`` (in turn), cross entropy over every token of ``model(x)`` against ``y``."""
+    step = [0]
+
+    def run() -> None:
+        x, y = batches[step[0] % len(batches)]
+        step[0] += 1
+        accelerate_step(
+            accelerator,
+            model,
+            optimizer,
+            lambda: F.cross_entropy(model(x).flatten(0, 1), y.flatten()),
+            max_norm,
+        )
+
+    return run
+
+
 def parse_args(parser: argparse.ArgumentParser) -> argparse.Namespace:
     """The worker's own options plus the ones every worker takes (``--out`` and ``--t0`` from run_worker)."""
     parser.add_argument("--steps", type=int, default=8, help="optimizer steps per repeat")

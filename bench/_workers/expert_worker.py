@@ -23,7 +23,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # torchrun runs this file as a script
 
-from bench._workers.common import Step, accelerate_step, adamw_prepared, race  # noqa: E402
+from bench._workers.common import Step, accelerate_token_steps, adamw_prepared, race  # noqa: E402
 
 WIDTH, INTER, EXPERTS, TOP_K, SEQ, BATCH = 256, 512, 8, 2, 64, 8
 DEPTH, VOCAB, NUM_BATCHES, MAX_NORM = 2, 512, 4, 1.0
@@ -165,20 +165,9 @@ def accelerate_loop() -> Step:
     accelerator = Accelerator(parallelism_config=ParallelismConfig(ep_size=dist.get_world_size()))
     torch.manual_seed(0)
     model, optimizer = adamw_prepared(accelerator, Net(lambda: Experts(EXPERTS)))
-    data, step = batches(accelerator.state.run.data_shards[1]), [0]
-
-    def run() -> None:
-        x, y = data[step[0] % NUM_BATCHES]
-        step[0] += 1
-        accelerate_step(
-            accelerator,
-            model,
-            optimizer,
-            lambda: F.cross_entropy(model(x).flatten(0, 1), y.flatten()),
-            MAX_NORM,
-        )
-
-    return run
+    return accelerate_token_steps(
+        accelerator, model, optimizer, batches(accelerator.state.run.data_shards[1]), MAX_NORM
+    )
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from common import adamw_prepared  # same folder (the script's own, on sys.path)
-from step_worker import measure_both_orders  # the alternating CPU-time measurement
+from step_worker import measure_both_orders, one_process_args  # the alternating CPU-time measurement
 
 BATCH, WIDTH, CLASSES, NUM_BATCHES = 64, 512, 10, 8
 
@@ -78,13 +78,7 @@ def accelerate_loop() -> Callable[[int], None]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--block", type=int, default=10, help="optimizer steps per repeat")
-    parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--t0", type=float, default=0.0)
-    args = parser.parse_args()
-    torch.set_num_threads(1)
+    args = one_process_args(argparse.ArgumentParser())
     measure_both_orders(raw_loop, accelerate_loop, 1, args.repeats, args.block, args.out)
 
 

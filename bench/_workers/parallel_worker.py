@@ -22,7 +22,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # torchrun runs this file as a script
 
-from bench._workers.common import Step, accelerate_step, adamw_prepared, race  # noqa: E402
+from bench._workers.common import Step, accelerate_token_steps, adamw_prepared, race  # noqa: E402
 
 WIDTH, HEADS, SEQ, BATCH, DEPTH, NUM_BATCHES, MAX_NORM = 256, 8, 32, 8, 4, 4, 1.0
 
@@ -141,21 +141,9 @@ def accelerate_loop(dp_shard: int, tp: int) -> Step:
     config = ParallelismConfig(dp_shard_size=dp_shard, tp_size=tp)
     accelerator = Accelerator(parallelism_config=config, fsdp_plugin=plugin if dp_shard > 1 else None)
     model, optimizer = adamw_prepared(accelerator, make_model(accelerator.torch_device_mesh["tp"]))
-    data = batches(accelerator.state.run.data_shards[1])
-    step = [0]
-
-    def run() -> None:
-        x, y = data[step[0] % NUM_BATCHES]
-        step[0] += 1
-        accelerate_step(
-            accelerator,
-            model,
-            optimizer,
-            lambda: F.cross_entropy(model(x).flatten(0, 1), y.flatten()),
-            MAX_NORM,
-        )
-
-    return run
+    return accelerate_token_steps(
+        accelerator, model, optimizer, batches(accelerator.state.run.data_shards[1]), MAX_NORM
+    )
 
 
 def main() -> None:

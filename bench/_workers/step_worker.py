@@ -81,17 +81,23 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--precision", default="no", choices=["no", "bf16"])
     parser.add_argument("--accum", type=int, default=1)
+    args = one_process_args(parser)
+    torch.manual_seed(0)
+    measure_both_orders(
+        lambda: raw_loop(args.precision, args.accum), lambda: accelerate_loop(args.precision, args.accum),
+        args.accum, args.repeats, args.block, args.out,
+    )  # fmt: skip
+
+
+def one_process_args(parser: argparse.ArgumentParser) -> argparse.Namespace:
+    """The worker's own options plus ``--block``, ``--repeats``, ``--out`` and ``--t0``; one torch thread."""
     parser.add_argument("--block", type=int, default=10, help="optimizer steps per repeat")
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--out", required=True)
     parser.add_argument("--t0", type=float, default=0.0)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    torch.manual_seed(0)
-    measure_both_orders(
-        lambda: raw_loop(args.precision, args.accum), lambda: accelerate_loop(args.precision, args.accum),
-        args.accum, args.repeats, args.block, args.out,
-    )  # fmt: skip
+    return args
 
 
 def measure_both_orders(
