@@ -11,23 +11,12 @@ Part of ``make bench`` only (about a minute, 2.4 GB of memory and of disk), neve
 from __future__ import annotations
 
 import sys
-import tempfile
 from pathlib import Path
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import (
-    RESULTS_DIR,
-    WORKERS_DIR,
-    Row,
-    compare_row,
-    guarded,
-    main_for,
-    python_cmd,
-    run_worker,
-    time_ratio,
-)
+from bench.common import WORKERS_DIR, Row, guarded, main_for, python_cmd, run_worker, scratch_dir, seconds_row
 
 BENCH = "checkpoint-large"
 WIDTH, LAYERS = 4096, 12  # 12 x 16.8 M parameters = 805 MB fp32; with AdamW's two moments 2.4 GB
@@ -37,25 +26,12 @@ TARGET = 1.0
 def _rows() -> list[Row]:
     import accelerate.checkpointing  # noqa: F401
 
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    # On the results disk, not /tmp (which may be memory-backed): fsync must reach a real disk.
-    with tempfile.TemporaryDirectory(prefix="ckpt-large-", dir=RESULTS_DIR) as scratch:
+    with scratch_dir("ckpt-large-") as scratch:
         cmd = [*python_cmd(WORKERS_DIR / "checkpoint_worker.py"), "--scratch", scratch]
         cmd += ["--width", str(WIDTH), "--layers", str(LAYERS), "--only", "save", "--repeats", "4"]
         (result,), _ = run_worker(cmd, timeout=600)
-    return [
-        compare_row(
-            BENCH,
-            f"save_state vs torch.save x2 (+fsync), {result['bytes'] / 1e9:.1f} GB",
-            result["save"]["raw"],
-            result["save"]["accel"],
-            combine=time_ratio,
-            compare="acc/raw time",
-            op="<=",
-            target=TARGET,
-            unit="s",
-        )
-    ]
+    metric = f"save_state vs torch.save x2 (+fsync), {result['bytes'] / 1e9:.1f} GB"
+    return [seconds_row(BENCH, metric, result["save"], op="<=", target=TARGET)]
 
 
 def run() -> list[Row]:

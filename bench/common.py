@@ -20,7 +20,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -156,6 +157,26 @@ def compare_row(
     )
 
 
+def seconds_row(
+    bench: str,
+    metric: str,
+    pair: Mapping[str, Sequence[float]],
+    *,
+    op: str,
+    target: float,
+    compare: str = "",
+    note: str = "",
+) -> Row:
+    """The row of a worker's timed pair (``{"raw": [s, ...], "accel": [s, ...]}``): ``op`` ``"<="``
+    reads accelerate's time over raw's (at most ``target``), ``">="`` raw's over accelerate's."""
+    combine = time_ratio if op == "<=" else speed_ratio
+    compare = compare or ("acc/raw time" if op == "<=" else "raw/acc time")
+    return compare_row(
+        bench, metric, pair["raw"], pair["accel"], combine=combine, compare=compare, op=op, target=target,
+        unit="s", note=note,
+    )  # fmt: skip
+
+
 def rank_mean(series: Sequence[Sequence[float]]) -> list[float]:
     """Each repeat's value averaged over the ranks (``series``: one list of repeats per rank)."""
     return [sum(values) / len(values) for values in zip(*series, strict=True)]
@@ -174,6 +195,22 @@ def step_time_row(
         bench, metric, rank_mean(raw), rank_mean(accel), combine=speed_ratio, compare="raw/acc time", op=">=",
         target=target, unit="ms/opt step", scale=1000,
     )  # fmt: skip
+
+
+def raced_row(
+    bench: str,
+    worker: Path,
+    metric: str,
+    *,
+    procs: int = 2,
+    args: Sequence[str] = (),
+    target: float = 0.98,
+    timeout: float = 600,
+) -> Row:
+    """Runs a worker built on ``bench/_workers/common.py``'s ``race`` under torchrun on ``procs``
+    processes and makes its :func:`step_time_row`."""
+    results, _ = run_worker(torchrun_cmd(worker, procs, *args), timeout=timeout)
+    return step_time_row(bench, metric, [r["raw"] for r in results], [r["accel"] for r in results], target)
 
 
 def speed_ratio(raw_time: float, accel_time: float) -> float:
@@ -263,6 +300,15 @@ def accelerate_launch_cmd(script: Path, nproc: int, *args: str) -> list[str]:
 
 def python_cmd(script: Path, *args: str) -> list[str]:
     return [sys.executable, str(script), *args]
+
+
+@contextmanager
+def scratch_dir(prefix: str) -> Iterator[str]:
+    """A temporary folder on the results disk, not /tmp (which may be memory-backed): fsync must reach
+    a real disk."""
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=prefix, dir=RESULTS_DIR) as scratch:
+        yield scratch
 
 
 def run_worker(cmd: list[str], *, timeout: float = 120) -> tuple[list[dict[str, Any]], float]:

@@ -16,24 +16,15 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import WORKERS_DIR, Row, guarded, main_for, run_worker, step_time_row, torchrun_cmd
+from bench.common import WORKERS_DIR, Row, guarded, main_for, raced_row
 
 BENCH = "expert-parallel"
+METRIC = "steps/s, ep=2 MoE, 2 procs (hand-written all-to-all loop vs Accelerator)"
 WORKER = WORKERS_DIR / "expert_worker.py"
 
 
 def _rows() -> list[Row]:
-    results, _ = run_worker(torchrun_cmd(WORKER, 2), timeout=600)
-    raw, accel = [r["raw"] for r in results], [r["accel"] for r in results]
-    return [
-        step_time_row(
-            BENCH,
-            "steps/s, ep=2 MoE, 2 procs (hand-written all-to-all loop vs Accelerator)",
-            raw,
-            accel,
-            target=0.95,
-        )
-    ]
+    return [raced_row(BENCH, WORKER, METRIC, target=0.95)]
 
 
 def run() -> list[Row]:

@@ -16,7 +16,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import WORKERS_DIR, Row, guarded, main_for, run_worker, step_time_row, torchrun_cmd
+from bench.common import WORKERS_DIR, Row, guarded, main_for, raced_row
 
 BENCH = "parallel-nd"
 WORKER = WORKERS_DIR / "parallel_worker.py"
@@ -31,9 +31,7 @@ def _rows() -> list[Row]:
 
     rows = []
     for label, procs, args in CASES:
-        results, _ = run_worker(torchrun_cmd(WORKER, procs, *args), timeout=600)
-        raw, accel = [r["raw"] for r in results], [r["accel"] for r in results]
-        rows.append(step_time_row(BENCH, f"steps/s, {label}", raw, accel))
+        rows.append(raced_row(BENCH, WORKER, f"steps/s, {label}", procs=procs, args=args))
     return rows
 
 

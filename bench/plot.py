@@ -189,13 +189,26 @@ def _legend(ax: Any, loc: str) -> None:
     ax.legend(handles=handles, loc=loc, fontsize=8, framealpha=0.9)
 
 
-def draw_ratios(rows: Sequence[RatioRow], path: Path) -> None:
+def _axes(rows: Sequence[Any], row_height: float, margin: float) -> tuple[Any, Any, list[int]]:
+    """A figure with one horizontal axis for ``rows`` (the first at the top), and each row's y."""
     from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(10, row_height * len(rows) + margin), layout="constrained")
+    return figure, figure.add_subplot(), list(range(len(rows)))[::-1]
+
+
+def _annotate_axes(ax: Any, ys: Sequence[int], rows: Sequence[Any], xlabel: str, title: str) -> None:
+    """Each row's name at its y, the x grid, the axis label and the title."""
+    ax.set_yticks(ys, [row.label for row in rows], fontsize=8)
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_xlabel(xlabel)
+    ax.set_title(title, fontsize=10)
+
+
+def draw_ratios(rows: Sequence[RatioRow], path: Path) -> None:
     from matplotlib.ticker import FixedLocator, NullLocator
 
-    figure = Figure(figsize=(10, 0.27 * len(rows) + 1.4), layout="constrained")
-    ax = figure.add_subplot()
-    ys = list(range(len(rows)))[::-1]
+    figure, ax, ys = _axes(rows, 0.27, 1.4)
     for y, row in zip(ys, rows):
         colour = _COLOURS.get(row.status, "black")
         ax.plot([row.low, row.high], [y, y], color=colour, linewidth=1.2, alpha=0.6)
@@ -212,21 +225,17 @@ def draw_ratios(rows: Sequence[RatioRow], path: Path) -> None:
     ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xticklabels([f"{t:g}" for t in ticks])
     ax.set_xlim(0.1, 3.5)
-    ax.set_yticks(ys, [row.label for row in rows], fontsize=8)
     ax.set_ylim(-0.7, len(rows) - 0.3)
-    ax.grid(axis="x", alpha=0.3)
-    ax.set_xlabel("accelerate's time / raw PyTorch's time  (1.0 = the same; lower is faster; log scale)")
-    ax.set_title("Latest CPU run: median and [min, max] of each row, and its target", fontsize=10)
+    _annotate_axes(
+        ax, ys, rows, "accelerate's time / raw PyTorch's time  (1.0 = the same; lower is faster; log scale)",
+        "Latest CPU run: median and [min, max] of each row, and its target",
+    )  # fmt: skip
     _legend(ax, "upper left")
     _save(figure, path, rows)
 
 
 def draw_startup(rows: Sequence[RatioRow], path: Path) -> None:
-    from matplotlib.figure import Figure
-
-    figure = Figure(figsize=(10, 0.35 * len(rows) + 1.3), layout="constrained")
-    ax = figure.add_subplot()
-    ys = list(range(len(rows)))[::-1]
+    figure, ax, ys = _axes(rows, 0.35, 1.3)
     for y, row in zip(ys, rows):
         colour = _COLOURS.get(row.status, "black")
         ax.barh([y], [row.median], color=colour, alpha=0.75, height=0.6)
@@ -238,20 +247,16 @@ def draw_startup(rows: Sequence[RatioRow], path: Path) -> None:
         )
     ax.axvline(0, color="black", linewidth=0.8)
     ax.set_xlim(0, max(row.high for row in rows) * 1.15)  # room for the last label
-    ax.set_yticks(ys, [row.label for row in rows], fontsize=8)
-    ax.grid(axis="x", alpha=0.3)
-    ax.set_xlabel("milliseconds over raw (median, [min, max]); the judged rows' target is +20 ms")
-    ax.set_title("Start-up: what importing accelerate and building an Accelerator add", fontsize=10)
+    _annotate_axes(
+        ax, ys, rows, "milliseconds over raw (median, [min, max]); the judged rows' target is +20 ms",
+        "Start-up: what importing accelerate and building an Accelerator add",
+    )  # fmt: skip
     _legend(ax, "lower right")
     _save(figure, path, rows)
 
 
 def draw_gpu(rows: Sequence[GpuRow], path: Path) -> None:
-    from matplotlib.figure import Figure
-
-    figure = Figure(figsize=(10, 0.6 * len(rows) + 1.3), layout="constrained")
-    ax = figure.add_subplot()
-    ys = list(range(len(rows)))[::-1]
+    figure, ax, ys = _axes(rows, 0.6, 1.3)
     for y, row in zip(ys, rows):
         for offset, value, colour, name in ((0.18, row.ours, "#1565c0", "ours"),
                                             (-0.18, row.upstream, "#ef6c00", "upstream")):  # fmt: skip
@@ -260,10 +265,10 @@ def draw_gpu(rows: Sequence[GpuRow], path: Path) -> None:
                 f"{value:.2f}", (value, y + offset), xytext=(4, -3), textcoords="offset points", fontsize=7
             )
     ax.axvline(1.0, color="black", linewidth=0.8)
-    ax.set_yticks(ys, [row.label for row in rows], fontsize=8)
-    ax.grid(axis="x", alpha=0.3)
-    ax.set_xlabel("time / raw PyTorch's time in the same process (1.0 = the same; lower is faster)")
-    ax.set_title("On one GPU: ours and upstream accelerate, each over raw PyTorch", fontsize=10)
+    _annotate_axes(
+        ax, ys, rows, "time / raw PyTorch's time in the same process (1.0 = the same; lower is faster)",
+        "On one GPU: ours and upstream accelerate, each over raw PyTorch",
+    )  # fmt: skip
     ax.legend(loc="upper right", fontsize=8)
     _save(figure, path, rows)
 

@@ -18,21 +18,9 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from accelerate import Accelerator
 from accelerate.utils import set_seed
+from tests.helpers.progress import Progress
 
 TOTAL_STEPS = 24
-
-
-class Progress:
-    """The loop's own position, registered for checkpointing."""
-
-    def __init__(self) -> None:
-        self.step = 0
-
-    def state_dict(self) -> dict[str, int]:
-        return {"step": self.step}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        self.step = state["step"]
 
 
 def train(mode: str, ckpt_dir: str, save_at: int) -> dict[str, Any]:

@@ -7,7 +7,6 @@ op by op (both ranks in the same order); DIR/rank{N}.json holds CPU and wall sec
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from collections.abc import Callable
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from common import cpu_accelerator  # same folder (the script's own, on sys.path)
 
 SIZES_MB = (1, 64)
 
@@ -48,15 +48,7 @@ def ops(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--repeats", type=int, default=6)
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--t0", type=float, default=0.0)
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    from accelerate import Accelerator
-
-    accelerator = Accelerator(cpu=True)
+    args, accelerator = cpu_accelerator(repeats=6)
     world, rank = accelerator.num_processes, accelerator.process_index
     results: dict[str, dict[str, list[float]]] = {}
     for size_mb in SIZES_MB:

@@ -8,13 +8,13 @@ seconds of each epoch and the samples it read.
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from common import cpu_accelerator  # same folder (the script's own, on sys.path)
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 SAMPLES, FEATURES, BATCH = 8192, 256, 64
@@ -33,15 +33,7 @@ def epoch_runner(loader: DataLoader, set_epoch: Callable[[int], None]) -> Callab
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--t0", type=float, default=0.0)
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    from accelerate import Accelerator
-
-    accelerator = Accelerator(cpu=True)
+    args, accelerator = cpu_accelerator(repeats=10)
     world, rank = accelerator.num_processes, accelerator.process_index
     gen = torch.Generator().manual_seed(0)
     dataset = TensorDataset(

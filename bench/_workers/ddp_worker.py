@@ -17,20 +17,19 @@ STARTED = time.time()
 
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
-import functools  # noqa: E402
 import json  # noqa: E402
-from collections.abc import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from common import interleave  # noqa: E402  (same folder: the alternating CPU-time measurement)
+
+# Same folder (torchrun and accelerate launch run this file as a script): the shared skeleton.
+from common import Loop, accelerate_micro_steps, adamw_prepared, interleave_accumulations  # noqa: E402
 
 IMPORTED = time.time()
 BATCH, WIDTH, CLASSES, NUM_BATCHES = 64, 512, 10, 8
 ACCUMULATIONS = (1, 4)
-Loop = Callable[[int, int], None]  # run(optimizer_steps, accumulation)
 
 
 def make_model() -> torch.nn.Module:
@@ -75,20 +74,12 @@ def accelerate_loop() -> Loop:
     from accelerate import Accelerator
 
     accelerator = Accelerator()
-    model = make_model()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    model, optimizer = accelerator.prepare(model, optimizer)
+    model, optimizer = adamw_prepared(accelerator, make_model())
     batches = make_batches(accelerator.process_index)
 
     def run(steps: int, accum: int) -> None:
         accelerator.gradient_accumulation_steps = accum
-        for i in range(steps * accum):
-            x, y = batches[i % NUM_BATCHES]
-            with accelerator.accumulate(model):
-                loss = F.cross_entropy(model(x), y)
-                accelerator.backward(loss)
-                optimizer.step()
-                optimizer.zero_grad()
+        accelerate_micro_steps(accelerator, model, optimizer, batches, steps * accum)
 
     return run
 
@@ -116,12 +107,7 @@ def main() -> None:
         "torch_imported_s": IMPORTED - args.t0,
         "ready_s": ready - args.t0,
     }
-    for accum in ACCUMULATIONS:
-        # One optimizer step of `accum` micro-steps per call, so the shared interleaving applies.
-        raw_step, accel_step = functools.partial(raw, 1, accum), functools.partial(accel, 1, accum)
-        result[f"accum{accum}"] = interleave(
-            raw_step, accel_step, max(2, args.steps // accum), args.repeats, warmup=3
-        )
+    result.update(interleave_accumulations(raw, accel, ACCUMULATIONS, args.steps, args.repeats, warmup=3))
     Path(args.out, f"rank{dist.get_rank()}.json").write_text(json.dumps(result))
     dist.barrier()
     dist.destroy_process_group()

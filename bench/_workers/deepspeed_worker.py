@@ -3,14 +3,13 @@
 Usage: torchrun ... deepspeed_worker.py --out DIR --t0 T
 Builds two ZeRO-2 engines over the same model and data: one with ``deepspeed.initialize`` and the
 raw loop (``engine(x)``, ``engine.backward``, ``engine.step``), one through ``Accelerator.prepare``
-and the five-line loop. The loops alternate optimizer step by optimizer step (the ddp worker's
-``interleave``); CPU seconds per optimizer step go to DIR/rank{N}.json.
+and the five-line loop. The loops alternate optimizer step by optimizer step (the shared
+``interleave`` in ``common.py``); CPU seconds per optimizer step go to DIR/rank{N}.json.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import sys
 from pathlib import Path
 
@@ -20,7 +19,14 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from bench._workers.ddp_worker import NUM_BATCHES, Loop, interleave, make_batches, make_model  # noqa: E402
+from bench._workers.common import (  # noqa: E402
+    Loop,
+    accelerate_micro_steps,
+    adamw_prepared,
+    interleave_accumulations,
+    parse_args,
+)
+from bench._workers.ddp_worker import NUM_BATCHES, make_batches, make_model  # noqa: E402
 from bench.common import write_worker_result  # noqa: E402
 
 CONFIG = {
@@ -59,39 +65,21 @@ def accelerate_loop() -> Loop:
     from accelerate.utils import DeepSpeedPlugin
 
     accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=dict(CONFIG)))
-    model = make_model()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    model, optimizer = accelerator.prepare(model, optimizer)
+    model, optimizer = adamw_prepared(accelerator, make_model())
     batches = make_batches(accelerator.process_index)
 
     def run(steps: int, accum: int) -> None:
-        for i in range(steps):
-            x, y = batches[i % NUM_BATCHES]
-            with accelerator.accumulate(model):
-                loss = F.cross_entropy(model(x), y)
-                accelerator.backward(loss)
-                optimizer.step()
-                optimizer.zero_grad()
+        accelerate_micro_steps(accelerator, model, optimizer, batches, steps)  # the config accumulates 1
 
     return run
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--t0", type=float, required=True)
-    args = parser.parse_args()
+    args = parse_args(argparse.ArgumentParser())
     torch.set_num_threads(1)
     accel = accelerate_loop()  # creates the process group through accelerate; the raw engine reuses it
     raw = raw_loop()
-    # One optimizer step per call, as the shared interleaving times them (the ddp worker does the same).
-    result = {
-        "accum1": interleave(
-            functools.partial(raw, 1, 1), functools.partial(accel, 1, 1), args.steps, args.repeats
-        )
-    }
+    result = interleave_accumulations(raw, accel, (1,), args.steps, args.repeats)
     write_worker_result(args.out, dist.get_rank(), result)
     dist.barrier()
 

@@ -11,7 +11,6 @@ seconds per optimizer step.
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 from pathlib import Path
@@ -24,7 +23,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # torchrun runs this file as a script
 
-from bench._workers.common import Step, interleave, parse_args, run_rank  # noqa: E402
+from bench._workers.common import Step, accelerate_token_steps, adamw_prepared, race  # noqa: E402
 
 WIDTH, INTER, EXPERTS, TOP_K, SEQ, BATCH = 256, 512, 8, 2, 64, 8
 DEPTH, VOCAB, NUM_BATCHES, MAX_NORM = 2, 512, 4, 1.0
@@ -165,32 +164,11 @@ def accelerate_loop() -> Step:
 
     accelerator = Accelerator(parallelism_config=ParallelismConfig(ep_size=dist.get_world_size()))
     torch.manual_seed(0)
-    model = Net(lambda: Experts(EXPERTS))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    model, optimizer = accelerator.prepare(model, optimizer)
-    data, step = batches(accelerator.state.run.data_shards[1]), [0]
-
-    def run() -> None:
-        x, y = data[step[0] % NUM_BATCHES]
-        step[0] += 1
-        with accelerator.accumulate(model):
-            accelerator.backward(F.cross_entropy(model(x).flatten(0, 1), y.flatten()))
-            accelerator.clip_grad_norm_(model.parameters(), MAX_NORM)
-            optimizer.step()
-            optimizer.zero_grad()
-
-    return run
-
-
-def main() -> None:
-    args = parse_args(argparse.ArgumentParser())
-
-    def measure() -> dict[str, Any]:
-        raw, accel = raw_loop(), accelerate_loop()
-        return interleave(raw, accel, args.steps, args.repeats)
-
-    run_rank(args.out, measure)
+    model, optimizer = adamw_prepared(accelerator, Net(lambda: Experts(EXPERTS)))
+    return accelerate_token_steps(
+        accelerator, model, optimizer, batches(accelerator.state.run.data_shards[1]), MAX_NORM
+    )
 
 
 if __name__ == "__main__":
-    main()
+    race(lambda _: raw_loop(), lambda _: accelerate_loop())

@@ -16,7 +16,8 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from step_worker import measure_both_orders  # same folder: the alternating CPU-time measurement
+from common import adamw_prepared  # same folder (the script's own, on sys.path)
+from step_worker import measure_both_orders, one_process_args  # the alternating CPU-time measurement
 
 BATCH, WIDTH, CLASSES, NUM_BATCHES = 64, 512, 10, 8
 
@@ -62,9 +63,7 @@ def accelerate_loop() -> Callable[[int], None]:
     from accelerate.utils import AORecipeKwargs
 
     accelerator = Accelerator(mixed_precision="fp8", kwargs_handlers=[AORecipeKwargs()])
-    model = make_model()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    model, optimizer = accelerator.prepare(model, optimizer)
+    model, optimizer = adamw_prepared(accelerator, make_model())
     batches = make_batches()
 
     def run(steps: int) -> None:
@@ -79,13 +78,7 @@ def accelerate_loop() -> Callable[[int], None]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--block", type=int, default=10, help="optimizer steps per repeat")
-    parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--t0", type=float, default=0.0)
-    args = parser.parse_args()
-    torch.set_num_threads(1)
+    args = one_process_args(argparse.ArgumentParser())
     measure_both_orders(raw_loop, accelerate_loop, 1, args.repeats, args.block, args.out)
 
 

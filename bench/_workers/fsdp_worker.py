@@ -9,9 +9,7 @@ by optimizer step at accumulation 1 and 4. Writes DIR/rank{N}.json with CPU seco
 from __future__ import annotations
 
 import argparse
-import functools
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +20,17 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # torchrun runs this file as a script
 
-from bench._workers.common import interleave, parse_args, run_rank  # noqa: E402
+from bench._workers.common import (  # noqa: E402
+    Loop,
+    accelerate_micro_steps,
+    adamw_prepared,
+    interleave_accumulations,
+    parse_args,
+    run_rank,
+)
 
 WIDTH, DEPTH, BATCH, NUM_BATCHES, MAX_NORM = 256, 4, 32, 8, 1.0
 ACCUMULATIONS = (1, 4)
-Loop = Callable[[int, int], None]  # run(optimizer_steps, accumulation)
 
 
 class Block(nn.Module):
@@ -100,22 +104,12 @@ def accelerate_loop() -> Loop:
         fsdp_version=2, auto_wrap_policy="transformer_based_wrap", transformer_cls_names_to_wrap=["Block"]
     )
     accelerator = Accelerator(fsdp_plugin=plugin)
-    model = make_model()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    model, optimizer = accelerator.prepare(model, optimizer)
+    model, optimizer = adamw_prepared(accelerator, make_model())
     batches = make_batches(accelerator.process_index)
 
     def run(steps: int, accum: int) -> None:
         accelerator.gradient_accumulation_steps = accum
-        for i in range(steps * accum):
-            x, y = batches[i % NUM_BATCHES]
-            with accelerator.accumulate(model):
-                loss = F.cross_entropy(model(x), y)
-                accelerator.backward(loss)
-                if accelerator.sync_gradients:
-                    accelerator.clip_grad_norm_(model.parameters(), MAX_NORM)
-                optimizer.step()
-                optimizer.zero_grad()
+        accelerate_micro_steps(accelerator, model, optimizer, batches, steps * accum, MAX_NORM)
 
     return run
 
@@ -125,14 +119,7 @@ def main() -> None:
 
     def measure() -> dict[str, Any]:
         raw, accel = raw_loop(), accelerate_loop()
-        result = {}
-        for accum in ACCUMULATIONS:
-            # One optimizer step of `accum` micro-steps per call, so the shared interleaving applies.
-            raw_step, accel_step = functools.partial(raw, 1, accum), functools.partial(accel, 1, accum)
-            result[f"accum{accum}"] = interleave(
-                raw_step, accel_step, max(2, args.steps // accum), args.repeats
-            )
-        return result
+        return interleave_accumulations(raw, accel, ACCUMULATIONS, args.steps, args.repeats)
 
     run_rank(args.out, measure)
 

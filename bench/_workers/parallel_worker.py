@@ -22,7 +22,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # torchrun runs this file as a script
 
-from bench._workers.common import Step, interleave, parse_args, run_rank  # noqa: E402
+from bench._workers.common import Step, accelerate_token_steps, adamw_prepared, race  # noqa: E402
 
 WIDTH, HEADS, SEQ, BATCH, DEPTH, NUM_BATCHES, MAX_NORM = 256, 8, 32, 8, 4, 4, 1.0
 
@@ -140,36 +140,21 @@ def accelerate_loop(dp_shard: int, tp: int) -> Step:
     )
     config = ParallelismConfig(dp_shard_size=dp_shard, tp_size=tp)
     accelerator = Accelerator(parallelism_config=config, fsdp_plugin=plugin if dp_shard > 1 else None)
-    model = make_model(accelerator.torch_device_mesh["tp"])
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    model, optimizer = accelerator.prepare(model, optimizer)
-    data = batches(accelerator.state.run.data_shards[1])
-    step = [0]
-
-    def run() -> None:
-        x, y = data[step[0] % NUM_BATCHES]
-        step[0] += 1
-        with accelerator.accumulate(model):
-            loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
-            accelerator.backward(loss)
-            accelerator.clip_grad_norm_(model.parameters(), MAX_NORM)
-            optimizer.step()
-            optimizer.zero_grad()
-
-    return run
+    model, optimizer = adamw_prepared(accelerator, make_model(accelerator.torch_device_mesh["tp"]))
+    return accelerate_token_steps(
+        accelerator, model, optimizer, batches(accelerator.state.run.data_shards[1]), MAX_NORM
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--dp_shard", type=int, default=1)
     parser.add_argument("--tp", type=int, default=2)
-    args = parse_args(parser)
-
-    def measure() -> dict[str, Any]:
-        raw, accel = raw_loop(args.dp_shard, args.tp), accelerate_loop(args.dp_shard, args.tp)
-        return interleave(raw, accel, args.steps, args.repeats)
-
-    run_rank(args.out, measure)
+    race(
+        lambda args: raw_loop(args.dp_shard, args.tp),
+        lambda args: accelerate_loop(args.dp_shard, args.tp),
+        parser,
+    )
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ so FSDP's average is the sequence's sum) and the same model through
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,7 +25,7 @@ from torch.utils.data import DataLoader
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # torchrun runs this file as a script
 
-from bench._workers.common import Step, interleave, parse_args, run_rank  # noqa: E402
+from bench._workers.common import Step, accelerate_step, race  # noqa: E402
 
 WIDTH, HEADS, SEQ, BATCH, DEPTH, VOCAB = 256, 8, 1024, 2, 2, 512
 NUM_BATCHES, MAX_NORM, IGNORE = 4, 1.0, -100
@@ -152,24 +151,10 @@ def accelerate_loop() -> Step:
 
     def run() -> None:
         batch = next(batches)
-        with accelerator.accumulate(model):
-            accelerator.backward(model(**batch)["loss"])
-            accelerator.clip_grad_norm_(model.parameters(), MAX_NORM)
-            optimizer.step()
-            optimizer.zero_grad()
+        accelerate_step(accelerator, model, optimizer, lambda: model(**batch)["loss"], MAX_NORM)
 
     return run
 
 
-def main() -> None:
-    args = parse_args(argparse.ArgumentParser())
-
-    def measure() -> dict[str, Any]:
-        raw, accel = raw_loop(), accelerate_loop()
-        return interleave(raw, accel, args.steps, args.repeats)
-
-    run_rank(args.out, measure)
-
-
 if __name__ == "__main__":
-    main()
+    race(lambda _: raw_loop(), lambda _: accelerate_loop())

@@ -11,12 +11,16 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+
+# Same folder (the script's own, on sys.path): the alternating CPU-time measurement, the loop's
+# accelerate side.
+from common import accelerate_micro_steps, adamw_prepared, alternate
 
 BATCH, WIDTH, CLASSES, NUM_BATCHES = 64, 512, 10, 8
 
@@ -64,74 +68,36 @@ def accelerate_loop(precision: str, accum: int) -> Callable[[int], None]:
     from accelerate import Accelerator
 
     accelerator = Accelerator(mixed_precision=precision, gradient_accumulation_steps=accum)
-    model = make_model()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    model, optimizer = accelerator.prepare(model, optimizer)
+    model, optimizer = adamw_prepared(accelerator, make_model())
     batches = make_batches()
 
     def run(steps: int) -> None:
-        for i in range(steps):
-            x, y = batches[i % NUM_BATCHES]
-            with accelerator.accumulate(model):
-                loss = F.cross_entropy(model(x), y)
-                accelerator.backward(loss)
-                optimizer.step()
-                optimizer.zero_grad()
+        accelerate_micro_steps(accelerator, model, optimizer, batches, steps)
 
     return run
-
-
-def measure(
-    first: Callable[[int], None], second: Callable[[int], None], accum: int, repeats: int, block: int
-) -> tuple[list[float], list[float]]:
-    """CPU seconds per optimizer step of each loop, per repeat.
-
-    The two loops alternate every optimizer step (``accum`` micro-steps) and which one goes first
-    alternates too, so load changes on the machine hit both alike.
-    """
-    clock = time.process_time
-    for _ in range(5):  # warm-up: allocator, autograd graph caches
-        first(accum)
-        second(accum)
-    out_first: list[float] = []
-    out_second: list[float] = []
-    for _ in range(repeats):
-        a = b = 0.0
-        for j in range(block):
-            if j % 2 == 0:
-                t0 = clock()
-                first(accum)
-                t1 = clock()
-                second(accum)
-                t2 = clock()
-                a, b = a + t1 - t0, b + t2 - t1
-            else:
-                t0 = clock()
-                second(accum)
-                t1 = clock()
-                first(accum)
-                t2 = clock()
-                a, b = a + t2 - t1, b + t1 - t0
-        out_first.append(a / block)
-        out_second.append(b / block)
-    return out_first, out_second
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--precision", default="no", choices=["no", "bf16"])
     parser.add_argument("--accum", type=int, default=1)
+    args = one_process_args(parser)
+    torch.manual_seed(0)
+    measure_both_orders(
+        lambda: raw_loop(args.precision, args.accum), lambda: accelerate_loop(args.precision, args.accum),
+        args.accum, args.repeats, args.block, args.out,
+    )  # fmt: skip
+
+
+def one_process_args(parser: argparse.ArgumentParser) -> argparse.Namespace:
+    """The worker's own options plus ``--block``, ``--repeats``, ``--out`` and ``--t0``; one torch thread."""
     parser.add_argument("--block", type=int, default=10, help="optimizer steps per repeat")
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--out", required=True)
     parser.add_argument("--t0", type=float, default=0.0)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    torch.manual_seed(0)
-    measure_both_orders(
-        lambda: raw_loop(args.precision, args.accum), lambda: accelerate_loop(args.precision, args.accum),
-        args.accum, args.repeats, args.block, args.out,
-    )  # fmt: skip
+    return args
 
 
 def measure_both_orders(
@@ -142,17 +108,19 @@ def measure_both_orders(
     block: int,
     out_dir: str,
 ) -> None:
-    """:func:`measure` with the loops built in both orders, half the repeats each; writes rank0.json.
+    """CPU seconds per optimizer step (``accum`` micro-steps) of each loop, the two alternating every
+    optimizer step (:func:`common.alternate`, after 5 warm-up pairs: allocator, autograd graph caches),
+    with the loops built in both orders, half the repeats each; writes rank0.json.
 
     Objects built first and second may land differently in memory (allocator, caches), so each loop
-    is built first once and second once.
+    is built first once and second once, and the one built first leads.
     """
     half = max(1, repeats // 2)
     raw, accel = make_raw(), make_accel()
-    raw_times, accel_times = measure(raw, accel, accum, half, block)
+    raw_times, accel_times = alternate(partial(raw, accum), partial(accel, accum), block, half, warmup=5)
     del raw, accel
     accel, raw = make_accel(), make_raw()
-    accel_more, raw_more = measure(accel, raw, accum, half, block)
+    accel_more, raw_more = alternate(partial(accel, accum), partial(raw, accum), block, half, warmup=5)
     result = {
         "raw": raw_times + raw_more,
         "accel": accel_times + accel_more,

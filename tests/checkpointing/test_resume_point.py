@@ -12,27 +12,15 @@ from accelerate import Accelerator
 from accelerate.checkpointing import CheckpointError, checkpoint_dir
 from accelerate.utils import ProjectConfiguration
 from tests.helpers.pool import WorkerPool
+from tests.helpers.progress import Progress
 
 
-class Counter:
-    """A registered object: the loop's own position."""
-
-    def __init__(self) -> None:
-        self.step = 0
-
-    def state_dict(self) -> dict[str, int]:
-        return {"step": self.step}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        self.step = state["step"]
-
-
-def _setup(project: Path) -> tuple[Accelerator, torch.nn.Module, Counter]:
+def _setup(project: Path) -> tuple[Accelerator, torch.nn.Module, Progress]:
     accelerator = Accelerator(
         project_config=ProjectConfiguration(project_dir=str(project), automatic_checkpoint_naming=True)
     )
     model = accelerator.prepare(torch.nn.Linear(3, 2))
-    counter = Counter()
+    counter = Progress()
     accelerator.register_for_checkpointing(counter)
     return accelerator, model, counter
 

@@ -20,8 +20,15 @@ four (1 MB, 5%); the others measured the same to the byte.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import dataclasses
+import gc
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
+
+import torch
+
+STEP = "validated step"  # the profiler range of the step whose peak a whole-run profile reports
 
 
 def allocation_events(events: Iterable[Any]) -> list[tuple[int, int, int]]:
@@ -53,3 +60,46 @@ def live_peak(events: Iterable[Any], start: int | None = None, stop: int | None 
         else:
             total -= live.pop(address, 0)
     return peak
+
+
+def step_window(events: Iterable[Any]) -> tuple[int, int]:
+    """Start and end (ns) of the ``STEP`` range in a profiler event tree."""
+    stack = list(events)
+    while stack:
+        event = stack.pop()
+        if event.name == STEP:
+            return event.start_time_ns, event.start_time_ns + event.duration_time_ns
+        stack.extend(event.children)
+    raise RuntimeError(f"no {STEP!r} event in the profile")
+
+
+@dataclasses.dataclass
+class ProfiledRun:
+    """What :func:`profiled_run` measured: ``peak``, set when its block ends."""
+
+    peak: int = 0
+
+
+@contextmanager
+def profiled_run() -> Iterator[ProfiledRun]:
+    """Profiles a whole run, from before its block builds anything (the Accelerator, the model, what
+    an engine keeps that the model's parameters do not show), so that everything the process
+    allocates counts; the block runs its steps with :func:`three_steps`. When it ends, ``peak`` is
+    the live bytes' peak over the third step's allocations. Make the inputs before the block."""
+    run = ProfiledRun()
+    gc.collect()  # an earlier call's objects freed now, not during the profile
+    torch.manual_seed(0)
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True
+    ) as prof:
+        yield run
+    events = prof.profiler.kineto_results.experimental_event_tree()  # type: ignore[union-attr]
+    run.peak = live_peak(events, *step_window(events))
+
+
+def three_steps(step: Callable[[], None]) -> None:
+    """Two steps that make every lazily allocated buffer, then the measured one (the ``STEP`` range)."""
+    step()
+    step()
+    with torch.profiler.record_function(STEP):
+        step()

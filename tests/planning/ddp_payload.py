@@ -8,13 +8,10 @@ allocations of the profile, not something to add from outside.
 
 from __future__ import annotations
 
-import gc
-
 import torch
 
-from tests.planning.allocations import live_peak
+from tests.planning.allocations import profiled_run, three_steps
 from tests.planning.tp_payload import CONFIG
-from tests.planning.zero_payload import STEP, _window
 
 
 def ddp_peak(batch: int, sequence: int, bucket_view: bool = False) -> dict[str, int]:
@@ -29,14 +26,10 @@ def ddp_peak(batch: int, sequence: int, bucket_view: bool = False) -> dict[str, 
     from accelerate.planning.shapes import shape_of_module
     from accelerate.utils import DistributedDataParallelKwargs
 
-    gc.collect()  # an earlier call's objects freed now, not during the profile
-    torch.manual_seed(0)
     ids = torch.randint(
         0, CONFIG["vocab_size"], (batch, sequence), generator=torch.Generator().manual_seed(1)
     )
-    with torch.profiler.profile(
-        activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True
-    ) as prof:
+    with profiled_run() as run:
         kwargs = DistributedDataParallelKwargs(gradient_as_bucket_view=bucket_view)
         accelerator = Accelerator(kwargs_handlers=[kwargs])
         model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**CONFIG))
@@ -48,18 +41,14 @@ def ddp_peak(batch: int, sequence: int, bucket_view: bool = False) -> dict[str, 
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
 
-        step()
-        step()
-        with torch.profiler.record_function(STEP):
-            step()
-    events = prof.profiler.kineto_results.experimental_event_tree()  # type: ignore[union-attr]
+        three_steps(step)
     layout = RunLayout(
         world_size=accelerator.num_processes, dp_replicate=accelerator.num_processes,
         micro_batch_size=batch, sequence_length=sequence,
     )  # fmt: skip
     estimate = estimate_memory(shape, layout)
     return {
-        "measured": live_peak(events, *_window(events)),
+        "measured": run.peak,
         "estimated": estimate.peak,
         "distributed_type": str(accelerator.distributed_type),
         "bucket_view": int(model.gradient_as_bucket_view),

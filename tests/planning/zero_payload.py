@@ -8,26 +8,12 @@ everything the process allocated since, and the peak is taken over the third ste
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterable
 from typing import Any
 
 import torch
 
-from tests.planning.allocations import live_peak
+from tests.planning.allocations import profiled_run, three_steps
 from tests.planning.tp_payload import CONFIG
-
-STEP = "validated step"
-
-
-def _window(events: Iterable[Any]) -> tuple[int, int]:
-    stack = list(events)
-    while stack:
-        event = stack.pop()
-        if event.name == STEP:
-            return event.start_time_ns, event.start_time_ns + event.duration_time_ns
-        stack.extend(event.children)
-    raise RuntimeError(f"no {STEP!r} event in the profile")
 
 
 def _plugin(stage: int, buckets: str) -> Any:
@@ -55,14 +41,10 @@ def zero_peak(stage: int, batch: int, sequence: int, buckets: str = "auto") -> d
     from accelerate.planning import RunLayout, estimate_memory
     from accelerate.planning.shapes import shape_of_module
 
-    gc.collect()  # an earlier call's objects freed now, not during the profile
-    torch.manual_seed(0)
     ids = torch.randint(
         0, CONFIG["vocab_size"], (batch, sequence), generator=torch.Generator().manual_seed(1)
     )
-    with torch.profiler.profile(
-        activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True
-    ) as prof:
+    with profiled_run() as run:
         accelerator = Accelerator(deepspeed_plugin=_plugin(stage, buckets))
         model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**CONFIG))
         shape = shape_of_module(model)
@@ -74,12 +56,8 @@ def zero_peak(stage: int, batch: int, sequence: int, buckets: str = "auto") -> d
             optimizer.step()
             optimizer.zero_grad()
 
-        step()
-        step()
-        with torch.profiler.record_function(STEP):
-            step()
-    events = prof.profiler.kineto_results.experimental_event_tree()  # type: ignore[union-attr]
-    peak = live_peak(events, *_window(events))
+        three_steps(step)
+    peak = run.peak
     bucket = CONFIG["hidden_size"] ** 2 if buckets == "auto" else 500_000_000
     world = accelerator.num_processes  # ZeRO partitions over every process: dp_shard is the world
     layout = RunLayout(world_size=world, dp_shard=world, zero_stage=stage, micro_batch_size=batch,

@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from accelerate import Accelerator
 from accelerate.utils import ProjectConfiguration, set_seed
+from tests.helpers.progress import Progress
 
 TOTAL_STEPS = 8
 SAVE_AT = 4
@@ -48,17 +49,6 @@ class TinyTransformer(nn.Module):
         for block in self.blocks:
             h = block(h)
         return self.head(h)  # type: ignore[no-any-return]
-
-
-class Progress:
-    def __init__(self) -> None:
-        self.step = 0
-
-    def state_dict(self) -> dict[str, int]:
-        return {"step": self.step}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        self.step = state["step"]
 
 
 def shard(model: nn.Module) -> nn.Module:

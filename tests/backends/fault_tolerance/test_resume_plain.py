@@ -37,16 +37,7 @@ def _train(accelerator: Accelerator, steps: int | None = None) -> tuple[list[int
     optimizer, scheduler = make_optimizer(model)
     model, optimizer, scheduler, loader = accelerator.prepare(model, optimizer, scheduler, make_loader())
     accelerator._test_objects = (model, optimizer, scheduler, loader)  # type: ignore[attr-defined]
-    seen: list[int] = []
-    for index, batch in enumerate(loader if steps != 0 else ()):
-        if index == steps:
-            break
-        accelerator.backward(loss_of(model, batch))
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad()
-        seen += batch[0].tolist()
-    return seen, {k: v.detach().clone() for k, v in accelerator.unwrap_model(model).state_dict().items()}
+    return _train_on(accelerator, steps)
 
 
 def _fault_tolerant_checkpoint(tmp_path: Path) -> tuple[Path, list[int], dict[str, torch.Tensor]]:
@@ -69,10 +60,16 @@ def _fault_tolerant_checkpoint(tmp_path: Path) -> tuple[Path, list[int], dict[st
     return saved, rest, weights
 
 
-def _train_on(accelerator: Accelerator) -> tuple[list[int], dict[str, torch.Tensor]]:
+def _train_on(
+    accelerator: Accelerator, steps: int | None = None
+) -> tuple[list[int], dict[str, torch.Tensor]]:
+    """Trains the prepared problem ``steps`` more steps (None: to the epoch's end; 0: not even an
+    iterator is made); the indices trained and the weights after."""
     model, optimizer, scheduler, loader = accelerator._test_objects  # type: ignore[attr-defined]
     seen: list[int] = []
-    for batch in loader:
+    for index, batch in enumerate(loader if steps != 0 else ()):
+        if index == steps:
+            break
         accelerator.backward(loss_of(model, batch))
         optimizer.step()
         scheduler.step()

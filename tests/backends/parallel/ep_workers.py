@@ -12,6 +12,7 @@ from torch.utils.data import DataLoader
 import accelerate.backends.parallel.experts as experts_module
 from accelerate import Accelerator
 from accelerate.parallelism_config import ParallelismConfig
+from tests.backends.parallel.resume_step import load_then_step
 
 HIDDEN, INTER, EXPERTS, VOCAB, SEQ = 16, 24, 4, 32, 8
 STEPS, ACCUM, PER_RANK = 2, 2, 2
@@ -243,15 +244,12 @@ def resume(sizes: dict[str, int], folder: str, global_batch: int = 4, chunks: in
     shards = accelerator.state.run.data_shards[0]
     loader = DataLoader(samples(global_batch), batch_size=global_batch // shards)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
-    accelerator.load_state(folder)
-    loaded = {key: value.clone() for key, value in accelerator.get_state_dict(model).items()}
-    for batch in loader:
+
+    def loss(batch: dict[str, torch.Tensor]) -> torch.Tensor:
         pieces = [{k: v.chunk(chunks)[i] for k, v in batch.items()} for i in range(chunks)]
-        accelerator.backward(torch.stack([_loss(model, piece) for piece in pieces]).mean())
-        accelerator.clip_grad_norm_(model.parameters(), MAX_NORM)
-        optimizer.step()
-        optimizer.zero_grad()
-    return {"loaded": loaded, "state": accelerator.get_state_dict(model)}
+        return torch.stack([_loss(model, piece) for piece in pieces]).mean()
+
+    return load_then_step(accelerator, model, optimizer, folder, loader, loss, MAX_NORM)
 
 
 def refusals() -> dict[str, str]:

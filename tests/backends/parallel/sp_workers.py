@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader
 from accelerate import Accelerator
 from accelerate.state.parallelism import ParallelismConfig
 from accelerate.utils import ulysses_attention
+from tests.backends.parallel.resume_step import load_then_step
 
 SEQ, PER_RANK, STEPS, ACCUM, MAX_NORM, LR, MOMENTUM = 8, 2, 2, 2, 0.5, 0.5, 0.9
 
@@ -186,14 +187,7 @@ def resume(sizes: dict[str, int], folder: str, global_batch: int = 4) -> dict[st
     shards = accelerator.state.run.data_shards[0]
     loader = DataLoader(samples(global_batch), batch_size=global_batch // shards)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
-    accelerator.load_state(folder)
-    loaded = {key: value.clone() for key, value in accelerator.get_state_dict(model).items()}
-    for batch in loader:
-        accelerator.backward(model(**batch).loss)
-        accelerator.clip_grad_norm_(model.parameters(), MAX_NORM)
-        optimizer.step()
-        optimizer.zero_grad()
-    return {"loaded": loaded, "state": accelerator.get_state_dict(model)}
+    return load_then_step(accelerator, model, optimizer, folder, loader, lambda b: model(**b).loss, MAX_NORM)
 
 
 def refusals() -> dict[str, str]:

@@ -11,6 +11,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from accelerate import Accelerator
 from accelerate.state.parallelism import ParallelismConfig
 from tests.backends.parallel.models import apply_tp, dataset, make_model
+from tests.backends.parallel.resume_step import load_then_step
 
 STEPS, ACCUM, PER_RANK, MAX_NORM = 3, 2, 2, 0.5
 
@@ -80,19 +81,15 @@ def resume(sizes: dict[str, int], folder: str, global_batch: int) -> dict[str, A
     model = _model(accelerator)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     model, optimizer = accelerator.prepare(model, optimizer)
-    accelerator.load_state(folder)
-    # Cloned: a plain (unsharded) parameter's entry is the live tensor, which the step below changes.
-    loaded = {key: value.clone() for key, value in accelerator.get_state_dict(model).items()}
     shards, shard = accelerator.state.run.data_shards
-    x, y = dataset(global_batch, seed=7)
+    x, y = dataset(global_batch, seed=7)  # its own generator: built before the load changes nothing
     per = global_batch // shards
-    xb, yb = x[shard * per : (shard + 1) * per], y[shard * per : (shard + 1) * per]
-    loss = F.mse_loss(model(xb), yb)
-    accelerator.backward(loss)
-    accelerator.clip_grad_norm_(model.parameters(), MAX_NORM)
-    optimizer.step()
-    optimizer.zero_grad()
-    return {"loaded": loaded, "state": accelerator.get_state_dict(model)}
+    batch = (x[shard * per : (shard + 1) * per], y[shard * per : (shard + 1) * per])
+
+    def loss(b: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        return F.mse_loss(model(b[0]), b[1])
+
+    return load_then_step(accelerator, model, optimizer, folder, [batch], loss, MAX_NORM)
 
 
 def refusals() -> dict[str, str]:
