@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from accelerate.storage.model_files import tensor_identity
+
 __all__ = ["FrozenState", "HostBuffers", "host_copy", "snapshot_objects"]
 
 # Values that cannot change after the call, so sharing them with the live state is safe.
@@ -71,14 +73,7 @@ class _Copier:
         self.allocated: list[torch.Tensor] = []  # the flat buffers behind the copies
 
     def tensor(self, tensor: torch.Tensor) -> torch.Tensor:
-        key = (
-            tensor.device,
-            tensor.untyped_storage().data_ptr(),
-            tensor.storage_offset(),
-            tuple(tensor.shape),
-            tuple(tensor.stride()),
-            tensor.dtype,
-        )
+        key = tensor_identity(tensor)
         copied = self._copies.get(key)
         if copied is None:
             tensor = tensor.detach()

@@ -31,6 +31,8 @@ from typing import Any
 
 import torch
 
+from accelerate.storage.model_files import tensor_identity
+
 __all__ = ["HostStaging"]
 
 # host storage's data_ptr -> the location tag of the device storage it copies, while its save runs.
@@ -121,8 +123,7 @@ class HostStaging:
 
     def _compact_copy(self, tensor: torch.Tensor) -> torch.Tensor:
         tensor = tensor.detach()
-        key = (tensor.device, tensor.untyped_storage().data_ptr(), tensor.storage_offset(),
-               tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype)  # fmt: skip
+        key = tensor_identity(tensor)
         host = self._by_tensor.get(key)
         if host is None:
             pinned = self._pinned(tensor.numel() * tensor.element_size())
