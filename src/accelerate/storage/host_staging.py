@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from accelerate.storage.model_files import tensor_identity
+from accelerate.storage.state_tree import map_leaves
 
 __all__ = ["HostStaging"]
 
@@ -107,19 +108,12 @@ class HostStaging:
         """``obj`` (nested dicts, lists, tuples) with staged tensors as views of host storage copies."""
         if not self._enabled:
             return obj
-        if isinstance(obj, torch.Tensor):
-            return self._storage_view(obj) if self._stages(obj) else obj
-        if isinstance(obj, dict):
-            out = copy.copy(obj)
-            for key, item in obj.items():
-                out[key] = self.stage(item)
-            return out
-        if isinstance(obj, list):
-            return [self.stage(item) for item in obj]
-        if isinstance(obj, tuple):
-            items = [self.stage(item) for item in obj]
-            return type(obj)(*items) if hasattr(obj, "_fields") else type(obj)(items)
-        return obj
+        return map_leaves(obj, self._stage_leaf)
+
+    def _stage_leaf(self, value: Any) -> Any:
+        if isinstance(value, torch.Tensor) and self._stages(value):
+            return self._storage_view(value)
+        return value
 
     def _compact_copy(self, tensor: torch.Tensor) -> torch.Tensor:
         tensor = tensor.detach()
