@@ -17,32 +17,22 @@ from __future__ import annotations
 import importlib
 import multiprocessing as mp
 import os
-import random
-import socket
 import sys
 import traceback
 from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection
 from typing import Any
 
+from accelerate.utils.ports import find_free_port
+
 
 def free_port() -> int:
-    """A free TCP port below Linux's ephemeral range (32768+).
+    """A free TCP port below Linux's ephemeral range, as the launcher picks its rendezvous port.
 
     A port the kernel just handed out with bind(0) is ephemeral: the next outgoing connection of
-    any process (gloo opens many) may get it before the launcher binds it. Ports below the range
-    are only ever taken on purpose.
+    any process (gloo opens many) may get it before the workers' store binds it.
     """
-    rng = random.Random()
-    for _ in range(200):
-        port = rng.randrange(20000, 32000)
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            try:
-                sock.bind(("", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free TCP port found in 20000-32000")
+    return find_free_port()
 
 
 def _worker(rank: int, world_size: int, port: int, conn: Connection) -> None:

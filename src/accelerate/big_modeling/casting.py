@@ -15,17 +15,10 @@ import torch
 from torch import nn
 
 from accelerate.big_modeling.hooks import ModelHook, add_hook_to_module
+from accelerate.utils.constants import SUPPORTED_PYTORCH_LAYERS_FOR_UPCASTING
 
 # The layers upstream casts (subclasses included); every other module is walked into, never cast.
-CAST_LAYERS: tuple[type[nn.Module], ...] = (
-    nn.Linear,
-    nn.Conv1d,
-    nn.Conv2d,
-    nn.Conv3d,
-    nn.ConvTranspose1d,
-    nn.ConvTranspose2d,
-    nn.ConvTranspose3d,
-)
+CAST_LAYERS: tuple[type[nn.Module], ...] = SUPPORTED_PYTORCH_LAYERS_FOR_UPCASTING
 
 
 class LayerwiseCastingHook(ModelHook):

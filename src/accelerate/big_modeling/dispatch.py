@@ -284,6 +284,28 @@ def load_checkpoint_and_dispatch(
     )
 
 
+def _offload_all(
+    model: nn.Module,
+    weights_map: Mapping[str, Any],
+    execution_device: DeviceLike | None,
+    offload_buffers: bool,
+    preload_module_classes: list[str] | None,
+) -> nn.Module:
+    """Hooks ``model`` to read every weight from ``weights_map`` just in time (cpu_offload, disk_offload)."""
+    device = execution_device if execution_device is not None else _first_device(model)
+    # The root hook returns outputs on the inputs' device.
+    add_hook_to_module(model, AlignDevicesHook(io_same_device=True), append=True)
+    attach_align_device_hook(
+        model,
+        execution_device=device,
+        offload=True,
+        offload_buffers=offload_buffers,
+        weights_map=weights_map,
+        preload_module_classes=preload_module_classes,
+    )
+    return model
+
+
 def cpu_offload(
     model: nn.Module,
     execution_device: DeviceLike | None = None,
@@ -296,19 +318,9 @@ def cpu_offload(
     Example:
         >>> model = cpu_offload(model, execution_device="cuda:0")
     """
-    device = execution_device if execution_device is not None else _first_device(model)
     if state_dict is None:
         state_dict = {name: tensor.to("cpu") for name, tensor in model.state_dict().items()}
-    add_hook_to_module(model, AlignDevicesHook(io_same_device=True), append=True)
-    attach_align_device_hook(
-        model,
-        execution_device=device,
-        offload=True,
-        offload_buffers=offload_buffers,
-        weights_map=state_dict,
-        preload_module_classes=preload_module_classes,
-    )
-    return model
+    return _offload_all(model, state_dict, execution_device, offload_buffers, preload_module_classes)
 
 
 def disk_offload(
@@ -325,18 +337,8 @@ def disk_offload(
     """
     if not _has_folder_index(offload_dir):
         offload_state_dict(offload_dir, model.state_dict())
-    device = execution_device if execution_device is not None else _first_device(model)
     weights_map = OffloadedWeightsLoader(save_folder=offload_dir)
-    add_hook_to_module(model, AlignDevicesHook(io_same_device=True), append=True)
-    attach_align_device_hook(
-        model,
-        execution_device=device,
-        offload=True,
-        offload_buffers=offload_buffers,
-        weights_map=weights_map,
-        preload_module_classes=preload_module_classes,
-    )
-    return model
+    return _offload_all(model, weights_map, execution_device, offload_buffers, preload_module_classes)
 
 
 def cpu_offload_with_hook(

@@ -86,15 +86,19 @@ def _existing_weights_file(path: str | os.PathLike[str]) -> Path:
     return path
 
 
-def _load_bin(path: Path) -> dict[str, Any]:
-    """A ``.bin`` state dict, memory-mapped where the format allows (no code runs: weights only)."""
+def _bin_tensors(path: Path) -> Iterator[tuple[str, torch.Tensor]]:
+    """The tensors of a ``.bin`` state dict, memory-mapped where the format allows (no code runs:
+    weights only); each is let go of as it is handed out, so the mapping goes once the caller's do."""
     try:
         state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except RuntimeError:  # files from old torch.save (non-zip) cannot be memory-mapped
         state = torch.load(path, map_location="cpu", weights_only=True)
     if not isinstance(state, dict):
         raise CheckpointError(f"{path} holds a {type(state).__name__}, not a state dict")
-    return state
+    for name in list(state):
+        value = state.pop(name)
+        if isinstance(value, torch.Tensor):
+            yield name, value
 
 
 def iter_weights(path: str | os.PathLike[str]) -> Iterator[tuple[str, torch.Tensor]]:
@@ -103,11 +107,8 @@ def iter_weights(path: str | os.PathLike[str]) -> Iterator[tuple[str, torch.Tens
     if path.name.endswith(".safetensors"):
         yield from iter_safetensors(path)
         return
-    state = _load_bin(path)
-    for name in list(state):
-        value = state.pop(name)
-        if isinstance(value, torch.Tensor):
-            yield name, value.clone()  # detached from the mapped file
+    for name, value in _bin_tensors(path):
+        yield name, value.clone()  # detached from the mapped file
 
 
 class StoredWeight:
@@ -165,11 +166,8 @@ def open_weights(path: str | os.PathLike[str]) -> Iterator[StoredWeight]:
     if path.name.endswith(".safetensors"):
         yield from _open_safetensors(path)
         return
-    state = _load_bin(path)
-    for name in list(state):
-        value = state.pop(name)  # the file's mapping goes once the model no longer uses its tensors
-        if isinstance(value, torch.Tensor):
-            yield StoredWeight(name, tuple(value.shape), value.dtype, [], _given(value), _given(value))
+    for name, value in _bin_tensors(path):
+        yield StoredWeight(name, tuple(value.shape), value.dtype, [], _given(value), _given(value))
 
 
 def _given(value: torch.Tensor) -> Callable[[], torch.Tensor]:

@@ -26,8 +26,8 @@ from accelerate.storage.atomic import helper_name
 from accelerate.storage.durable_io import fsync_dir, write_file
 from accelerate.storage.model_files import (
     ALIASES_KEY,
-    _identity,
     prepare_state_dict,
+    tensor_identity,
     write_weights_file,
 )
 from accelerate.storage.safetensors_io import write_safetensors
@@ -55,7 +55,7 @@ def clean_state_dict_for_safetensors(state_dict: Mapping[str, Any]) -> dict[str,
     out: dict[str, Any] = {}
     for name, value in state_dict.items():
         if isinstance(value, torch.Tensor):
-            key = _identity(value)
+            key = tensor_identity(value)
             if key in seen:
                 removed[name] = seen[key]
                 continue
@@ -87,7 +87,7 @@ def _warn_shared(state_dict: Mapping[str, Any]) -> None:
     removed = []
     for name, value in state_dict.items():
         if isinstance(value, torch.Tensor):
-            kept = first.setdefault(_identity(value), name)
+            kept = first.setdefault(tensor_identity(value), name)
             if kept != name:
                 removed.append(name)
     if removed:

@@ -19,6 +19,9 @@ from typing import Any
 
 import torch
 
+from accelerate.storage.model_files import tensor_identity
+from accelerate.storage.state_tree import map_leaves
+
 __all__ = ["FrozenState", "HostBuffers", "host_copy", "snapshot_objects"]
 
 # Values that cannot change after the call, so sharing them with the live state is safe.
@@ -71,14 +74,7 @@ class _Copier:
         self.allocated: list[torch.Tensor] = []  # the flat buffers behind the copies
 
     def tensor(self, tensor: torch.Tensor) -> torch.Tensor:
-        key = (
-            tensor.device,
-            tensor.untyped_storage().data_ptr(),
-            tensor.storage_offset(),
-            tuple(tensor.shape),
-            tuple(tensor.stride()),
-            tensor.dtype,
-        )
+        key = tensor_identity(tensor)
         copied = self._copies.get(key)
         if copied is None:
             tensor = tensor.detach()
@@ -99,20 +95,13 @@ class _Copier:
         return copied
 
     def value(self, value: Any) -> Any:
+        return map_leaves(value, self._leaf)
+
+    def _leaf(self, value: Any) -> Any:
         if isinstance(value, torch.Tensor):
             return self.tensor(value)
         if isinstance(value, _IMMUTABLE):
             return value
-        if isinstance(value, dict):
-            out = copy.copy(value)  # keeps the class (OrderedDict) and attributes such as _metadata
-            for key, item in value.items():
-                out[key] = self.value(item)
-            return out
-        if isinstance(value, list):
-            return [self.value(item) for item in value]
-        if isinstance(value, tuple):
-            items = [self.value(item) for item in value]
-            return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
         return copy.deepcopy(value)
 
     def finish(self) -> None:

@@ -31,6 +31,9 @@ from typing import Any
 
 import torch
 
+from accelerate.storage.model_files import tensor_identity
+from accelerate.storage.state_tree import map_leaves
+
 __all__ = ["HostStaging"]
 
 # host storage's data_ptr -> the location tag of the device storage it copies, while its save runs.
@@ -105,24 +108,16 @@ class HostStaging:
         """``obj`` (nested dicts, lists, tuples) with staged tensors as views of host storage copies."""
         if not self._enabled:
             return obj
-        if isinstance(obj, torch.Tensor):
-            return self._storage_view(obj) if self._stages(obj) else obj
-        if isinstance(obj, dict):
-            out = copy.copy(obj)
-            for key, item in obj.items():
-                out[key] = self.stage(item)
-            return out
-        if isinstance(obj, list):
-            return [self.stage(item) for item in obj]
-        if isinstance(obj, tuple):
-            items = [self.stage(item) for item in obj]
-            return type(obj)(*items) if hasattr(obj, "_fields") else type(obj)(items)
-        return obj
+        return map_leaves(obj, self._stage_leaf)
+
+    def _stage_leaf(self, value: Any) -> Any:
+        if isinstance(value, torch.Tensor) and self._stages(value):
+            return self._storage_view(value)
+        return value
 
     def _compact_copy(self, tensor: torch.Tensor) -> torch.Tensor:
         tensor = tensor.detach()
-        key = (tensor.device, tensor.untyped_storage().data_ptr(), tensor.storage_offset(),
-               tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype)  # fmt: skip
+        key = tensor_identity(tensor)
         host = self._by_tensor.get(key)
         if host is None:
             pinned = self._pinned(tensor.numel() * tensor.element_size())

@@ -53,7 +53,8 @@ class PreparedStateDict:
     others: dict[str, Any]  # non-tensor entries (e.g. a module's extra state); .bin only
 
 
-def _identity(tensor: torch.Tensor) -> tuple[Any, ...]:
+def tensor_identity(tensor: torch.Tensor) -> tuple[Any, ...]:
+    """A key equal for two tensors exactly when they are the same view of the same memory (shared ties)."""
     return (
         tensor.device,
         tensor.untyped_storage().data_ptr(),
@@ -104,7 +105,7 @@ def prepare_state_dict(state_dict: Mapping[str, Any], *, safetensors: bool) -> P
                 f"Cannot save {name!r}: it is on the meta device (never loaded or offloaded). Load or "
                 "materialise the weights before saving."
             )
-        key = _identity(value)
+        key = tensor_identity(value)
         if key in seen:
             aliases[name] = seen[key]
             continue

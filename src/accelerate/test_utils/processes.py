@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -13,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
+
+from accelerate.utils.ports import can_bind
 
 # What upstream's test-suite launches by default: one process, a fast-polling agent.
 DEFAULT_LAUNCH_COMMAND: list[str] = ["accelerate", "launch", "--num_processes=1", "--monitor_interval=0.1"]
@@ -69,15 +70,6 @@ def pytest_xdist_worker_id() -> int:
     return int(digits) if digits.isdigit() else 0
 
 
-def _port_is_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind(("", port))
-        except OSError:
-            return False
-    return True
-
-
 def get_torch_dist_unique_port() -> int:
     """A rendezvous port for ``torch.distributed`` that differs between pytest-xdist workers.
 
@@ -86,7 +78,7 @@ def get_torch_dist_unique_port() -> int:
     """
     first = _BASE_PORT + pytest_xdist_worker_id()
     for port in range(first, _PORT_CEILING, _PORT_STRIDE):
-        if _port_is_free(port):
+        if can_bind(port):
             return port
     raise RuntimeError(
         f"get_torch_dist_unique_port: no free port in {first}..{_PORT_CEILING} (step {_PORT_STRIDE})"

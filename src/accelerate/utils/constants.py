@@ -8,6 +8,13 @@ from __future__ import annotations
 
 import operator
 
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: this module stays free of imports
+if TYPE_CHECKING:
+    from torch import nn
+
+    # Declared for type checkers; __getattr__ below builds it at run time.
+    SUPPORTED_PYTORCH_LAYERS_FOR_UPCASTING: tuple[type[nn.Module], ...]
+
 # Checkpoint file names (``save_state`` / ``save_model`` write these; clients look for them).
 MODEL_NAME = "pytorch_model"
 SAFE_MODEL_NAME = "model"

@@ -23,15 +23,25 @@ def is_port_in_use(port: int | None = None) -> bool:
         return sock.connect_ex(("localhost", port)) == 0
 
 
-def port_is_free(port: int, host: str = "") -> bool:
-    """True if a server could listen on ``port`` now (SO_REUSEADDR, as torch's TCPStore does)."""
+def can_bind(port: int, host: str = "", *, reuse_address: bool = False) -> bool:
+    """True if a socket could bind ``port`` now.
+
+    ``reuse_address`` binds as a listening server does (SO_REUSEADDR, as torch's TCPStore): a port in
+    TIME_WAIT counts as free. Without it a port any socket holds, even one closing, counts as taken.
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_address:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:
             return False
     return True
+
+
+def port_is_free(port: int, host: str = "") -> bool:
+    """True if a server could listen on ``port`` now (SO_REUSEADDR, as torch's TCPStore does)."""
+    return can_bind(port, host, reuse_address=True)
 
 
 def find_free_port() -> int:
@@ -47,12 +57,6 @@ def find_free_port() -> int:
         port = rng.randrange(20000, 32000)
         # A plain bind, unlike port_is_free: a port another process holds bound (a test's reservation,
         # a socket in TIME_WAIT) is skipped rather than shared.
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            try:
-                sock.bind(("", port))
-            except OSError:
-                continue
-        return port
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("", 0))
-        return int(sock.getsockname()[1])
+        if can_bind(port):
+            return port
+    return get_free_port()

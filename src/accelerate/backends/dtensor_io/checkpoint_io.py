@@ -20,7 +20,7 @@ sharded at all.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,18 +73,15 @@ class ShardedParts:
         """
         records: dict[str, FileRecord] = {}
         errors: list[BaseException] = []
-        options = {"kind": self.kind, "is_main_process": is_main_process, "sync": sync}
-
-        def attempt(save: Any, *args: Any) -> None:
+        parts = [model_part(model, index) for index, model in self.models.items()]
+        parts += [optimizer_part(opt, model, index) for index, (opt, model) in self.optimizers.items()]
+        for part in parts:
             try:
-                records.update(save(*args, staging, **options))
+                records.update(
+                    save_part(part, staging, kind=self.kind, is_main_process=is_main_process, sync=sync)
+                )
             except Exception as exc:  # raised below, after the other parts' collectives
                 errors.append(exc)
-
-        for index, model in self.models.items():
-            attempt(save_model_part, model, index)
-        for index, (optimizer, model) in self.optimizers.items():
-            attempt(save_optimizer_part, optimizer, model, index)
         if errors:
             raise errors[0]
         return records
@@ -112,9 +109,46 @@ class ShardedParts:
         )
 
 
-def save_model_part(
-    model: nn.Module,
-    index: int,
+@dataclass(frozen=True)
+class Part:
+    """One sharded model or optimizer as saved: its DCP ``folder`` or full ``file`` name, and its state.
+
+    ``sharded()`` is this process's shard (for DCP); ``full()`` gathers the whole state (a collective).
+    """
+
+    folder: str
+    file: str
+    sharded: Callable[[], dict[str, Any]]
+    full: Callable[[], Any]
+
+
+def model_part(model: nn.Module, index: int) -> Part:
+    """Model ``index`` of the checkpoint (``pytorch_model_fsdp_{index}/`` or its full file)."""
+
+    def sharded() -> dict[str, Any]:
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+        return {MODEL_KEY: get_model_state_dict(model)}
+
+    return Part(model_folder_name(index), model_file_name(index), sharded, lambda: full_state_dict(model))
+
+
+def optimizer_part(optimizer: Any, model: nn.Module, index: int) -> Part:
+    """Optimizer ``index``, which steps the sharded ``model`` (``optimizer_{index}/`` or ``optimizer.bin``)."""
+
+    def sharded() -> dict[str, Any]:
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+        return {OPTIMIZER_KEY: get_optimizer_state_dict(model, raw_optimizer(optimizer))}
+
+    def full() -> Any:
+        return full_optimizer_state_dict(model, optimizer)
+
+    return Part(optimizer_folder_name(index), optimizer_file_name(index), sharded, full)
+
+
+def save_part(
+    part: Part,
     directory: Path,
     *,
     kind: str,
@@ -122,44 +156,16 @@ def save_model_part(
     sync: SyncGroup | None = None,
     checksum: bool = True,
 ) -> dict[str, FileRecord]:
-    """Model ``index``: a DCP folder (every process writes its shard) or process 0's full file.
+    """``part`` into ``directory``: a DCP folder (every process writes its shard) or process 0's full file.
 
     Returns the records of the files this process wrote, named relative to ``directory``.
     """
     if kind == SHARDED_STATE_DICT:
-        from torch.distributed.checkpoint.state_dict import get_model_state_dict
-
-        state = {MODEL_KEY: get_model_state_dict(model)}
-        return save_dcp(state, directory / model_folder_name(index), root=directory)
-    full = full_state_dict(model)  # a collective: before the main-process-only write
+        return save_dcp(part.sharded(), directory / part.folder, root=directory)
+    full = part.full()  # a collective: before the main-process-only write
     if not is_main_process:
         return {}
-    name = model_file_name(index)
-    return {name: save_torch(full, directory / name, sync=sync, checksum=checksum)}
-
-
-def save_optimizer_part(
-    optimizer: Any,
-    model: nn.Module,
-    index: int,
-    directory: Path,
-    *,
-    kind: str,
-    is_main_process: bool,
-    sync: SyncGroup | None = None,
-    checksum: bool = True,
-) -> dict[str, FileRecord]:
-    """Optimizer ``index`` of a sharded ``model``, like :func:`save_model_part`."""
-    if kind == SHARDED_STATE_DICT:
-        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
-
-        state = {OPTIMIZER_KEY: get_optimizer_state_dict(model, raw_optimizer(optimizer))}
-        return save_dcp(state, directory / optimizer_folder_name(index), root=directory)
-    full = full_optimizer_state_dict(model, optimizer)
-    if not is_main_process:
-        return {}
-    name = optimizer_file_name(index)
-    return {name: save_torch(full, directory / name, sync=sync, checksum=checksum)}
+    return {part.file: save_torch(full, directory / part.file, sync=sync, checksum=checksum)}
 
 
 def plan_sharded(models: Sequence[nn.Module], optimizers: Sequence[Any], kind: Any) -> ShardedParts | None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from torch import nn
 
-from accelerate.backends.dtensor_io.checkpoint_io import save_model_part, save_optimizer_part
+from accelerate.backends.dtensor_io.checkpoint_io import Part, model_part, optimizer_part, save_part
 from accelerate.backends.dtensor_io.dcp import load_model_dcp, load_optimizer_dcp
 from accelerate.backends.dtensor_io.state_dict import (
     FSDP_MODEL_NAME,
@@ -73,6 +73,15 @@ def _dcp_folder(directory: str | os.PathLike[str], name: str, stem: str) -> Path
     return path if stem in path.name else path / name
 
 
+def _save(part: Part, output_dir: str, fsdp_plugin: Any, accelerator: Any) -> None:
+    """Writes ``part`` as ``save_state`` lays it out, but unchecksummed (no manifest lists it), then waits."""
+    Path(output_dir).mkdir(parents=True, exist_ok=True)
+    save_part(
+        part, Path(output_dir), kind=_kind(fsdp_plugin), is_main_process=_is_main(accelerator), checksum=False
+    )
+    _wait(accelerator)
+
+
 def save_fsdp_model(
     fsdp_plugin: Any,
     accelerator: Any,
@@ -88,16 +97,7 @@ def save_fsdp_model(
         >>> save_fsdp_model(accelerator.state.fsdp_plugin, accelerator, model, "ckpt")  # ckpt/pytorch_model_fsdp_0/
     """
     _no_adapter_only("save_fsdp_model", adapter_only)
-    Path(output_dir).mkdir(parents=True, exist_ok=True)
-    save_model_part(
-        _unwrap(accelerator, model),
-        model_index,
-        Path(output_dir),
-        kind=_kind(fsdp_plugin),
-        is_main_process=_is_main(accelerator),
-        checksum=False,
-    )
-    _wait(accelerator)
+    _save(model_part(_unwrap(accelerator, model), model_index), output_dir, fsdp_plugin, accelerator)
 
 
 def load_fsdp_model(
@@ -131,17 +131,8 @@ def save_fsdp_optimizer(
     use_dcp: bool = True,
 ) -> None:
     """Saves the optimizer of a sharded model (``optimizer_{i}/``, or ``optimizer.bin`` when full)."""
-    Path(output_dir).mkdir(parents=True, exist_ok=True)
-    save_optimizer_part(
-        optimizer,
-        _unwrap(accelerator, model),
-        optimizer_index,
-        Path(output_dir),
-        kind=_kind(fsdp_plugin),
-        is_main_process=_is_main(accelerator),
-        checksum=False,
-    )
-    _wait(accelerator)
+    part = optimizer_part(optimizer, _unwrap(accelerator, model), optimizer_index)
+    _save(part, output_dir, fsdp_plugin, accelerator)
 
 
 def load_fsdp_optimizer(

@@ -28,11 +28,11 @@ class ParallelSpec(BackendSpec):
             )
         if check_available is None:
             return
-        deepspeed = (
-            request.given("deepspeed_plugin") is not None
-            or request.given("deepspeed_plugins") is not None
-            or bool(request.launch.use_deepspeed)
+        # pp and tp are refused below with DeepSpeed asked by an argument; sp's engine also follows the launcher's.
+        deepspeed_argument = (
+            request.given("deepspeed_plugin") is not None or request.given("deepspeed_plugins") is not None
         )
+        deepspeed = deepspeed_argument or bool(request.launch.use_deepspeed)
         resolve_sp = getattr(config, "resolve_sp_backend", None)
         if resolve_sp is not None:
             resolve_sp(deepspeed_engine=deepspeed)  # an unset sp_backend follows the engine, as upstream
@@ -41,18 +41,14 @@ class ParallelSpec(BackendSpec):
             from accelerate.backends.parallel.pipeline import check_pipeline_composition
 
             check_pipeline_composition(config)  # before the sizes are checked against the world
-        if getattr(config, "pp_enabled", False) and (
-            request.given("deepspeed_plugin") is not None or request.given("deepspeed_plugins") is not None
-        ):
+        if getattr(config, "pp_enabled", False) and deepspeed_argument:
             raise ValueError(
                 f"Accelerator got parallelism_config with pp_size={config.pp_size} (pipeline parallelism) and "
                 "deepspeed_plugin (DeepSpeed); DeepSpeed's engine runs the whole model's forward and backward "
                 "itself and cannot run torch's pipeline schedules. Drop one: pipeline stages compose with "
                 "ParallelismConfig's own dimensions, not with DeepSpeed."
             )
-        if getattr(config, "tp_enabled", False) and (
-            request.given("deepspeed_plugin") is not None or request.given("deepspeed_plugins") is not None
-        ):
+        if getattr(config, "tp_enabled", False) and deepspeed_argument:
             raise ValueError(
                 f"Accelerator got parallelism_config with tp_size={config.tp_size} (tensor parallelism) and "
                 "deepspeed_plugin (DeepSpeed); DeepSpeed shards the model its own way and cannot run on a "

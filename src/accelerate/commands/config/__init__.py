@@ -89,6 +89,22 @@ def _machine_choices(xla_available: bool) -> list[tuple[str, str]]:
     return choices
 
 
+def _one_machine(**values: Any) -> dict[str, Any]:
+    """A config file's content for one machine: ``values`` over the settings both questionnaire and default share."""
+    return {
+        "compute_environment": "LOCAL_MACHINE",
+        "num_machines": 1,
+        "machine_rank": 0,
+        "debug": False,
+        "rdzv_backend": "static",
+        "same_network": True,
+        "main_training_function": "main",
+        "downcast_bf16": "no",
+        "enable_cpu_affinity": False,
+        **values,
+    }
+
+
 def ask_questions(prompter: Prompter, gpu_count: int, xla_available: bool | None = None) -> dict[str, Any]:
     """Asks the questions and returns the config file's content (upstream key names).
 
@@ -108,20 +124,7 @@ def ask_questions(prompter: Prompter, gpu_count: int, xla_available: bool | None
             [("MULTI_GPU", "GPUs"), ("MULTI_CPU", "CPU processes")],
             default="MULTI_GPU" if gpu_count > 0 else "MULTI_CPU",
         )
-    data: dict[str, Any] = {
-        "compute_environment": "LOCAL_MACHINE",
-        "distributed_type": machine,
-        "num_machines": 1,
-        "machine_rank": 0,
-        "num_processes": 1,
-        "use_cpu": machine == "MULTI_CPU",
-        "debug": False,
-        "rdzv_backend": "static",
-        "same_network": True,
-        "main_training_function": "main",
-        "downcast_bf16": "no",
-        "enable_cpu_affinity": False,
-    }
+    data = _one_machine(distributed_type=machine, num_processes=1, use_cpu=machine == "MULTI_CPU")
     if machine == "XLA":
         return _ask_xla_file(prompter, data)
     if machine != "NO":
@@ -248,21 +251,12 @@ def run_questionnaire(args: argparse.Namespace, prompter: Prompter | None = None
 # --- config default / config update -----------------------------------------------------------------
 def default_config_data(mixed_precision: str, gpu_count: int) -> dict[str, Any]:
     """What `accelerate config default` writes: every visible GPU, or one CPU process."""
-    data: dict[str, Any] = {
-        "compute_environment": "LOCAL_MACHINE",
-        "distributed_type": "MULTI_GPU" if gpu_count > 1 else "NO",
-        "num_processes": max(gpu_count, 1),
-        "num_machines": 1,
-        "machine_rank": 0,
-        "use_cpu": gpu_count == 0,
-        "mixed_precision": mixed_precision,
-        "debug": False,
-        "rdzv_backend": "static",
-        "same_network": True,
-        "main_training_function": "main",
-        "downcast_bf16": "no",
-        "enable_cpu_affinity": False,
-    }
+    data = _one_machine(
+        distributed_type="MULTI_GPU" if gpu_count > 1 else "NO",
+        num_processes=max(gpu_count, 1),
+        use_cpu=gpu_count == 0,
+        mixed_precision=mixed_precision,
+    )
     if gpu_count > 0:
         data["gpu_ids"] = "all"
     return data

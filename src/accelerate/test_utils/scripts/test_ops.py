@@ -105,13 +105,18 @@ def run_checks(state: PartialState, checks: list[Callable[[PartialState], None]]
     return failures
 
 
-def main() -> int:
+def run_and_report(checks: list[Callable[[PartialState], None]]) -> int:
+    """A check script's exit code: runs ``checks``, prints the failures, waits for every process."""
     state = PartialState()
-    failures = run_checks(state, CHECKS)
+    failures = run_checks(state, checks)
     for failure in failures:
         print(failure, file=sys.stderr)
     state.wait_for_everyone()
     return 1 if failures else 0
+
+
+def main() -> int:
+    return run_and_report(CHECKS)
 
 
 if __name__ == "__main__":

@@ -6,15 +6,13 @@ gradients with ``are_the_same_tensors`` and with the mean of every process's own
 
 from __future__ import annotations
 
-import sys
-
 import torch
 import torch.nn.functional as F
 
 from accelerate.accelerator import Accelerator
 from accelerate.state import PartialState
 from accelerate.test_utils.assertions import are_the_same_tensors
-from accelerate.test_utils.scripts.test_ops import run_checks
+from accelerate.test_utils.scripts.test_ops import run_and_report
 from accelerate.test_utils.training import RegressionModel
 
 
@@ -94,12 +92,7 @@ def test_accumulate(state: PartialState) -> None:
 
 
 def main() -> int:
-    state = PartialState()
-    failures = run_checks(state, [test_no_sync, test_accumulate])
-    for failure in failures:
-        print(failure, file=sys.stderr)
-    state.wait_for_everyone()
-    return 1 if failures else 0
+    return run_and_report([test_no_sync, test_accumulate])
 
 
 if __name__ == "__main__":
