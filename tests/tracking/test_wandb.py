@@ -113,3 +113,21 @@ def test_wandb_offline_run_holds_config_and_history(tmp_path: Path, wandb_offlin
         {"_step": 1, "loss": 2.0, "acc": 0.5, "d/a": 3.0, "s": "text"},
         {"_step": 2, "loss": 1.5},
     ]
+
+
+def test_wandb_log_images_passes_its_keywords_on_to_wandb_log(tmp_path: Path, wandb_offline: None) -> None:
+    accelerator = Accelerator(log_with="wandb")
+    accelerator.init_trackers("proj", init_kwargs={"wandb": {"dir": str(tmp_path)}})
+    tracker = accelerator.get_tracker("wandb", unwrap=False)
+    image = torch.zeros(3, 4, 4).numpy()
+    # wandb.log's own keywords arrive there: an unknown one is refused by wandb itself (it used to be
+    # dropped silently), and commit=False holds the images until the scalars of the same step.
+    with pytest.raises(TypeError, match="not_a_wandb_keyword"):
+        tracker.log_images({"img": [image]}, step=1, not_a_wandb_keyword=True)
+    tracker.log_images({"img": [image]}, step=1, commit=False)
+    accelerator.log({"loss": 1.0}, step=1)
+    accelerator.end_training()
+
+    _, history = _read_run(_finished_run_file(tmp_path))
+    assert len(history) == 1 and history[0]["_step"] == 1 and history[0]["loss"] == 1.0
+    assert history[0]["img/count"] == 1  # the images landed in the same row as the scalars

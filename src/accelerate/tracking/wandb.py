@@ -34,7 +34,9 @@ class WandBTracker(ProjectRunTracker):
         import wandb
 
         self.run.log(
-            {key: [wandb.Image(image) for image in images] for key, images in values.items()}, step=step
+            {key: [wandb.Image(image) for image in images] for key, images in values.items()},
+            step=step,
+            **kwargs,  # upstream's contract: the rest goes to ``wandb.log`` (e.g. ``commit=False``)
         )
 
     @on_main_process
