@@ -195,8 +195,8 @@ def check_count(setting: Setting, minimum: int = 1) -> None:
 
 def check_mixed_precision_setting(setting: Setting) -> str:
     """The launcher's (and notebook_launcher's) mixed-precision check, through the one vocabulary."""
+    from accelerate.utils.enums import check_mixed_precision
     from accelerate.utils.errors import NotAvailableYetError
-    from accelerate.utils.precision_modes import check_mixed_precision
 
     try:
         return check_mixed_precision(

@@ -1,5 +1,5 @@
 """Configuration dataclasses users pass to the Accelerator: kwargs handlers and plugins, and (re-exported
-from :mod:`accelerate.utils.precision_modes`) the mixed-precision vocabulary.
+from :mod:`accelerate.utils.enums`) the mixed-precision vocabulary.
 
 Pure data: nothing here reads ``os.environ`` or imports torch at module import.
 """
@@ -13,22 +13,18 @@ from datetime import timedelta
 from typing import Any, Literal
 
 # The small enums upstream keeps in this module live in utils/enums.py; re-exported here (`name as
-# name` tells type checkers so). Our own modules import them from utils/enums.py.
+# name` tells type checkers so). Our own modules import them from utils/enums.py. So does the
+# mixed-precision vocabulary: the launcher reads it there without building every class below.
+from accelerate.utils.enums import AVAILABLE_MIXED_PRECISION_MODES as AVAILABLE_MIXED_PRECISION_MODES
+from accelerate.utils.enums import MIXED_PRECISION_MODES as MIXED_PRECISION_MODES
 from accelerate.utils.enums import BaseEnum as BaseEnum
 from accelerate.utils.enums import DynamoBackend as DynamoBackend
 from accelerate.utils.enums import EnumWithContains as EnumWithContains
 from accelerate.utils.enums import LoggerType as LoggerType
+from accelerate.utils.enums import PrecisionType as PrecisionType
 from accelerate.utils.enums import RNGType as RNGType
 from accelerate.utils.enums import SageMakerDistributedType as SageMakerDistributedType
-
-# The mixed-precision vocabulary lives in utils/precision_modes.py (torch- and dataclass-free, so the
-# launcher reads it without building every class here); re-exported at upstream's path.
-from accelerate.utils.precision_modes import (
-    AVAILABLE_MIXED_PRECISION_MODES as AVAILABLE_MIXED_PRECISION_MODES,
-)
-from accelerate.utils.precision_modes import MIXED_PRECISION_MODES as MIXED_PRECISION_MODES
-from accelerate.utils.precision_modes import PrecisionType as PrecisionType
-from accelerate.utils.precision_modes import check_mixed_precision as check_mixed_precision
+from accelerate.utils.enums import check_mixed_precision as check_mixed_precision
 
 
 class KwargsHandler:
