@@ -47,7 +47,7 @@ def test_the_mixed_precision_modes_are_spelled_out_once() -> None:
             if collection and len(_literal_strings(node) & {"fp16", "bf16", "fp8"}) >= 2:
                 found.append(f"{_name(path)}:{node.lineno}")
     assert found == [], (
-        "precision modes listed outside utils.dataclasses.PrecisionType; derive the list from "
+        "precision modes listed outside utils.enums.PrecisionType; derive the list from "
         f"MIXED_PRECISION_MODES / AVAILABLE_MIXED_PRECISION_MODES and validate with check_mixed_precision: {found}"
     )
 

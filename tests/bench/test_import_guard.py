@@ -113,6 +113,53 @@ def test_accelerator_loads_only_what_it_needs(code: str) -> None:
     )
 
 
+# What `accelerate launch` may not load before it hands the processes to torch's elastic agent: the
+# launcher's own start-up is on the path of every launch (bench/ddp_two_proc.py's time to first step).
+# The runtime state, the collectives and the public dataclasses belong to the processes, not to it.
+NOT_AT_LAUNCH = [
+    "accelerate.accelerator",
+    "accelerate.state",
+    "accelerate.collectives",
+    "accelerate.diagnostics.watchdog",
+    "accelerate.utils.dataclasses",
+    "accelerate.backends.ddp",
+    "accelerate.backends.registry",
+    "accelerate.data",
+    "accelerate.checkpointing",
+]
+# 48 on 2026-11-29 (69 before the launcher stopped importing accelerate.state for one variable name
+# and utils.dataclasses for the mixed-precision modes). Raise only for a module the launch needs.
+MAX_ACCELERATE_MODULES_AT_LAUNCH = 48
+_LAUNCH_PROBE = """
+import torch.distributed.launcher.api as api
+
+def fake_launch(config, entrypoint):
+    def run(*args):
+        raise SystemExit(0)
+    return run
+
+api.elastic_launch = fake_launch
+from accelerate.commands.accelerate_cli import main
+try:
+    main(["launch", "--cpu", "--num_processes", "2", "--main_process_port", "29511", "-q", "script.py"])
+except SystemExit:
+    pass
+"""
+
+
+def test_the_launcher_loads_only_what_the_launch_needs() -> None:
+    """`accelerate launch --num_processes 2`, up to starting torch's agent (stubbed): structure only."""
+    loaded = _accelerate_modules_after(_LAUNCH_PROBE)
+    assert "accelerate.launch.runner" in loaded, "the probe did not reach the runner"
+    early = [m for m in loaded if any(m == p or m.startswith(p + ".") for p in NOT_AT_LAUNCH)]
+    assert early == [], (
+        f"the launcher loaded what only the processes need (import it where it is used): {early}"
+    )
+    assert len(loaded) <= MAX_ACCELERATE_MODULES_AT_LAUNCH, (
+        f"{len(loaded)} accelerate modules load in the launcher (bound {MAX_ACCELERATE_MODULES_AT_LAUNCH}): {loaded}"
+    )
+
+
 def test_fsdp_switch_name_matches_the_plugin() -> None:
     """The launch-settings table spells FSDP's switch itself, so a run without FSDP never imports it."""
     from accelerate.backends.fsdp.plugin import FSDP_ENV, USE_FSDP_ENV

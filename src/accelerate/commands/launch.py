@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Any
 
-from accelerate.utils.dataclasses import MIXED_PRECISION_MODES
+from accelerate.utils.enums import MIXED_PRECISION_MODES
 
 HELP = "Run a training script on one or several processes/machines."
 DYNAMO_BACKENDS = (

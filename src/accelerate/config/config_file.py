@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from accelerate.utils.dataclasses import MIXED_PRECISION_MODES
+from accelerate.utils.enums import MIXED_PRECISION_MODES
 
 SCHEMA_VERSION = 3
 

@@ -9,7 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from accelerate.utils.dataclasses import AVAILABLE_MIXED_PRECISION_MODES
+from accelerate.utils.enums import AVAILABLE_MIXED_PRECISION_MODES
+
+# Written by `accelerate launch` for an elastic range, read by GradientState's accumulation plugin:
+# processes of the largest group the range allows. Here (pure data) rather than in accelerate.state,
+# so that the launcher names it without importing the runtime state and what that loads.
+ELASTIC_MAX_PROCESSES_ENV = "ACCELERATE_ELASTIC_MAX_PROCESSES"
 
 
 @dataclass(frozen=True)

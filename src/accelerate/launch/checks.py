@@ -195,7 +195,7 @@ def check_count(setting: Setting, minimum: int = 1) -> None:
 
 def check_mixed_precision_setting(setting: Setting) -> str:
     """The launcher's (and notebook_launcher's) mixed-precision check, through the one vocabulary."""
-    from accelerate.utils.dataclasses import check_mixed_precision
+    from accelerate.utils.enums import check_mixed_precision
     from accelerate.utils.errors import NotAvailableYetError
 
     try:

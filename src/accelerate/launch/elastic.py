@@ -28,6 +28,7 @@ import socket
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from accelerate.config.env_contract import ELASTIC_MAX_PROCESSES_ENV
 from accelerate.launch.checks import LaunchError
 
 if TYPE_CHECKING:
@@ -177,8 +178,6 @@ def elastic_agent_env(settings: Mapping[str, Setting], environ: Mapping[str, str
     The processes learn the largest group's size (``GradientAccumulationPlugin(adjust_for_world_size=
     True)`` keeps the global batch of that size).
     """
-    from accelerate.state.gradient import ELASTIC_MAX_PROCESSES_ENV
-
     if settings["nnodes"].value is None:
         return {}
     out = {ELASTIC_MAX_PROCESSES_ENV: str(settings["num_processes"].value)}

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+# Written by `accelerate launch` for an elastic range: processes of the largest group it allows.
+from accelerate.config.env_contract import ELASTIC_MAX_PROCESSES_ENV as ELASTIC_MAX_PROCESSES_ENV
+
 
 class GradientState:
     """One state per process: every ``GradientState()`` is a new object reading and writing it.
@@ -128,10 +131,6 @@ def _restore(values: dict[str, Any]) -> GradientState:
     if not GradientState._shared_state.get("_initialized"):
         GradientState._shared_state.update(values)
     return GradientState()
-
-
-# Written by `accelerate launch` for an elastic range: processes of the largest group it allows.
-ELASTIC_MAX_PROCESSES_ENV = "ACCELERATE_ELASTIC_MAX_PROCESSES"
 
 
 def adjusted_for_world_size(plugin: Any, world_size: int, environ: Any = None) -> Any:

@@ -1,5 +1,5 @@
-"""Configuration dataclasses users pass to the Accelerator: kwargs handlers and plugins, and the
-mixed-precision vocabulary (:class:`PrecisionType`, :func:`check_mixed_precision`).
+"""Configuration dataclasses users pass to the Accelerator: kwargs handlers and plugins, and (re-exported
+from :mod:`accelerate.utils.enums`) the mixed-precision vocabulary.
 
 Pure data: nothing here reads ``os.environ`` or imports torch at module import.
 """
@@ -13,13 +13,18 @@ from datetime import timedelta
 from typing import Any, Literal
 
 # The small enums upstream keeps in this module live in utils/enums.py; re-exported here (`name as
-# name` tells type checkers so). Our own modules import them from utils/enums.py.
+# name` tells type checkers so). Our own modules import them from utils/enums.py. So does the
+# mixed-precision vocabulary: the launcher reads it there without building every class below.
+from accelerate.utils.enums import AVAILABLE_MIXED_PRECISION_MODES as AVAILABLE_MIXED_PRECISION_MODES
+from accelerate.utils.enums import MIXED_PRECISION_MODES as MIXED_PRECISION_MODES
 from accelerate.utils.enums import BaseEnum as BaseEnum
 from accelerate.utils.enums import DynamoBackend as DynamoBackend
 from accelerate.utils.enums import EnumWithContains as EnumWithContains
 from accelerate.utils.enums import LoggerType as LoggerType
+from accelerate.utils.enums import PrecisionType as PrecisionType
 from accelerate.utils.enums import RNGType as RNGType
 from accelerate.utils.enums import SageMakerDistributedType as SageMakerDistributedType
+from accelerate.utils.enums import check_mixed_precision as check_mixed_precision
 
 
 class KwargsHandler:
@@ -317,49 +322,6 @@ class ProfileKwargs(KwargsHandler):
         if self.on_trace_ready is not None:
             kwargs["on_trace_ready"] = self.on_trace_ready
         return profiler.profile(**kwargs)
-
-
-# --- the mixed-precision vocabulary, defined once ------------------------------------------------
-# Every other place (the config-file schema, the CLI's choices, the launcher's checks,
-# notebook_launcher, the Accelerator, Precision) derives its list from PrecisionType and validates
-# through check_mixed_precision. Torch-free, so the CLI can use it at start-up.
-class PrecisionType(str, enum.Enum):
-    """The mixed-precision modes a config file, a flag or ``Accelerator(mixed_precision=...)`` may name."""
-
-    NO = "no"
-    FP16 = "fp16"
-    BF16 = "bf16"
-    FP8 = "fp8"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-# Every spelling the config-file schema and `accelerate launch --mixed_precision` accept.
-MIXED_PRECISION_MODES: tuple[str, ...] = tuple(mode.value for mode in PrecisionType)
-# The modes this release can run (what `accelerate config` offers): all of them. fp8 runs through
-# torchao on any device, Transformer Engine / MS-AMP on fp8 GPUs (accelerate.precision.fp8).
-AVAILABLE_MIXED_PRECISION_MODES: tuple[str, ...] = MIXED_PRECISION_MODES
-
-
-def check_mixed_precision(value: object, *, origin: str = "mixed_precision") -> str:
-    """Returns ``value`` as one of :data:`AVAILABLE_MIXED_PRECISION_MODES` (lower-cased), or raises.
-
-    Args:
-        value: a mode name or :class:`PrecisionType` member; ``None`` means ``"no"``.
-        origin: how the messages name where the value came from, e.g.
-            ``"mixed_precision=fp8 (from flag --mixed_precision)"`` or ``"Accelerator(mixed_precision=...)"``.
-
-    Raises:
-        ValueError: a name that is not a mode.
-    """
-    mode = "no" if value is None else str(value.value if isinstance(value, PrecisionType) else value).lower()
-    if mode not in AVAILABLE_MIXED_PRECISION_MODES:
-        raise ValueError(
-            f"{origin}: {value!r} is not a mixed-precision mode; use one of "
-            f"{', '.join(repr(m) for m in AVAILABLE_MIXED_PRECISION_MODES)}."
-        )
-    return mode
 
 
 def mixed_precision_dtype(mode: object) -> Any:
