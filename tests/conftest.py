@@ -38,6 +38,18 @@ def pool2() -> WorkerPool:
     return get_pool(2)
 
 
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """The 4- and 8-process pools serve one test folder each (tests/backends/parallel,
+    tests/backends/dtensor_io): they close when the run leaves it. Every device mesh a test builds in
+    them leaves gloo groups behind (torch's DTensor caches hold their names, so a pool cannot destroy
+    them between calls), each with threads that wake on their own: after the N-D tests the idle
+    4-process pool alone kept a quarter of a core busy for the rest of the session."""
+    if nextitem is not None and nextitem.path.parent == item.path.parent:
+        return
+    for world_size in [size for size in _POOLS if size > 2]:
+        _POOLS.pop(world_size).close()
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     for pool in _POOLS.values():
         pool.close()
