@@ -3,7 +3,9 @@
 ``bench/_workers/pipeline_worker.py`` (4 MLP blocks of width 256, batch 16 in 4 micro-batches, AdamW,
 1F1B; gloo, one thread per process): both loops in the same 2 torchrun processes, alternating step
 by step. CPU seconds per optimizer step, ranks averaged; ratio raw time / accelerate time (>= 0.95).
-Then one info row per schedule: the bubble counted from the schedule's own action table (torch's
+An info row races ours against the raw loop that also does what ours promises on top, the batch's
+mean loss sent from the last stage to every rank each step: the same work, so the two rows apart
+show what that broadcast costs. Then one info row per schedule: the bubble counted from the schedule's own action table (torch's
 ``pipeline_order`` for the prepared model: per rank, one computation or an idle slot per time step),
 idle slots over all slots of all ranks (:func:`bubble_of`). torch's tables give a forward and a
 backward one slot each; the textbook (p - 1) / (m + p - 1) = 0.2 here counts a backward as one
@@ -90,7 +92,13 @@ def _rows() -> list[Row]:
         [r["raw"] for r in results], [r["accel"] for r in results],
     )  # fmt: skip
     row.target = 0.95
-    rows = [row]
+    same = step_time_row(
+        BENCH, "the same, the raw loop also sending the mean loss to every rank as ours does (the same work)",
+        [r["raw_same"] for r in results], [r["accel_same"] for r in results],
+    )  # fmt: skip
+    same.target = None
+    same.note = "ours against the raw loop doing the same work: the row above less the loss broadcast's cost"
+    rows = [row, same]
     for schedule in SCHEDULES:
         share = bubble_of(results[0][f"actions {schedule}"])  # every rank builds the whole table
         rows.append(Row(BENCH, f"pipeline bubble, {schedule}, pp=2, 4 micro-batches", unit="idle share of slots",

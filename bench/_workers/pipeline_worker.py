@@ -41,7 +41,9 @@ def data() -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(BATCH, WIDTH, generator=gen), torch.randn(BATCH, WIDTH, generator=gen)
 
 
-def raw_loop() -> Step:
+def raw_loop(share_loss: bool = False) -> Step:
+    """The hand-written loop; with ``share_loss``, it also does what the prepared model promises on
+    top: the batch's mean loss from the last stage on every rank (a blocking broadcast each step)."""
     from torch.distributed.pipelining import Schedule1F1B, SplitPoint, pipeline
 
     model = make_model()
@@ -53,11 +55,17 @@ def raw_loop() -> Step:
     schedule = Schedule1F1B(stage, n_microbatches=CHUNKS, loss_fn=F.mse_loss)
     optimizer = torch.optim.AdamW(stage.submod.parameters(), lr=1e-3)
 
+    last = dist.get_world_size() - 1
+
     def run() -> None:
+        losses: list[torch.Tensor] = []
         if dist.get_rank() == 0:
             schedule.step(x)
         else:
-            schedule.step(target=y)
+            schedule.step(target=y, losses=losses)
+        if share_loss:
+            loss = torch.stack(losses).mean() if losses else torch.zeros(())
+            dist.broadcast(loss, group_src=last)
         optimizer.step()
         optimizer.zero_grad()
 
@@ -108,6 +116,8 @@ def main() -> None:
 
     def measure() -> dict[str, Any]:
         out: dict[str, Any] = interleave(raw_loop(), accelerate_loop(), args.steps, args.repeats)
+        same = interleave(raw_loop(share_loss=True), accelerate_loop(), args.steps, args.repeats)
+        out["raw_same"], out["accel_same"] = same["raw"], same["accel"]
         for schedule in ("GPipe", "1F1B", "Interleaved1F1B"):
             out[f"actions {schedule}"] = action_table(schedule)
         return out

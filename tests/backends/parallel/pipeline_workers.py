@@ -39,11 +39,12 @@ def train(sizes: dict[str, Any]) -> dict[str, Any]:
     x, y = dataset(STEPS * ACCUM * PER_RANK * shards)
     loader = DataLoader(TensorDataset(x, y), batch_size=PER_RANK)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
-    norms, losses, seen = [], [], []
+    norms, losses, seen, sending = [], [], [], []
     for xb, yb in loader:
         seen.append(xb.clone())
         with accelerator.accumulate(model):
             loss = model(xb, labels=yb)
+            sending.append(model._sending is not None)  # the last stage's loss send, still unawaited
             accelerator.backward(loss)
             losses.append(float(loss.detach()))
             if accelerator.sync_gradients:
@@ -53,6 +54,7 @@ def train(sizes: dict[str, Any]) -> dict[str, Any]:
     with torch.no_grad():
         eval_loss = float(model(x[:PER_RANK], labels=y[:PER_RANK]))
         eval_out = model(x[:PER_RANK])
+    settled = model._sending is None  # each call awaits the send of the one before
     gathered = accelerator.gather_for_metrics(torch.cat(seen))  # the stages of one pipeline read alike
     held = {id(p) for group in optimizer.param_groups for p in group["params"]}
     inner = accelerator.unwrap_model(model)
@@ -77,6 +79,9 @@ def train(sizes: dict[str, Any]) -> dict[str, Any]:
         "gathered": gathered,
         "samples": len(x),
         "eval_out": eval_out,
+        "sending": sending,
+        "settled": settled,
+        "last_stage": model.holds_last_stage,
         "strategy": accelerator.strategy.name,
         "describe": accelerator.strategy.describe(),
     }

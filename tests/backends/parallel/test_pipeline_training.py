@@ -40,6 +40,10 @@ def test_pp2_trains_to_the_one_process_parameters(schedule: str) -> None:
         assert result["losses"] == pytest.approx(ref_losses, rel=1e-5)  # every rank reports the loss
         assert result["eval_loss"] == pytest.approx(ref_eval, rel=1e-5)
         torch.testing.assert_close(result["eval_out"], ref_out, rtol=1e-5, atol=1e-5)
+        # The last stage does not wait for the others to receive its loss (it is awaited at the next
+        # call); the other ranks' loss is final when returned (read at once above, right every step).
+        assert result["sending"] == [result["last_stage"]] * len(result["sending"])
+        assert result["settled"]
 
 
 def test_pp2_x_dp_replicate2_trains_to_the_one_process_parameters() -> None:

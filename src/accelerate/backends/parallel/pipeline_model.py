@@ -94,6 +94,7 @@ class PipelinedModel(nn.Module):
         self._scale = 1.0  # the accumulation steps the loss is divided by (set per step)
         self._recorded: list[torch.Tensor] = []
         self._own_loss = False  # a transformers model without pp_loss_fn: its loss_function on the logits
+        self._sending: Any = None  # the last stage's loss broadcast still in flight (see _from_last)
         self.schedule: Any = None
         self.stage_modules: list[nn.Module] = []
         self._view: list[nn.Module] = []
@@ -183,6 +184,7 @@ class PipelinedModel(nn.Module):
 
     def own_state_dict(self) -> dict[str, torch.Tensor]:
         """The tensors this rank trains, under the model's names (the whole model until it is cut)."""
+        self.settle()
         if self.schedule is None:
             return dict(self.module.state_dict())
         return self._stage_state(lambda value: value)
@@ -203,6 +205,7 @@ class PipelinedModel(nn.Module):
         modules name their tensors as the model does, so the pieces merge into the model's own keys. A
         collective over the ``pp`` group once the stages exist (and over ``dp_shard`` for sharded stages).
         """
+        self.settle()
         with internal_state_read():
             own = self.module.state_dict()
         if self.schedule is None:  # not cut yet: every rank holds the same, untrained weights
@@ -223,6 +226,7 @@ class PipelinedModel(nn.Module):
 
     # ------------------------------------------------------------------ running
     def forward(self, *args: Any, labels: Any = None, **kwargs: Any) -> Any:
+        self.settle()
         rows = _rows(args, kwargs)
         check_batch(self._config, rows)
         if self.schedule is None:
@@ -311,9 +315,28 @@ class PipelinedModel(nn.Module):
         return torch.stack(self._recorded).mean()
 
     def _from_last(self, value: torch.Tensor) -> torch.Tensor:
+        """``value`` of the last stage, on every rank of the ``pp`` group.
+
+        The last stage ends its backward first (1F1B and GPipe), so a blocking broadcast there would
+        hold its optimizer step until the first stage ends too. Its own value is already the right
+        one: it only starts the send and runs on (the send is awaited by :meth:`settle`, at the next
+        call or state read, so that an error still surfaces). The other ranks wait for the value, which
+        has usually arrived by the time they end their backward: what they return is final.
+        """
         value = value.detach().to(self._device, torch.float32).clone()
+        if self.holds_last_stage:
+            # The buffer being sent stays private (a copy is returned), so nothing the caller does
+            # to the loss can change what the other ranks receive.
+            self._sending = dist.broadcast(value, group_src=self._size - 1, group=self._group, async_op=True)
+            return value.clone()
         dist.broadcast(value, group_src=self._size - 1, group=self._group)
         return value
+
+    def settle(self) -> None:
+        """Waits for the last stage's loss broadcast of the previous call, if it is still in flight."""
+        sending, self._sending = self._sending, None
+        if sending is not None:
+            sending.wait()
 
 
 class PipelineOutput(dict[str, Any]):
