@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -117,6 +118,16 @@ def _run_single(plan: LaunchPlan, err: TextIO) -> int:
     return exit_code(code)
 
 
+def remove_if_no_files(folder: str | None) -> None:
+    """Removes ``folder`` if nothing in it is a file. torch's agent makes a ``torchelastic_*`` folder
+    in the temp dir for every launch without ``--log_dir``; unless the workers' output is redirected
+    (``--tee`` / ``--redirects``) it holds only empty folders, one set per launch, never removed."""
+    if folder is None or not os.path.isdir(folder):
+        return
+    if not any(files for _, _, files in os.walk(folder)):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def _run_torchrun(plan: LaunchPlan, err: TextIO) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import elastic_launch
@@ -145,6 +156,8 @@ def _run_torchrun(plan: LaunchPlan, err: TextIO) -> int:
         capture.running(),
     ):
         config, entrypoint, entry_args = config_from_args(args)
+        # The folder torch's agent made for the workers' logs, when none was asked for (--log_dir).
+        made_log_dir = None if args.log_dir else getattr(config.logs_specs, "root_log_dir", None)
         config.logs_specs = capture.logs_specs(config.logs_specs)
         try:
             elastic_launch(config, entrypoint)(*entry_args)
@@ -174,6 +187,8 @@ def _run_torchrun(plan: LaunchPlan, err: TextIO) -> int:
                 file=err,
             )
             return 1
+        finally:
+            remove_if_no_files(made_log_dir)
     if membership.summary():
         print(membership.summary(), file=err)
     return 0
