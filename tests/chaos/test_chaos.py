@@ -23,6 +23,11 @@ from tests.chaos.soak import END_CHECKS, Round, chaos_round, reference_run
 
 SEED = 11
 SCENARIO = SCENARIOS["restart"]
+# The stalled rank is found by its peer's hang watchdog after 3/4 of the process group's timeout:
+# 6 s here instead of make chaos's 15 s (Job's 20 s). A healthy collective waits only for the other
+# rank to arrive: the two processes of a start begin within 0.8 s of each other at load 15-20 (the
+# workers' pid files), and their steps take milliseconds, so 6 s stays above 7x that skew.
+JOB = Job(process_group_timeout=8.0)
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +36,8 @@ def chaos(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Round]:
     # The uninterrupted run goes on beside the round (its own port, marker and folder): the round
     # spends much of its time waiting (for a relaunch, a hang watchdog) and reads the reference last.
     with ThreadPoolExecutor(max_workers=1) as background:
-        reference = background.submit(reference_run, root / "reference", Job(), SCENARIO)
-        done = chaos_round(root / "round", SEED, Job(), SCENARIO, list(SCENARIO.kinds), reference.result)
+        reference = background.submit(reference_run, root / "reference", JOB, SCENARIO)
+        done = chaos_round(root / "round", SEED, JOB, SCENARIO, list(SCENARIO.kinds), reference.result)
         return reference.result(), done
 
 
@@ -45,6 +50,10 @@ def test_a_run_through_one_fault_of_each_kind_ends_like_an_uninterrupted_one(
     rows = {row.delivered.fault.kind: row for row in survivals(done.result)}
     assert sorted(rows) == sorted(SCENARIO.kinds)
     assert rows["kill_launcher"].how.startswith("relaunch")
+    # Each fault cost exactly one new start of the processes: no healthy wait outlived the short
+    # hang deadline (JOB), or its watchdog would have ended a start of its own.
+    starts = list((done.result.folder / "events").glob("pid_0_*"))  # one per start of rank 0
+    assert len(starts) == len(SCENARIO.kinds) + 1, done.report
     for kind in ("kill_rank", "stall_rank", "disk_full", "kill_in_save"):
         assert rows[kind].how.startswith("restart attempt"), done.report
     for row in rows.values():
@@ -55,7 +64,7 @@ def test_a_run_through_one_fault_of_each_kind_ends_like_an_uninterrupted_one(
     expected = "tmpfs filled" if done.tmpfs else "ENOSPC raised by the write hook"
     assert rows["disk_full"].delivered.note.startswith(expected), done.report
     # A write fault lands in a save: the run resumes from the checkpoint before it, not from that step.
-    assert rows["disk_full"].resumed_from == rows["disk_full"].delivered.fault.step - Job().checkpoint_every
+    assert rows["disk_full"].resumed_from == rows["disk_full"].delivered.fault.step - JOB.checkpoint_every
 
 
 @pytest.mark.timeout(400)
@@ -67,7 +76,7 @@ def test_the_checks_catch_a_corrupted_checkpoint_and_a_different_end(chaos: tupl
     data = bytearray(target.read_bytes())
     data[-1] ^= 0xFF
     target.write_bytes(bytes(data))
-    problems, _ = check_checkpoints(project, Job().num_processes)
+    problems, _ = check_checkpoints(project, JOB.num_processes)
     assert any(newest.name in p and "does not verify" in p for p in problems), problems
     changed = torch.load(reference)
     changed["params"][0] = changed["params"][0] + 1e-7
