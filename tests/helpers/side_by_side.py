@@ -11,10 +11,12 @@ on one test costs one launch. Timeouts only stop a run that would hang forever.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager as ContextManager
 from pathlib import Path
 
 import pytest
@@ -73,3 +75,63 @@ class BackgroundRun:
             self.proc.wait()
         self._out.close()
         self._err.close()
+
+
+# What a case's command is, given its folder (for its files and HF_HOME) and its reserved port.
+CommandOf = Callable[[Path, int], tuple[list[str], dict[str, str]]]
+
+
+class SideBySide:
+    """Runs of a test module's cases, at most ``at_once`` at a time, each started ahead of its test.
+
+    ``result(name)`` starts that case if it is still waiting, fills the free places with the next
+    waiting cases (in the order they were added: the tests' order), then waits for it. Each case has
+    its own folder under ``root`` and its own port (from ``reserve_port``, held until ``close()``).
+    """
+
+    def __init__(
+        self, root: Path, *, at_once: int, timeout: float, reserve_port: Callable[[], ContextManager[int]]
+    ) -> None:
+        if at_once < 1:
+            raise ValueError(f"SideBySide(at_once={at_once}) must run at least one case at a time")
+        self._root = root
+        self._at_once = at_once
+        self._timeout = timeout
+        self._waiting: dict[str, CommandOf] = {}
+        self._runs: dict[str, BackgroundRun] = {}
+        self._reserve_port = reserve_port
+        self._ports = contextlib.ExitStack()
+
+    def add(self, name: str, command_of: CommandOf) -> None:
+        if name in self._waiting or name in self._runs:
+            raise ValueError(f"SideBySide.add({name!r}): a case of that name was already added")
+        self._waiting[name] = command_of
+
+    def folder(self, name: str) -> Path:
+        """The folder of case ``name``: its files, HF_HOME and output files."""
+        return self._root / name
+
+    def result(self, name: str) -> subprocess.CompletedProcess[str]:
+        if name not in self._waiting and name not in self._runs:
+            raise KeyError(f"SideBySide.result({name!r}): no such case; add() it in the module's fixture")
+        if name in self._waiting:
+            self._start(name)
+        self._fill()
+        return self._runs[name].result()
+
+    def close(self) -> None:
+        for run in self._runs.values():
+            run.stop()
+        self._ports.close()
+
+    def _start(self, name: str) -> None:
+        folder = self.folder(name)
+        folder.mkdir(parents=True, exist_ok=True)
+        port = self._ports.enter_context(self._reserve_port())
+        cmd, env = self._waiting.pop(name)(folder, port)
+        self._runs[name] = BackgroundRun(cmd, folder=folder / "logs", env=env, timeout=self._timeout)
+
+    def _fill(self) -> None:
+        running = sum(run.proc.poll() is None for run in self._runs.values())
+        for name in list(self._waiting)[: max(0, self._at_once - running)]:
+            self._start(name)
