@@ -86,7 +86,8 @@ class SideBySide:
 
     ``result(name)`` starts that case if it is still waiting, fills the free places with the next
     waiting cases (in the order they were added: the tests' order), then waits for it. Each case has
-    its own folder under ``root`` and its own port (from ``reserve_port``, held until ``close()``).
+    its own folder under ``root`` and its own port (from ``reserve_port``, held until ``close()``). A case
+    that fails to start (its command function raised) while started ahead fails its own test.
     """
 
     def __init__(
@@ -99,11 +100,12 @@ class SideBySide:
         self._timeout = timeout
         self._waiting: dict[str, CommandOf] = {}
         self._runs: dict[str, BackgroundRun] = {}
+        self._could_not_start: dict[str, Exception] = {}
         self._reserve_port = reserve_port
         self._ports = contextlib.ExitStack()
 
     def add(self, name: str, command_of: CommandOf) -> None:
-        if name in self._waiting or name in self._runs:
+        if name in self._waiting or name in self._runs or name in self._could_not_start:
             raise ValueError(f"SideBySide.add({name!r}): a case of that name was already added")
         self._waiting[name] = command_of
 
@@ -112,6 +114,8 @@ class SideBySide:
         return self._root / name
 
     def result(self, name: str) -> subprocess.CompletedProcess[str]:
+        if name in self._could_not_start:  # started ahead for another test: the failure is this test's
+            raise self._could_not_start[name]
         if name not in self._waiting and name not in self._runs:
             raise KeyError(f"SideBySide.result({name!r}): no such case; add() it in the module's fixture")
         if name in self._waiting:
@@ -128,10 +132,14 @@ class SideBySide:
         folder = self.folder(name)
         folder.mkdir(parents=True, exist_ok=True)
         port = self._ports.enter_context(self._reserve_port())
-        cmd, env = self._waiting.pop(name)(folder, port)
+        command_of = self._waiting.pop(name)
+        cmd, env = command_of(folder, port)
         self._runs[name] = BackgroundRun(cmd, folder=folder / "logs", env=env, timeout=self._timeout)
 
     def _fill(self) -> None:
         running = sum(run.proc.poll() is None for run in self._runs.values())
         for name in list(self._waiting)[: max(0, self._at_once - running)]:
-            self._start(name)
+            try:
+                self._start(name)
+            except Exception as exc:  # noqa: BLE001 - raised again by result(name), in its own test
+                self._could_not_start[name] = exc
