@@ -7,27 +7,112 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.commands.helpers import SCRIPTS, accelerate_cmd, cli_env, reserved_port, run_cli
+from tests.helpers.side_by_side import SideBySide, selected
 
 TRAIN = str(SCRIPTS / "train_regression.py")
+LAUNCH_2 = ("launch", "--cpu", "--num_processes", "2")
+
+
+def _train(folder: Path, port: int) -> tuple[list[str], dict[str, str]]:
+    cmd = accelerate_cmd(*LAUNCH_2, "--main_process_port", str(port), TRAIN, str(folder / "params.json"))
+    return cmd, cli_env(folder)
+
+
+def _train_failing_on_rank_one(folder: Path, port: int) -> tuple[list[str], dict[str, str]]:
+    cmd = accelerate_cmd(*LAUNCH_2, "--main_process_port", str(port), TRAIN, str(folder / "x.json"), "1")
+    return cmd, cli_env(folder)
+
+
+def _rank_one_dies(how: str) -> Callable[[Path, int], tuple[list[str], dict[str, str]]]:
+    def command(folder: Path, port: int) -> tuple[list[str], dict[str, str]]:
+        script = folder / "die.py"
+        script.write_text(_DIE_ON_RANK_ONE)
+        return accelerate_cmd(*LAUNCH_2, "--main_process_port", str(port), str(script), how), cli_env(folder)
+
+    return command
+
+
+def _gpu_config_without_gpus(folder: Path, port: int) -> tuple[list[str], dict[str, str]]:
+    config = folder / "gpu_config.yaml"
+    config.write_text(_GPU_CONFIG)
+    script = folder / "where.py"
+    script.write_text(
+        # wait_for_everyone: a rank that exits while its peer still connects would fail the peer.
+        "from accelerate import PartialState\ns = PartialState()\ns.wait_for_everyone()\n"
+        "import sys\nsys.stdout.write(f'RAN {s.process_index} {s.num_processes} {s.device.type} {s.backend}\\n')\n"
+    )
+    cmd = accelerate_cmd(
+        "launch", "--config_file", str(config), "--main_process_port", str(port), str(script)
+    )
+    return cmd, cli_env(folder, CUDA_VISIBLE_DEVICES="")
+
+
+def _parallelism(sizes: tuple[str, str]) -> Callable[[Path, int], tuple[list[str], dict[str, str]]]:
+    def command(folder: Path, port: int) -> tuple[list[str], dict[str, str]]:
+        (folder / "out").mkdir()
+        cmd = accelerate_cmd(*LAUNCH_2, "--main_process_port", str(port), "--use_parallelism_config", *sizes,
+                             str(SCRIPTS / "report_parallelism.py"), str(folder / "out"))  # fmt: skip
+        return cmd, cli_env(folder)
+
+    return command
+
+
+_HOW_RANK_ONE_DIES = ("os_exit", "sigkill", "raise")
+_PARALLELISM_SIZES = (
+    ("--parallelism_config_tp_size", "2"),
+    ("--parallelism_config_dp_replicate_size", "2"),
+    ("--parallelism_config_sp_size", "2"),  # the native Ulysses: no DeepSpeed
+)
+# The 2-process launches whose tests only read their results, in the tests' order. Each is a different
+# script or flag; they run side by side, a few at a time (tests/helpers/side_by_side.py).
+_CASES_OF_TEST = {
+    "test_two_cpu_processes_see_world_size_two": ["train"],
+    "test_two_machines_train_like_one": ["train"],
+    "test_failing_rank_shows_its_traceback_and_the_other_stops": ["failing"],
+    "test_the_rank_that_died_first_is_named_even_without_a_traceback": [f"dies-{how}" for how in _HOW_RANK_ONE_DIES],
+    "test_a_multi_gpu_config_on_a_machine_without_gpus_warns_once_and_runs_on_cpu": ["gpu_config"],
+    "test_two_processes_get_the_launchers_parallelism_config": [f"parallelism-{sizes[0]}" for sizes in _PARALLELISM_SIZES],
+}  # fmt: skip
+# Three 2-process launches at a time: about as fast as more on 2 cores, and far less memory.
+_AT_ONCE = 3
 
 
 @pytest.fixture(scope="module")
-def two_process_run(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> tuple[subprocess.CompletedProcess[str], dict]:
+def launches(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SideBySide]:
+    commands = {
+        "train": _train,
+        "failing": _train_failing_on_rank_one,
+        **{f"dies-{how}": _rank_one_dies(how) for how in _HOW_RANK_ONE_DIES},
+        "gpu_config": _gpu_config_without_gpus,
+        **{f"parallelism-{sizes[0]}": _parallelism(sizes) for sizes in _PARALLELISM_SIZES},
+    }
+    runs = SideBySide(
+        tmp_path_factory.mktemp("launches"), at_once=_AT_ONCE, timeout=240, reserve_port=reserved_port
+    )
+    wanted = selected(request, _CASES_OF_TEST)
+    for name, command in commands.items():  # in the tests' order
+        if name in wanted:
+            runs.add(name, command)
+    try:
+        yield runs
+    finally:
+        runs.close()
+
+
+@pytest.fixture(scope="module")
+def two_process_run(launches: SideBySide) -> tuple[subprocess.CompletedProcess[str], dict]:
     """One `accelerate launch --cpu --num_processes 2` run, shared by the tests that inspect it."""
-    home = tmp_path_factory.mktemp("home")
-    out = home / "params.json"
-    with reserved_port() as port:
-        result = run_cli("launch", "--cpu", "--num_processes", "2", "--main_process_port", str(port),
-                         TRAIN, str(out), home=home)  # fmt: skip
+    result = launches.result("train")
     assert result.returncode == 0, result.stdout + result.stderr
-    return result, json.loads(out.read_text())
+    return result, json.loads((launches.folder("train") / "params.json").read_text())
 
 
 def test_two_cpu_processes_see_world_size_two(
@@ -69,10 +154,8 @@ def test_two_machines_train_like_one(
     assert result["params"] == pytest.approx(two_process_run[1]["params"], abs=1e-6)
 
 
-def test_failing_rank_shows_its_traceback_and_the_other_stops(tmp_path: Path) -> None:
-    with reserved_port() as port:
-        result = run_cli("launch", "--cpu", "--num_processes", "2", "--main_process_port", str(port),
-                         TRAIN, str(tmp_path / "x.json"), "1", home=tmp_path, timeout=100)  # fmt: skip
+def test_failing_rank_shows_its_traceback_and_the_other_stops(launches: SideBySide) -> None:
+    result = launches.result("failing")
     assert result.returncode == 1
     report = result.stderr[result.stderr.index("accelerate launch: rank 1") :]
     assert "failed with exit code 1" in report.splitlines()[0]
@@ -218,13 +301,9 @@ torch.distributed.all_reduce(torch.ones(1))
     [("os_exit", 1, "exit code 1"), ("sigkill", 128 + 9, "signal SIGKILL"), ("raise", 1, "exit code 1")],
 )
 def test_the_rank_that_died_first_is_named_even_without_a_traceback(
-    tmp_path: Path, how: str, code: int, status: str
+    launches: SideBySide, how: str, code: int, status: str
 ) -> None:
-    script = tmp_path / "die.py"
-    script.write_text(_DIE_ON_RANK_ONE)
-    with reserved_port() as port:
-        result = run_cli("launch", "--cpu", "--num_processes", "2", "--main_process_port", str(port),
-                         str(script), how, home=tmp_path, timeout=100)  # fmt: skip
+    result = launches.result(f"dies-{how}")
     assert result.returncode == code, result.stderr
     report = result.stderr[result.stderr.index("accelerate launch: rank") :].splitlines()
     assert re.fullmatch(rf"accelerate launch: rank 1 \(pid \d+\) failed with {status} \(the first to fail\).*",
@@ -288,18 +367,11 @@ _GPU_CONFIG = (
 )
 
 
-def test_a_multi_gpu_config_on_a_machine_without_gpus_warns_once_and_runs_on_cpu(tmp_path: Path) -> None:
-    config = tmp_path / "gpu_config.yaml"
-    config.write_text(_GPU_CONFIG)
-    script = tmp_path / "where.py"
-    script.write_text(
-        # wait_for_everyone: a rank that exits while its peer still connects would fail the peer.
-        "from accelerate import PartialState\ns = PartialState()\ns.wait_for_everyone()\n"
-        "import sys\nsys.stdout.write(f'RAN {s.process_index} {s.num_processes} {s.device.type} {s.backend}\\n')\n"
-    )
-    with reserved_port() as port:
-        result = run_cli("launch", "--config_file", str(config), "--main_process_port", str(port), str(script),
-                         home=tmp_path, CUDA_VISIBLE_DEVICES="")  # fmt: skip
+def test_a_multi_gpu_config_on_a_machine_without_gpus_warns_once_and_runs_on_cpu(
+    launches: SideBySide,
+) -> None:
+    config = launches.folder("gpu_config") / "gpu_config.yaml"
+    result = launches.result("gpu_config")
     assert result.returncode == 0, result.stderr
     assert sorted(line for line in result.stdout.splitlines() if line.startswith("RAN")) == [
         "RAN 0 2 cpu gloo",
@@ -335,22 +407,13 @@ def test_dry_run_gives_the_same_warning_for_gpu_flags_without_gpus(
     assert "ACCELERATE_USE_CPU=true" in result.stdout and "CUDA_VISIBLE_DEVICES" not in result.stdout
 
 
-@pytest.mark.parametrize(
-    "sizes",
-    [
-        ("--parallelism_config_tp_size", "2"),
-        ("--parallelism_config_dp_replicate_size", "2"),
-        ("--parallelism_config_sp_size", "2"),  # the native Ulysses: no DeepSpeed
-    ],
-)
-def test_two_processes_get_the_launchers_parallelism_config(tmp_path: Path, sizes: tuple[str, str]) -> None:
+@pytest.mark.parametrize("sizes", _PARALLELISM_SIZES)
+def test_two_processes_get_the_launchers_parallelism_config(
+    launches: SideBySide, sizes: tuple[str, str]
+) -> None:
     # Upstream ties these flags to FSDP2; on CPU processes tensor parallelism alone must launch.
-    out = tmp_path / "out"
-    out.mkdir()
-    with reserved_port() as port:
-        result = run_cli("launch", "--cpu", "--num_processes", "2", "--main_process_port", str(port),
-                         "--use_parallelism_config", *sizes, str(SCRIPTS / "report_parallelism.py"), str(out),
-                         home=tmp_path)  # fmt: skip
+    out = launches.folder(f"parallelism-{sizes[0]}") / "out"
+    result = launches.result(f"parallelism-{sizes[0]}")
     assert result.returncode == 0, result.stdout + result.stderr
     reports = [json.loads((out / f"rank{rank}.json").read_text()) for rank in range(2)]
     dim = sizes[0].removeprefix("--parallelism_config_").removesuffix("_size")

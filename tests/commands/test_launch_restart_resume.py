@@ -6,36 +6,75 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.commands.helpers import SCRIPTS, reserved_port, run_cli
+from tests.commands.helpers import SCRIPTS, accelerate_cmd, cli_env, reserved_port
+from tests.helpers.side_by_side import BackgroundRun, selected
 
 SCRIPT = str(SCRIPTS / "resume_after_crash.py")
-
-
-def _launch(home: Path, name: str, *extra: str, restarts: int = 1) -> subprocess.CompletedProcess[str]:
-    with reserved_port() as port:
-        return run_cli("launch", "--cpu", "--num_processes", "2", "--main_process_port", str(port),
-                       "--max_restarts", str(restarts), "--monitor_interval", "0.2", SCRIPT,
-                       str(home / name), str(home / f"{name}.pt"), *extra, home=home, timeout=240)  # fmt: skip
+# The runs, each as (its extra script arguments, --max_restarts); the module starts the ones its
+# selected tests read side by side (tests/helpers/side_by_side.py): each spends much of its time in
+# start-up and in the restart's teardown, so together they take far less than one after the other.
+_RUNS: dict[str, tuple[tuple[str, ...], int]] = {
+    "reference": ((), 0),
+    "crashed": (("--die", "once"), 1),
+    "stateless": (("--die", "once", "--stateless_loader"), 1),
+    "doomed": (("--die", "always"), 1),
+}
+_RUNS_OF_TEST = {
+    "test_a_run_that_loses_a_rank_ends_bitwise_like_an_uninterrupted_one": ("reference", "crashed"),
+    "test_the_same_with_upstreams_default_loader_and_the_skip": ("reference", "stateless"),
+    "test_the_console_names_the_failed_rank_why_and_the_restart": ("crashed",),
+    "test_when_restarts_run_out_the_launcher_exits_with_the_failure": ("doomed",),
+}
 
 
 @pytest.fixture(scope="module")
-def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Holds the uninterrupted reference run's final parameters (reference.pt)."""
+def launched(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Path, dict[str, BackgroundRun]]]:
+    """The folder all runs write to (NAME/ projects, NAME.pt parameters) and the runs, started at once.
+
+    The uninterrupted reference run (--max_restarts 0) leaves reference.pt.
+    """
     home = tmp_path_factory.mktemp("restart")
-    reference = _launch(home, "reference", restarts=0)
+    runs: dict[str, BackgroundRun] = {}
+    with contextlib.ExitStack() as ports:  # each port held until the module ends
+        try:
+            for name in sorted(selected(request, _RUNS_OF_TEST)):
+                extra, restarts = _RUNS[name]
+                port = ports.enter_context(reserved_port())
+                cmd = accelerate_cmd(
+                    "launch", "--cpu", "--num_processes", "2", "--main_process_port", str(port),
+                    "--max_restarts", str(restarts), "--monitor_interval", "0.2", SCRIPT,
+                    str(home / name), str(home / f"{name}.pt"), *extra,
+                )  # fmt: skip
+                runs[name] = BackgroundRun(cmd, folder=home / "logs" / name, env=cli_env(home), timeout=240)
+            yield home, runs
+        finally:
+            for run in runs.values():
+                run.stop()
+
+
+@pytest.fixture(scope="module")
+def home(launched: tuple[Path, dict[str, BackgroundRun]]) -> Path:
+    """Holds the uninterrupted reference run's final parameters (reference.pt)."""
+    home, runs = launched
+    reference = runs["reference"].result()
     assert reference.returncode == 0, reference.stdout + reference.stderr
     return home
 
 
 @pytest.fixture(scope="module")
-def runs(home: Path) -> tuple[Path, subprocess.CompletedProcess[str]]:
-    return home, _launch(home, "crashed", "--die", "once")
+def runs(launched: tuple[Path, dict[str, BackgroundRun]]) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    home, started = launched
+    return home, started["crashed"].result()
 
 
 def _check_resumed_bitwise(home: Path, name: str, crashed: subprocess.CompletedProcess[str]) -> None:
@@ -60,11 +99,12 @@ def test_a_run_that_loses_a_rank_ends_bitwise_like_an_uninterrupted_one(
     _check_resumed_bitwise(home, "crashed", crashed)
 
 
-def test_the_same_with_upstreams_default_loader_and_the_skip(home: Path) -> None:
+def test_the_same_with_upstreams_default_loader_and_the_skip(
+    home: Path, launched: tuple[Path, dict[str, BackgroundRun]]
+) -> None:
     # use_stateful_dataloader=False: load_state restores epoch and shuffle only; the script's
     # skip_first_batches passes over the batches the interrupted epoch already trained on.
-    crashed = _launch(home, "stateless", "--die", "once", "--stateless_loader")
-    _check_resumed_bitwise(home, "stateless", crashed)
+    _check_resumed_bitwise(home, "stateless", launched[1]["stateless"].result())
 
 
 def test_the_console_names_the_failed_rank_why_and_the_restart(
@@ -79,8 +119,10 @@ def test_the_console_names_the_failed_rank_why_and_the_restart(
     assert "no restarts left" not in crashed.stderr
 
 
-def test_when_restarts_run_out_the_launcher_exits_with_the_failure(tmp_path: Path) -> None:
-    result = _launch(tmp_path, "doomed", "--die", "always")
+def test_when_restarts_run_out_the_launcher_exits_with_the_failure(
+    launched: tuple[Path, dict[str, BackgroundRun]],
+) -> None:
+    result = launched[1]["doomed"].result()
     assert result.returncode == 13, result.stdout + result.stderr
     assert result.stderr.count("restart attempt 1 of 1") == 1
     # The second attempt resumed from the checkpoint the first one committed, then died again.

@@ -16,6 +16,7 @@ import pytest
 
 from accelerate.launch.cluster import slurm_port
 from tests.commands.helpers import SCRIPTS, accelerate_cmd, cli_env, reserved_port
+from tests.helpers.side_by_side import SideBySide, selected
 
 TRAIN = str(SCRIPTS / "train_regression.py")
 
@@ -72,11 +73,47 @@ def test_dry_run_shows_where_each_value_came_from(tmp_path: Path) -> None:
     assert "num_machines=2 (from slurm: SLURM_STEP_NUM_NODES)" in refused.stderr
 
 
-def test_one_node_allocation_runs_for_real(tmp_path: Path) -> None:
-    out = tmp_path / "params.json"
-    with reserved_port() as port:
-        result = launch("--cpu", "--num_processes", "2", "--main_process_port", str(port), TRAIN, str(out),
-                        home=tmp_path, env=slurm_env(7, 0, nodes=1, node=0))  # fmt: skip
+def _one_node(folder: Path, port: int) -> tuple[list[str], dict[str, str]]:
+    cmd = accelerate_cmd("launch", "--cpu", "--num_processes", "2", "--main_process_port", str(port), TRAIN,
+                         str(folder / "params.json"))  # fmt: skip
+    return cmd, cli_env(folder, **slurm_env(7, 0, nodes=1, node=0))
+
+
+def _mpirun_two_machines(folder: Path, port: int) -> tuple[list[str], dict[str, str]]:
+    # Each rank forgets that its peer shares this machine, as on two machines with one rank each.
+    forget = ("unset OMPI_COMM_WORLD_LOCAL_SIZE OMPI_COMM_WORLD_LOCAL_RANK MPI_LOCALNRANKS MPI_LOCALRANKID; "
+              'exec "$@"')  # fmt: skip
+    launcher = accelerate_cmd("launch", "--cpu", "--main_process_ip", "127.0.0.1", "--main_process_port", str(port),
+                              TRAIN, str(folder / "params.json"))  # fmt: skip
+    return mpirun_cmd(2, "sh", "-c", forget, "sh", *launcher, home=folder)
+
+
+# The real 2-process launches that run one command each start ahead of their tests, side by side
+# (tests/helpers/side_by_side.py); the two-launcher loopback test runs while they do.
+_CASES_OF_TEST = {
+    "test_one_node_allocation_runs_for_real": ["one_node"],
+    "test_mpirun_starts_one_launcher_per_simulated_machine": ["mpirun"] if shutil.which("mpirun") else [],
+}
+
+
+@pytest.fixture(scope="module")
+def launches(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SideBySide]:
+    runs = SideBySide(tmp_path_factory.mktemp("launches"), at_once=2, timeout=240, reserve_port=reserved_port)
+    wanted = selected(request, _CASES_OF_TEST)
+    for name, command in (("one_node", _one_node), ("mpirun", _mpirun_two_machines)):
+        if name in wanted:
+            runs.add(name, command)
+    try:
+        yield runs
+    finally:
+        runs.close()
+
+
+def test_one_node_allocation_runs_for_real(launches: SideBySide) -> None:
+    out = launches.folder("one_node") / "params.json"
+    result = launches.result("one_node")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Slurm job 7, step 0: this is node 0 of 1" in result.stderr
     assert "world_size=2 rank=0 env_world=2" in result.stdout and "world_size=2 rank=1" in result.stdout
@@ -115,7 +152,8 @@ needs_mpirun = pytest.mark.skipif(
 )
 
 
-def mpirun(ranks: int, *command: str, home: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+def mpirun_cmd(ranks: int, *command: str, home: Path) -> tuple[list[str], dict[str, str]]:
+    """The mpirun command line starting COMMAND on RANKS ranks, and its environment."""
     from accelerate.launch.mpirun import OPEN_MPI, mpi_flavour, mpirun_environ
 
     found = str(shutil.which("mpirun"))
@@ -124,8 +162,12 @@ def mpirun(ranks: int, *command: str, home: Path, timeout: float = 240) -> subpr
         cmd = [found, "-np", str(ranks), "--oversubscribe", "--bind-to", "none"]
     else:
         cmd = [found, "-n", str(ranks)]
-    return subprocess.run([*cmd, *command], env=cli_env(home, **mpirun_environ(flavour)), capture_output=True,
-                          text=True, timeout=timeout)  # fmt: skip
+    return [*cmd, *command], cli_env(home, **mpirun_environ(flavour))
+
+
+def mpirun(ranks: int, *command: str, home: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    cmd, env = mpirun_cmd(ranks, *command, home=home)
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 @needs_mpirun
@@ -140,14 +182,9 @@ def test_mpirun_rank_variables_reach_the_plan(tmp_path: Path) -> None:
 
 
 @needs_mpirun
-def test_mpirun_starts_one_launcher_per_simulated_machine(tmp_path: Path) -> None:
-    # Each rank forgets that its peer shares this machine, as on two machines with one rank each.
-    forget = ("unset OMPI_COMM_WORLD_LOCAL_SIZE OMPI_COMM_WORLD_LOCAL_RANK MPI_LOCALNRANKS MPI_LOCALRANKID; "
-              'exec "$@"')  # fmt: skip
-    with reserved_port() as port:
-        result = mpirun(2, "sh", "-c", forget, "sh",
-                        *accelerate_cmd("launch", "--cpu", "--main_process_ip", "127.0.0.1", "--main_process_port",
-                                        str(port), TRAIN, str(tmp_path / "params.json")), home=tmp_path)  # fmt: skip
+def test_mpirun_starts_one_launcher_per_simulated_machine(launches: SideBySide) -> None:
+    # Each rank forgets that its peer shares this machine (see _mpirun_two_machines).
+    result = launches.result("mpirun")
     assert result.returncode == 0, result.stdout + result.stderr
     for rank in (0, 1):
         assert f"world_size=2 rank={rank} env_world=2 backend=gloo" in result.stdout

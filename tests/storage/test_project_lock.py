@@ -19,19 +19,24 @@ from accelerate.storage.project_lock import LOCK_NAME, ProjectBusyError, own_pro
 from accelerate.utils import ProjectConfiguration
 from tests.helpers.pool import WorkerPool
 
-# Job A: saves with a pre-hook that announces itself and then takes its time (the save is under way).
+# Job A: saves with a pre-hook that announces itself (the save is under way) and then holds the save
+# until the test has seen the second job refused (the RELEASE file), however slow the machine is.
 _JOB_A = """
 import sys, time, torch
 from pathlib import Path
 from accelerate import Accelerator
 from accelerate.utils import ProjectConfiguration
-project, marker = sys.argv[1], Path(sys.argv[2])
+project, marker, release = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
 accelerator = Accelerator(cpu=True, project_config=ProjectConfiguration(project_dir=project,
                           automatic_checkpoint_naming=True))
 accelerator.prepare(torch.nn.Linear(2, 2))
 def slow(models, weights, folder):
     marker.write_text(folder)
-    time.sleep(float(sys.argv[3]))
+    deadline = time.monotonic() + 120  # only ends a test that never releases it
+    while not release.exists():
+        if time.monotonic() > deadline:
+            raise SystemExit("job A: never released")
+        time.sleep(0.02)
 accelerator.register_save_state_pre_hook(slow)
 accelerator.save_state()
 """
@@ -52,13 +57,14 @@ def _wait_for(path: Path, timeout: float = 120) -> None:
 
 
 def test_a_second_job_gets_one_error_naming_the_first_then_saves_after_it(tmp_path: Path) -> None:
-    project, marker = tmp_path / "project", tmp_path / "saving"
-    job_a = subprocess.Popen([sys.executable, "-c", _JOB_A, str(project), str(marker), "4"])
+    project, marker, release = tmp_path / "project", tmp_path / "saving", tmp_path / "release"
+    job_a = subprocess.Popen([sys.executable, "-c", _JOB_A, str(project), str(marker), str(release)])
     try:
         _wait_for(marker)
         accelerator = _accelerator(project)
         with pytest.raises(ProjectBusyError) as caught:
             accelerator.save_state()
+        release.touch()  # job A's save, under way all along, may finish now
         message = str(caught.value)
         assert f"pid {job_a.pid}" in message and f"host {socket.gethostname()}" in message
         assert "owner since" in message and "project_dir" in message
