@@ -14,6 +14,7 @@ next call starts a fresh one) and fails the test with what each rank said — ne
 
 from __future__ import annotations
 
+import gc
 import importlib
 import multiprocessing as mp
 import os
@@ -55,6 +56,11 @@ def _worker(rank: int, world_size: int, port: int, conn: Connection) -> None:
     torch.set_num_threads(1)
     from accelerate.state import reset_state
 
+    # As the test process does (tests/conftest.py, freeze_imported_objects): torch's objects out of
+    # the collector's walks, else every gc.collect of a payload (each retry of
+    # find_executable_batch_size, each free_memory) walks them for about a second on a busy core.
+    gc.collect()
+    gc.freeze()
     base_env = dict(os.environ)
     while True:
         message = conn.recv()

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.helpers.deepspeed_pool import DeepSpeedPool
 from tests.helpers.pool import WorkerPool
 from tests.planning.zero_payload import zero_peak
 
@@ -26,7 +27,7 @@ ENV = {"DS_ACCELERATOR": "cpu"}
 @pytest.fixture(scope="module")
 def ds_pool() -> Iterator[WorkerPool]:
     # A pool of its own: DeepSpeed keeps process-wide state that other tests' workers need not carry.
-    pool = WorkerPool(2)
+    pool = DeepSpeedPool(2)  # imports DeepSpeed without mlflow (tests/helpers/deepspeed_pool.py)
     yield pool
     pool.close()
 

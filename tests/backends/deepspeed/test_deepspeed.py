@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +16,9 @@ pytest.importorskip("deepspeed", reason="DeepSpeed tests need deepspeed (make te
 ENV = {"DS_ACCELERATOR": "cpu"}
 
 
-@pytest.fixture(scope="module")
-def ds_pool() -> Iterator[WorkerPool]:
-    # A pool of its own: DeepSpeed keeps process-wide state (its comm backend) that other tests' workers need not carry.
-    pool = WorkerPool(2)
-    yield pool
-    pool.close()
+@pytest.fixture
+def ds_pool(ds_pools: dict[int, WorkerPool]) -> WorkerPool:
+    return ds_pools[2]  # shared with this folder's other modules (conftest.py)
 
 
 def _close(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], atol: float) -> None:

@@ -7,7 +7,6 @@ touches the engine."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +27,8 @@ SAVE_AFTER = 3
 
 
 @pytest.fixture(scope="module")
-def pools() -> Iterator[dict[int, WorkerPool]]:
-    made = {1: WorkerPool(1), 2: WorkerPool(2)}
-    yield made
-    for pool in made.values():
-        pool.close()
+def pools(ds_pools: dict[int, WorkerPool]) -> dict[int, WorkerPool]:
+    return ds_pools  # shared with this folder's other modules (conftest.py)
 
 
 @pytest.fixture(scope="module")
