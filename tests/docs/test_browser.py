@@ -45,11 +45,16 @@ def _chromium() -> str | None:
 
 
 @pytest.fixture(scope="module")
-def browser() -> str:
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_DevTools]:
+    """One Chromium for the module: each test opens its pages in tabs of it (a start costs seconds)."""
     binary = _chromium()
     if binary is None:
         pytest.skip("no Chromium binary found (set CHROMIUM=/path/to/chromium to use another)")
-    return binary
+    devtools = _DevTools(binary, tmp_path_factory.mktemp("chromium") / "profile")
+    try:
+        yield devtools
+    finally:
+        devtools.close()
 
 
 @pytest.fixture(scope="module")
@@ -75,46 +80,40 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 _FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run")
 
 
-def _dom(browser: str, url: str, tmp_path: Path) -> str:
-    """The page's DOM after its scripts ran (``--dump-dom`` waits for the load event)."""
-    done = subprocess.run(
-        [
-            browser,
-            *_FLAGS,
-            f"--user-data-dir={tmp_path / 'profile'}",
-            "--virtual-time-budget=5000",
-            "--dump-dom",
-            url,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, f"chromium failed on {url}:\n{done.stderr[-3000:]}"
-    return done.stdout
+# True once the tab has left about:blank and the page's load event has fired.
+_LOADED = "location.href !== 'about:blank' && document.readyState === 'complete'"
 
 
-def test_english_quick_tour_runs_its_scripts(browser: str, server: str, tmp_path: Path) -> None:
-    dom = _dom(browser, f"{server}/get-started/quick-tour/", tmp_path)
-    assert "Quick tour" in dom
-    assert "md-code__button" in dom, (
-        "Material's JavaScript did not run (it adds a copy button to each code block)"
+def _dom(browser: _DevTools, url: str, ready: str = _LOADED, what: str = "the page to load") -> str:
+    """The page's DOM once the JavaScript condition ``ready`` holds (at most 30 s)."""
+    dom = browser.wait_for(url, f"(() => {ready} ? document.documentElement.outerHTML : null)()")
+    assert dom is not None, f"{url}: waited 30 s for {what}"
+    return str(dom)
+
+
+def test_english_quick_tour_runs_its_scripts(browser: _DevTools, server: str) -> None:
+    dom = _dom(
+        browser,
+        f"{server}/get-started/quick-tour/",
+        ready=f"{_LOADED} && document.querySelector('.md-code__button') !== null",
+        what="Material's JavaScript, which adds a copy button to each code block",
     )
+    assert "Quick tour" in dom and "md-code__button" in dom
     for lang in ("zh", "hi"):
         assert f'hreflang="{lang}"' in dom, f"the language switcher has no {lang} entry"
 
 
-def test_translated_pages_and_fallback(browser: str, server: str, tmp_path: Path) -> None:
-    zh = _dom(browser, f"{server}/zh/get-started/quick-tour/", tmp_path)
+def test_translated_pages_and_fallback(browser: _DevTools, server: str) -> None:
+    zh = _dom(browser, f"{server}/zh/get-started/quick-tour/")
     assert "快速上手" in zh and 'lang="zh"' in zh
-    hi = _dom(browser, f"{server}/hi/tutorials/distributed-training/", tmp_path)
+    hi = _dom(browser, f"{server}/hi/tutorials/distributed-training/")
     assert "डिस्ट्रिब्यूटेड ट्रेनिंग" in hi and 'lang="hi"' in hi
-    fallback = _dom(browser, f"{server}/hi/how-to/hang-diagnosis/", tmp_path)
+    fallback = _dom(browser, f"{server}/hi/how-to/hang-diagnosis/")
     assert "Diagnose a hang" in fallback  # an untranslated page shows the English text
 
 
-def test_generated_cli_reference_in_the_browser(browser: str, server: str, tmp_path: Path) -> None:
-    dom = _dom(browser, f"{server}/reference/cli/", tmp_path)
+def test_generated_cli_reference_in_the_browser(browser: _DevTools, server: str) -> None:
+    dom = _dom(browser, f"{server}/reference/cli/")
     assert "--num_processes" in dom and "<table>" in dom
 
 
@@ -122,7 +121,8 @@ class _DevTools:
     """Chromium driven over ``--remote-debugging-pipe`` (the DevTools protocol on fds 3 and 4).
 
     ``--dump-dom`` cannot see search results: Material searches in a web worker, and the DOM is
-    dumped at the load event, before the worker answers. Over the pipe a test can wait for them.
+    dumped at the load event, before the worker answers. Over the pipe a test can wait for them, and
+    one browser serves every page of the module, each in its own tab.
     """
 
     def __init__(self, browser: str, profile: Path) -> None:
@@ -169,19 +169,25 @@ class _DevTools:
         raise TimeoutError(f"chromium did not answer {method} within 60 s")
 
     def wait_for(self, url: str, expression: str, timeout_s: float = 30) -> Any:
-        """Opens url and returns the first non-null value of the JavaScript expression (None if none came)."""
+        """Opens url in a new tab and returns the first non-null value of the JavaScript expression
+        (None if none came); the tab is closed again."""
         target = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
-        session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
-        navigated = self.call("Page.navigate", {"url": url}, session)
-        assert "errorText" not in navigated, f"{url}: {navigated['errorText']}"
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            result = self.call("Runtime.evaluate", {"expression": expression, "returnByValue": True}, session)
-            value = result.get("result", {}).get("value")
-            if value is not None:
-                return value
-            time.sleep(0.25)
-        return None
+        try:
+            session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+            navigated = self.call("Page.navigate", {"url": url}, session)
+            assert "errorText" not in navigated, f"{url}: {navigated['errorText']}"
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                result = self.call(
+                    "Runtime.evaluate", {"expression": expression, "returnByValue": True}, session
+                )
+                value = result.get("result", {}).get("value")
+                if value is not None:
+                    return value
+                time.sleep(0.25)
+            return None
+        finally:
+            self.call("Target.closeTarget", {"targetId": target})
 
     def close(self) -> None:
         try:
@@ -213,25 +219,20 @@ _SEARCH_RESULTS = """(() => {
     ],
 )
 def test_search_finds_results_on_the_translated_sites(
-    browser: str, server: str, tmp_path: Path, lang: str, query: str, expected: str
+    browser: _DevTools, server: str, lang: str, query: str, expected: str
 ) -> None:
-    devtools = _DevTools(browser, tmp_path / "profile")
-    try:
-        # Material opens the search with the query of ?q= and runs it once its worker has the index.
-        url = f"{server}/{lang}/?q={urllib.parse.quote(query)}"
-        links = devtools.wait_for(url, _SEARCH_RESULTS)
-    finally:
-        devtools.close()
+    # Material opens the search with the query of ?q= and runs it once its worker has the index.
+    links = browser.wait_for(f"{server}/{lang}/?q={urllib.parse.quote(query)}", _SEARCH_RESULTS)
     assert links, f"searching {query!r} on the {lang} site found nothing within 30 s"
     resolved = [urllib.parse.urljoin(f"{server}/{lang}/", link) for link in links]
     assert any(f"{server}/{expected}" in link for link in resolved), resolved
 
 
-def test_language_switcher_reaches_every_language(browser: str, server: str, tmp_path: Path) -> None:
+def test_language_switcher_reaches_every_language(browser: _DevTools, server: str) -> None:
     titles = {"en": "Quick tour", "zh": "快速上手", "hi": "झलक"}
     for lang in titles:
         page = f"{server}/{'' if lang == 'en' else lang + '/'}get-started/quick-tour/"
-        links = dict(re.findall(r'<a href="([^"]*)" hreflang="(\w+)"', _dom(browser, page, tmp_path)))
+        links = dict(re.findall(r'<a href="([^"]*)" hreflang="(\w+)"', _dom(browser, page)))
         targets = {code: urllib.parse.urljoin(page, href) for href, code in links.items()}
         assert set(targets) == set(titles), f"{page}: the switcher offers {sorted(targets)}"
         for code, target in targets.items():
