@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.commands.helpers import SCRIPTS, accelerate_cmd, cli_env, reserved_port, run_cli
-from tests.helpers.side_by_side import SideBySide, selected
+from tests.helpers.side_by_side import SideBySide, selected_runs
 
 TRAIN = str(SCRIPTS / "train_regression.py")
 LAUNCH_2 = ("launch", "--cpu", "--num_processes", "2")
@@ -94,17 +94,11 @@ def launches(
         "gpu_config": _gpu_config_without_gpus,
         **{f"parallelism-{sizes[0]}": _parallelism(sizes) for sizes in _PARALLELISM_SIZES},
     }
-    runs = SideBySide(
-        tmp_path_factory.mktemp("launches"), at_once=_AT_ONCE, timeout=240, reserve_port=reserved_port
-    )
-    wanted = selected(request, _CASES_OF_TEST)
-    for name, command in commands.items():  # in the tests' order
-        if name in wanted:
-            runs.add(name, command)
-    try:
+    with selected_runs(
+        request, tmp_path_factory.mktemp("launches"), commands, _CASES_OF_TEST,  # in the tests' order
+        at_once=_AT_ONCE, timeout=240, reserve_port=reserved_port,
+    ) as runs:  # fmt: skip
         yield runs
-    finally:
-        runs.close()
 
 
 @pytest.fixture(scope="module")

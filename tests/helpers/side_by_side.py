@@ -15,7 +15,7 @@ import contextlib
 import os
 import signal
 import subprocess
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager as ContextManager
 from pathlib import Path
 
@@ -143,3 +143,27 @@ class SideBySide:
                 self._start(name)
             except Exception as exc:  # noqa: BLE001 - raised again by result(name), in its own test
                 self._could_not_start[name] = exc
+
+
+@contextlib.contextmanager
+def selected_runs(
+    request: pytest.FixtureRequest,
+    root: Path,
+    commands: Mapping[str, CommandOf],
+    cases_of_test: Mapping[str, Iterable[str]],
+    *,
+    at_once: int,
+    timeout: float,
+    reserve_port: Callable[[], ContextManager[int]],
+) -> Iterator[SideBySide]:
+    """A module's :class:`SideBySide` holding those of ``commands`` (in their order: the tests') that
+    this session's selected tests read (``cases_of_test``, see :func:`selected`); closed on exit."""
+    runs = SideBySide(root, at_once=at_once, timeout=timeout, reserve_port=reserve_port)
+    wanted = selected(request, cases_of_test)
+    for name, command in commands.items():
+        if name in wanted:
+            runs.add(name, command)
+    try:
+        yield runs
+    finally:
+        runs.close()

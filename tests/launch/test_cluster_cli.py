@@ -16,7 +16,7 @@ import pytest
 
 from accelerate.launch.cluster import slurm_port
 from tests.commands.helpers import SCRIPTS, accelerate_cmd, cli_env, reserved_port
-from tests.helpers.side_by_side import SideBySide, selected
+from tests.helpers.side_by_side import SideBySide, selected_runs
 
 TRAIN = str(SCRIPTS / "train_regression.py")
 
@@ -100,15 +100,12 @@ _CASES_OF_TEST = {
 def launches(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[SideBySide]:
-    runs = SideBySide(tmp_path_factory.mktemp("launches"), at_once=2, timeout=240, reserve_port=reserved_port)
-    wanted = selected(request, _CASES_OF_TEST)
-    for name, command in (("one_node", _one_node), ("mpirun", _mpirun_two_machines)):
-        if name in wanted:
-            runs.add(name, command)
-    try:
+    commands = {"one_node": _one_node, "mpirun": _mpirun_two_machines}
+    with selected_runs(
+        request, tmp_path_factory.mktemp("launches"), commands, _CASES_OF_TEST,
+        at_once=2, timeout=240, reserve_port=reserved_port,
+    ) as runs:  # fmt: skip
         yield runs
-    finally:
-        runs.close()
 
 
 def test_one_node_allocation_runs_for_real(launches: SideBySide) -> None:
