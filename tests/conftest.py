@@ -12,6 +12,9 @@ import torch
 
 from tests.helpers.pool import WorkerPool
 
+# The early_run fixture: commands that start with the session (tests/helpers/early.py).
+pytest_plugins = ["tests.helpers.early"]
+
 _POOLS: dict[int, WorkerPool] = {}
 
 # The suite is written for CPU: on a machine with a GPU, unmarked tests (and the pool workers and

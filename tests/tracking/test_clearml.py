@@ -2,13 +2,14 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from accelerate.utils.imports import is_clearml_available
+from tests.helpers.early import EarlyRun
+from tests.helpers.side_by_side import BackgroundRun
 
 pytestmark = pytest.mark.skipif(not is_clearml_available(), reason="clearml is not installed")
 _ROOT = Path(__file__).resolve().parents[2]
@@ -48,20 +49,33 @@ def _train_and_log(folder_file: str) -> None:
     accelerator.end_training()
 
 
-def test_clearml_offline_session_holds_configuration_and_scalars(tmp_path: Path) -> None:
-    # Offline, with the session under tmp_path (ClearML keeps it in ~/.clearml/cache/offline), and with
+def _start_offline_session(folder: Path) -> BackgroundRun:
+    # Offline, with the session under `folder` (ClearML keeps it in ~/.clearml/cache/offline), and with
     # ClearML's default (Linux) set-up: reporting from a forked process, repository detection on. That
     # fork used to race `git status` in the detection thread and stall the close in about 1 run of 4.
-    env = {**os.environ, "CLEARML_OFFLINE_MODE": "1", "HOME": str(tmp_path)}
-    code = f"from tests.tracking.test_clearml import _train_and_log; _train_and_log({str(tmp_path / 'folder')!r})"
-    subprocess.run([sys.executable, "-c", code], cwd=_ROOT, env=env, check=True, timeout=150)
+    # ClearML's close then waits ~10 s for that process with the cores idle: the run starts with the
+    # session (tests/helpers/early.py).
+    env = {**os.environ, "CLEARML_OFFLINE_MODE": "1", "HOME": str(folder)}
+    code = (
+        f"from tests.tracking.test_clearml import _train_and_log; _train_and_log({str(folder / 'folder')!r})"
+    )
+    return BackgroundRun(
+        [sys.executable, "-c", code], folder=folder / "logs", env=env, timeout=150, cwd=_ROOT
+    )
+
+
+@pytest.mark.early(start=_start_offline_session)
+def test_clearml_offline_session_holds_configuration_and_scalars(early_run: EarlyRun) -> None:
+    result = early_run.result()
+    assert result.returncode == 0, result.stderr
+    home = early_run.folder
 
     # Read back the zip ClearML writes at close (what `Task.import_offline_session` takes), unpacked with
     # ClearML's own extractor, the first step of that importer.
     from clearml.storage.archive import extract_zip_archive
 
-    session = Path((tmp_path / "folder").read_text())
-    folder = tmp_path / "unpacked"
+    session = Path((home / "folder").read_text())
+    folder = home / "unpacked"
     extract_zip_archive(archive_path=str(session.with_suffix(".zip")), target=str(folder))
     events = [
         event for line in (folder / "metrics.jsonl").read_text().splitlines() for event in json.loads(line)
