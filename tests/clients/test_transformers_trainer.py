@@ -12,16 +12,18 @@ import importlib.util
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.commands.helpers import REPO, accelerate_cmd, cli_env, reserved_port
+from tests.helpers.side_by_side import CommandOf, SideBySide, selected_runs
 
 pytest.importorskip("transformers")
 
-SCRIPT = "tests/clients/trainer_run.py"
+SCRIPT = str(REPO / "tests/clients/trainer_run.py")
 ARGS = ("4", "--bf16", "--accumulation", "2")
 
 
@@ -61,42 +63,78 @@ def _check(
     assert full["eval_loss_after_second_trainer"] == full["eval_loss"]
 
 
-def test_trainer_one_process(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, SCRIPT, str(tmp_path), *ARGS],
-        cwd=REPO, env=_env(tmp_path), capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    _check(_report(proc), world_size=1)
+def _one_process(*extra: str) -> CommandOf:
+    def command(folder: Path, port: int) -> tuple[list[str], dict[str, str]]:
+        return [sys.executable, SCRIPT, str(folder), *ARGS, *extra], _env(folder)
+
+    return command
 
 
-def test_trainer_two_processes_through_accelerate_launch(tmp_path: Path) -> None:
-    with reserved_port() as port:
-        proc = subprocess.run(
-            accelerate_cmd("launch", "--cpu", "--num_processes", "2", "--main_process_port", str(port), SCRIPT,
-                           str(tmp_path), *ARGS),
-            cwd=REPO, env=_env(tmp_path), capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
-    _check(_report(proc), world_size=2)
+def _accelerate_launch(folder: Path, port: int) -> tuple[list[str], dict[str, str]]:
+    cmd = accelerate_cmd("launch", "--cpu", "--num_processes", "2", "--main_process_port", str(port), SCRIPT,
+                         str(folder), *ARGS)  # fmt: skip
+    return cmd, _env(folder)
 
 
-def test_trainer_two_processes_through_torchrun(tmp_path: Path) -> None:
+def _torchrun(script: str, *args: str, **env: str) -> CommandOf:
     # torchrun starts the processes itself; our state reads its RANK/WORLD_SIZE/MASTER_* (gloo on CPU).
-    with reserved_port() as port:
-        proc = subprocess.run(
-            [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
-             SCRIPT, str(tmp_path), *ARGS],
-            cwd=REPO, env=_env(tmp_path), capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
-    _check(_report(proc), world_size=2)
+    def command(folder: Path, port: int) -> tuple[list[str], dict[str, str]]:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
+               script, str(folder), *args]  # fmt: skip
+        return cmd, {**_env(folder), **env}
+
+    return command
 
 
-def test_trainer_with_a_peft_lora_adapter(tmp_path: Path) -> None:
-    pytest.importorskip("peft")
-    proc = subprocess.run(
-        [sys.executable, SCRIPT, str(tmp_path), *ARGS, "--lora"],
-        cwd=REPO, env=_env(tmp_path), capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    report = _report(proc)
+# Each test's run only writes its own folder: they run side by side, two at a time, the two
+# one-process runs first (together they fill the two cores that one of them leaves half idle).
+_CASES_OF_TEST = {
+    "test_trainer_one_process": ["one_process"],
+    "test_trainer_with_a_peft_lora_adapter": ["lora"],
+    "test_trainer_two_processes_through_accelerate_launch": ["accelerate_launch"],
+    "test_trainer_two_processes_through_torchrun": ["torchrun"],
+    "test_trainer_under_deepspeed_with_accumulation_in_the_config": ["deepspeed"],
+}
+
+
+@pytest.fixture(scope="module")
+def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SideBySide]:
+    commands: dict[str, CommandOf] = {
+        "one_process": _one_process(),
+        "accelerate_launch": _accelerate_launch,
+        "torchrun": _torchrun(SCRIPT, *ARGS),
+    }
+    if importlib.util.find_spec("peft") is not None:
+        commands["lora"] = _one_process("--lora")
+    # Not imported here (it sets environment variables): only looked up.
+    if importlib.util.find_spec("deepspeed") is not None:
+        commands["deepspeed"] = _torchrun(
+            str(REPO / "tests/clients/trainer_deepspeed_run.py"), DS_ACCELERATOR="cpu"
+        )
+    order = [name for names in _CASES_OF_TEST.values() for name in names if name in commands]
+    with selected_runs(
+        request, tmp_path_factory.mktemp("trainer"), {name: commands[name] for name in order},
+        _CASES_OF_TEST, at_once=2, timeout=600, reserve_port=reserved_port,
+    ) as side_by_side:  # fmt: skip
+        yield side_by_side
+
+
+def test_trainer_one_process(runs: SideBySide) -> None:
+    _check(_report(runs.result("one_process")), world_size=1)
+
+
+def test_trainer_two_processes_through_accelerate_launch(runs: SideBySide) -> None:
+    _check(_report(runs.result("accelerate_launch")), world_size=2)
+
+
+def test_trainer_two_processes_through_torchrun(runs: SideBySide) -> None:
+    _check(_report(runs.result("torchrun")), world_size=2)
+
+
+def test_trainer_with_a_peft_lora_adapter(runs: SideBySide) -> None:
+    if importlib.util.find_spec("peft") is None:
+        pytest.skip("peft is not installed")
+    report = _report(runs.result("lora"))
     # Only the adapter (and the new classifier head peft keeps trainable for SEQ_CLS) trains and is saved.
     _check(report, world_size=1, saved=("adapter_model.safetensors", "adapter_config.json"))
     trainable = report["full"]["trainable"]
@@ -104,18 +142,12 @@ def test_trainer_with_a_peft_lora_adapter(tmp_path: Path) -> None:
     assert "model.safetensors" not in report["full"]["final_files"]
 
 
-def test_trainer_under_deepspeed_with_accumulation_in_the_config(tmp_path: Path) -> None:
+def test_trainer_under_deepspeed_with_accumulation_in_the_config(runs: SideBySide) -> None:
     # The Trainer builds its Accelerator with GradientAccumulationPlugin(num_steps=1) while the
     # DeepSpeed config says gradient_accumulation_steps: 2; as upstream the config wins (no error).
     if importlib.util.find_spec("deepspeed") is None:  # not imported here: it sets environment variables
         pytest.skip("DeepSpeed tests need deepspeed (make test installs it)")
-    with reserved_port() as port:
-        proc = subprocess.run(
-            [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
-             "tests/clients/trainer_deepspeed_run.py", str(tmp_path)],
-            cwd=REPO, env={**_env(tmp_path), "DS_ACCELERATOR": "cpu"}, capture_output=True, text=True, timeout=600,
-        )  # fmt: skip
-    report = _report(proc)
+    report = _report(runs.result("deepspeed"))
     assert report["world_size"] == 2 and report["distributed_type"] == "DEEPSPEED"
     assert report["engine_gas"] == 2 and report["accelerator_gas"] == 2
     # 4 optimizer steps of 2 micro-batches each, and the engine stepped exactly that often.
