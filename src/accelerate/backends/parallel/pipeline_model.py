@@ -315,7 +315,8 @@ class PipelinedModel(nn.Module):
         return torch.stack(self._recorded).mean()
 
     def _from_last(self, value: torch.Tensor) -> torch.Tensor:
-        """``value`` of the last stage, on every rank of the ``pp`` group.
+        """``value`` of the last stage, on every rank of the ``pp`` group; ``value`` is a tensor this
+        call alone holds (:meth:`_mean_recorded`'s), used as the broadcast's buffer.
 
         The last stage ends its backward first (1F1B and GPipe), so a blocking broadcast there would
         hold its optimizer step until the first stage ends too. Its own value is already the right
@@ -323,7 +324,7 @@ class PipelinedModel(nn.Module):
         call or state read, so that an error still surfaces). The other ranks wait for the value, which
         has usually arrived by the time they end their backward: what they return is final.
         """
-        value = value.detach().to(self._device, torch.float32).clone()
+        value = value.detach().to(self._device, torch.float32)
         if self.holds_last_stage:
             # The buffer being sent stays private (a copy is returned), so nothing the caller does
             # to the loss can change what the other ranks receive.
