@@ -297,7 +297,7 @@ _IMPORT_ONE_BY_ONE = r"""
 import importlib, json, sys, traceback
 
 failed = {}
-for name in json.loads(sys.stdin.read()):
+for name in json.loads(sys.argv[1]):
     for loaded in [m for m in sys.modules if m == "accelerate" or m.startswith("accelerate.")]:
         del sys.modules[loaded]  # each module starts from a clean slate, as if imported first
     try:
@@ -310,18 +310,31 @@ print(json.dumps(failed))
 
 def test_every_module_imports_first_without_a_cycle() -> None:
     """Each module imported first (accelerate's own modules cleared before each), in a fresh interpreter:
-    a cycle shows as a partially initialised module, whichever module starts it."""
+    a cycle shows as a partially initialised module, whichever module starts it. The modules are
+    split between two interpreters that run side by side (one would leave a core idle)."""
     names = [_dotted(p) for p in _modules() if p.name != "__main__.py"]
-    result = subprocess.run(
-        [sys.executable, "-c", _IMPORT_ONE_BY_ONE],
-        input=json.dumps(names),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=SRC.parents[1],
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    failed = json.loads(result.stdout.strip().splitlines()[-1])
+    halves = [names[0::2], names[1::2]]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _IMPORT_ONE_BY_ONE, json.dumps(half)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=SRC.parents[1],
+        )  # fmt: skip
+        for half in halves
+    ]
+    failed: dict[str, str] = {}
+    try:
+        for proc in procs:
+            out, err = proc.communicate(timeout=600)
+            assert proc.returncode == 0, err[-4000:]
+            failed |= json.loads(out.strip().splitlines()[-1])
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     assert failed == {}, "\n".join(f"{name}:\n{trace}" for name, trace in failed.items())
 
 
