@@ -61,12 +61,14 @@ def interleave(raw: Step, accel: Step, steps: int, repeats: int, warmup: int = 2
 def interleave_accumulations(
     raw: Loop, accel: Loop, accumulations: Sequence[int], steps: int, repeats: int, warmup: int = 2
 ) -> dict[str, dict[str, list[float]]]:
-    """:func:`interleave` at each accumulation, under ``accum{K}``; ``steps`` counts micro-steps."""
+    """:func:`interleave` at each accumulation, under ``accum{K}``; ``steps`` optimizer steps per repeat
+    at every accumulation (a repeat of accumulation 4 runs four times the micro-steps: fewer optimizer
+    steps would leave each repeat's figure, and the row's median, noisier than the effect measured)."""
     out = {}
     for accum in accumulations:
         # One optimizer step of `accum` micro-steps per call, so the shared interleaving applies.
         raw_step, accel_step = functools.partial(raw, 1, accum), functools.partial(accel, 1, accum)
-        out[f"accum{accum}"] = interleave(raw_step, accel_step, max(2, steps // accum), repeats, warmup)
+        out[f"accum{accum}"] = interleave(raw_step, accel_step, steps, repeats, warmup)
     return out
 
 
@@ -135,8 +137,12 @@ def accelerate_token_steps(
 
 def parse_args(parser: argparse.ArgumentParser) -> argparse.Namespace:
     """The worker's own options plus the ones every worker takes (``--out`` and ``--t0`` from run_worker)."""
-    parser.add_argument("--steps", type=int, default=8, help="optimizer steps per repeat")
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument(
+        "--steps", type=int, default=8, help="optimizer steps per repeat, at each accumulation"
+    )
+    # Ten: one launch's repeats are the row's only samples (five left a median that moved by more
+    # than the 2% the rows judge from one idle run to the next).
+    parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--out", required=True)
     parser.add_argument("--t0", type=float, required=True)
     return parser.parse_args()

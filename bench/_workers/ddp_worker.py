@@ -88,9 +88,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mode", choices=["raw", "accelerate"], required=True)
     parser.add_argument(
-        "--steps", type=int, default=24, help="optimizer steps per repeat (accumulation 4: a quarter)"
+        "--steps", type=int, default=24, help="optimizer steps per repeat, at each accumulation"
     )
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=8)
     parser.add_argument("--out", required=True)
     parser.add_argument("--t0", type=float, required=True)
     args = parser.parse_args()
