@@ -7,6 +7,7 @@ that mkdocstrings cannot render. The build needs the ``docs`` extra; without MkD
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -102,3 +103,17 @@ def test_every_page_is_in_the_navigation() -> None:
     assert pages == listed, (
         f"not in nav: {sorted(pages - listed)}; in nav but missing: {sorted(listed - pages)}"
     )
+
+
+def test_pages_load_nothing_from_another_host(site: Path) -> None:
+    # A page read offline, behind a firewall, or from `make docs` output must not wait for a third
+    # party (Material's default Google Fonts held every page's load for a DNS timeout where none answers).
+    loads = re.compile(
+        r"<(?:script|img|iframe)\b[^>]*\bsrc=\"(?:https?:)?//|<link\b[^>]*\bhref=\"(?:https?:)?//"
+    )
+    outside = {
+        str(page.relative_to(site)): found
+        for page in site.rglob("*.html")
+        if (found := [m.group(0) for m in loads.finditer(page.read_text(encoding="utf-8"))])
+    }
+    assert not outside, f"pages that load from another host: {dict(list(outside.items())[:3])}"
