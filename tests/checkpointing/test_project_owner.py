@@ -21,18 +21,13 @@ import torch
 # One training job, as a new user writes it: train a step, save_state(), twelve times. ``first`` is
 # "save" or "load" (load_state(missing_ok=True) at the top: the autoresume pattern). After its first
 # save it writes ``events/NAME-saved-once`` and, given ``wait_for``, waits until that file exists
-# (so it is alive while the other job tries). It reports in ``events/NAME.json``. Given ``start_after``,
-# it imports torch and accelerate and then waits for that file before it starts (before its
-# Accelerator): a test starts the job beside the event it needs, and its imports overlap the wait.
+# (so it is alive while the other job tries). It reports in ``events/NAME.json``.
 _JOB = """
 import json, os, sys, time, torch
 from pathlib import Path
 from accelerate import Accelerator
 from accelerate.utils import ProjectConfiguration
 project, events, name, first, wait_for = sys.argv[1], Path(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
-start_after, deadline = sys.argv[6], time.monotonic() + 120
-while start_after != "-" and not (events / start_after).exists() and time.monotonic() < deadline:
-    time.sleep(0.02)
 config = ProjectConfiguration(project_dir=project, automatic_checkpoint_naming=True, total_limit=3)
 accelerator = Accelerator(cpu=True, project_config=config)
 model = torch.nn.Linear(2, 2)
@@ -60,15 +55,9 @@ except Exception as exc:
 
 
 def _start(
-    project: Path,
-    events: Path,
-    name: str,
-    *,
-    first: str = "save",
-    wait_for: str = "-",
-    start_after: str = "-",
+    project: Path, events: Path, name: str, *, first: str = "save", wait_for: str = "-"
 ) -> subprocess.Popen[bytes]:
-    args = [sys.executable, "-c", _JOB, str(project), str(events), name, first, wait_for, start_after]
+    args = [sys.executable, "-c", _JOB, str(project), str(events), name, first, wait_for]
     return subprocess.Popen(args, stderr=subprocess.PIPE)
 
 
@@ -107,17 +96,15 @@ def test_a_second_job_is_refused_at_its_first_save_or_load_while_the_first_runs(
     project, events = tmp_path / "project", tmp_path / "events"
     events.mkdir()
     job_a = _start(project, events, "a", wait_for="b.json")
-    # Job B starts once job A owns the folder (between two of A's saves); its imports overlap A's.
-    job_b = _start(project, events, "b", first=first, start_after="a-saved-once")
     try:
-        _wait_for(events / "a-saved-once", job_a)
+        _wait_for(events / "a-saved-once", job_a)  # job A owns the folder now, between two saves
+        job_b = _start(project, events, "b", first=first)
         b = _report(events, "b", job_b)
         a = _report(events, "a", job_a)
     finally:
-        for job in (job_a, job_b):
+        for job in (job_a,):
             if job.poll() is None:
                 job.kill()
-                job.wait()
     assert b["saved"] == [] and b["resumed"] is None
     assert b["error"] is not None and b["error"].startswith("ProjectBusyError"), b["error"]
     assert f"pid {a['pid']}" in b["error"] and f"host {socket.gethostname()}" in b["error"]
@@ -158,22 +145,17 @@ def test_a_restart_takes_the_folder_over_from_a_killed_job_whose_forked_child_li
 ) -> None:
     project, events = tmp_path / "project", tmp_path / "events"
     events.mkdir()
-    # The restart (the autoresume pattern) starts once the killed job is dead; its imports overlap it.
-    restart = _start(project, events, "restart", first="load", start_after="killed")
+    killed = subprocess.run(
+        [sys.executable, "-c", _KILLED_WITH_A_CHILD, str(project), str(events)], timeout=120
+    )
+    assert killed.returncode == -9
+    child = int((events / "child").read_text())
     try:
-        killed = subprocess.run(
-            [sys.executable, "-c", _KILLED_WITH_A_CHILD, str(project), str(events)], timeout=120
-        )
-        assert killed.returncode == -9
-        child = int((events / "child").read_text())
         os.kill(child, 0)  # still running, holding the dead job's descriptor of the lock file
-        (events / "killed").write_text("")
+        restart = _start(project, events, "restart", first="load")  # the autoresume pattern
         report = _report(events, "restart", restart)
     finally:
         (events / "child-may-go").write_text("")
-        if restart.poll() is None:
-            restart.kill()
-            restart.wait()
     assert report["error"] is None and report["resumed"] == "checkpoint_0"
     assert report["saved"] == [f"checkpoint_{i}" for i in range(1, 13)]
     # A plain restart is a new run: the resume says whose checkpoint it took, naming both runs.
