@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -48,12 +47,15 @@ def start_node(
 ) -> Node:  # fmt: skip
     """One node: ``accelerate launch --nnodes MIN:MAX`` of the elastic script, named ``name``.
 
-    Node ``a`` hosts the c10d store; the rendezvous numbers the nodes, a rank > 0 only says "not the
-    one hosting the store". Its stdout and stderr go to HOME/node-NAME.log.
+    Node ``a`` hosts the c10d store (``is_host=1``); every other node is told it is a client
+    (``is_host=0``), whose store connection retries until the host listens, so a test starts all its
+    nodes at once (on loopback each would otherwise bind the port itself if it came first). The
+    rendezvous numbers the nodes; a rank > 0 only says "not the one hosting the store". Its stdout
+    and stderr go to HOME/node-NAME.log.
     """
     command = accelerate_cmd(
         "launch", "--cpu", "--num_processes", str(num_processes), "--nnodes", nnodes, "--rdzv_backend", "c10d",
-        "--rdzv_endpoint", f"127.0.0.1:{port}", "--rdzv_conf", rdzv_conf,
+        "--rdzv_endpoint", f"127.0.0.1:{port}", "--rdzv_conf", f"{rdzv_conf},is_host={int(name == 'a')}",
         "--max_restarts", "3", "--monitor_interval", "0.2",
         "--machine_rank", "0" if name == "a" else "1", SCRIPT, *script_args,
     )  # fmt: skip
@@ -64,20 +66,6 @@ def start_node(
             stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     return Node(name, proc, log)
-
-
-def listening(port: int) -> bool:
-    with socket.socket() as sock:
-        return sock.connect_ex(("127.0.0.1", port)) == 0
-
-
-def wait_listening(port: int, host: Node, timeout: float) -> None:
-    """Node a hosts the store: it must bind before the others look for it."""
-    deadline = time.monotonic() + timeout
-    while not listening(port):
-        assert host.proc.poll() is None, f"node a ended before binding its store:\n{host.output()}"
-        assert time.monotonic() < deadline, f"node a did not bind its store within {timeout}s"
-        time.sleep(0.05)
 
 
 def wait_for(paths: list[Path], nodes: list[Node], what: str, timeout: float) -> None:

@@ -11,7 +11,9 @@ steps by stopping and relaunching (2 processes to step 4, 1 to step 8, 2 to the 
 from __future__ import annotations
 
 import importlib.util
+import multiprocessing
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -43,27 +45,63 @@ def _load_script() -> ModuleType:
     return module
 
 
+class _Reference:
+    """The reference run, going on in a forked process beside the test (see :func:`reference`)."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        # Forked, not a thread: debug_launcher's agent installs signal handlers, which only a main
+        # thread may do; the fork shares this process's imported torch, so it starts at once.
+        self._proc = multiprocessing.get_context("fork").Process(target=_reference_run, args=(home,))
+        self._proc.start()
+
+    def result(self) -> Path:
+        """The reference's folder once the run has ended well (its epoch checked)."""
+        self._proc.join(TIMEOUT)
+        if self._proc.exitcode is None:
+            self.stop()
+            raise AssertionError(f"the reference run did not end within {TIMEOUT}s")
+        assert self._proc.exitcode == 0, f"the reference run failed ({self._proc.exitcode}); see its stderr"
+        _check_epoch(self.home / "ids")
+        return self.home
+
+    def stop(self) -> None:
+        if self._proc.is_alive():
+            self._proc.kill()
+        self._proc.join()
+
+
+def _reference_run(home: Path) -> None:
+    script = _load_script()
+    argv = [str(home / "project"), str(home / "ids"), str(home / "final.pt")]
+    for processes, stop in ((2, 4), (1, 8), (2, 0)):
+        debug_launcher(script.main, ([*argv, "--stop_at", str(stop)],), num_processes=processes)
+
+
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Reference]:
     """The same world-size changes made deterministically: stop at the step and start again at the new size.
 
     The same script on real process groups (gloo), started by ``debug_launcher``: its processes fork
     from this one and skip importing torch, which makes the three phases cost seconds, not the
     half-minute of three ``accelerate launch`` runs. Each phase runs to its ``--stop_at`` step,
-    saves and exits; the next phase resumes from that checkpoint at its own world size.
+    saves and exits; the next phase resumes from that checkpoint at its own world size. The run goes
+    on beside the elastic launch, which spends much of its time waiting (a dead node's heartbeats
+    expiring, last calls): the test reads the reference last.
     """
     home = tmp_path_factory.mktemp("elastic-reference")
     (home / "ids").mkdir()
-    script = _load_script()
-    argv = [str(home / "project"), str(home / "ids"), str(home / "final.pt")]
-    for processes, stop in ((2, 4), (1, 8), (2, 0)):
-        debug_launcher(script.main, ([*argv, "--stop_at", str(stop)],), num_processes=processes)
-    _check_epoch(home / "ids")
-    return home
+    running = _Reference(home)
+    try:
+        yield running
+    finally:
+        running.stop()
 
 
 @pytest.mark.slow
-def test_a_node_dies_the_survivor_continues_and_a_new_node_joins(tmp_path: Path, reference: Path) -> None:
+def test_a_node_dies_the_survivor_continues_and_a_new_node_joins(
+    tmp_path: Path, reference: _Reference
+) -> None:
     ids = tmp_path / "ids"
     ids.mkdir()
     args = [str(tmp_path / "project"), str(ids), str(tmp_path / "final.pt"),
@@ -76,10 +114,8 @@ def test_a_node_dies_the_survivor_continues_and_a_new_node_joins(tmp_path: Path,
         )
 
     with reserved_port() as port:
-        nodes = [node("a", port)]
+        nodes = [node("a", port), node("b", port)]
         try:
-            loopback.wait_listening(port, nodes[0], TIMEOUT)
-            nodes.append(node("b", port))
             loopback.wait_for([ids / "blocked-b"], nodes, "node b reaching step 5", TIMEOUT)
             loopback.kill_node(nodes[1])
             loopback.wait_for(
@@ -96,7 +132,7 @@ def test_a_node_dies_the_survivor_continues_and_a_new_node_joins(tmp_path: Path,
     # 2 processes to step 5 (step 5 replayed), 1 process for steps 5-8, 2 processes for 9-14.
     sizes = {step: len(samples) // 2 for step, samples in steps.items()}
     assert sizes == {s: 2 if s <= 4 or s > 8 else 1 for s in range(1, 15)}, sizes
-    expected = torch.load(reference / "final.pt")
+    expected = torch.load(reference.result() / "final.pt")
     got = torch.load(tmp_path / "final.pt")
     for key, tensor in expected.items():
         assert torch.equal(tensor, got[key]), key

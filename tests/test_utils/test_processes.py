@@ -92,8 +92,8 @@ def test_stdin_and_streams(tmp_path: Path) -> None:
 
 def test_timeout_stops_the_command(tmp_path: Path) -> None:
     script = _script(tmp_path, "import time\nprint('started', flush=True)\ntime.sleep(600)\n")
-    with pytest.raises(RuntimeError, match="did not finish within 2s"):
-        execute_subprocess_async([sys.executable, script], timeout=2, quiet=True)
+    with pytest.raises(RuntimeError, match="did not finish within 1s"):
+        execute_subprocess_async([sys.executable, script], timeout=1, quiet=True)
 
 
 def _gone(pid_file: Path) -> bool:
