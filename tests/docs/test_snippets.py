@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
+import socket
 import subprocess
 import sys
 import threading
@@ -20,13 +21,84 @@ from pathlib import Path
 
 import pytest
 
+from accelerate.utils.ports import port_is_free
 from tests.docs.snippets import REPO, Block, english_pages, parse, translations
 
 TIMEOUT_S = 120
-# Blocks that start several processes take a rendezvous port (29500 unless it is busy); two of them
-# starting at once could both pick it, so they run one at a time while other blocks go on beside them.
-_MULTI_PROCESS = threading.Lock()
 _STARTS_PROCESSES = ("accelerate launch", "accelerate test", "notebook_launcher(", "debug_launcher(")
+DEFAULT_PORT = 29500
+# Blocks that need 29500 itself: notebook_launcher's default use_port="29500" is not a free one (with
+# 29500 taken it refuses to start), and a launch given --main_process_port 29500 checks that it is free.
+_NEEDS_THE_DEFAULT_PORT = ("notebook_launcher(", str(DEFAULT_PORT))
+
+
+class LaunchTurns:
+    """When a block that starts several processes may run, beside which others.
+
+    `accelerate launch` (and `accelerate test`) rendezvous on 29500 unless it is taken, then on a free
+    port of their own; two launches starting at once could both find 29500 free and collide there. So
+    while such blocks run this runner holds 29500 itself (bound, not listening): each launch then
+    takes its own free port, as it would on a machine where 29500 is busy, and launches of different
+    pages run side by side; the pages' text stays as shown. A block ``alone`` (one that needs 29500
+    itself) waits for the others, runs with the port released, and keeps the others waiting. Where
+    29500 cannot be held (another program has it and may free it at any moment), blocks run one at
+    a time, as an ``alone`` one does.
+    """
+
+    def __init__(self, port: int = DEFAULT_PORT) -> None:
+        self._port = port
+        self._changed = threading.Condition()
+        self._running = 0
+        self._alone_waiting = 0
+        self._alone_running = False
+        self._held: socket.socket | None = None
+
+    @contextlib.contextmanager
+    def turn(self, *, alone: bool) -> Iterator[None]:
+        with self._changed:
+            self._alone_waiting += alone
+            self._changed.wait_for(lambda: self._may_start(alone))
+            self._alone_waiting -= alone
+            self._alone_running = alone
+            self._running += 1
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._running -= 1
+                self._alone_running = False
+                if self._running == 0:
+                    self._release()
+                self._changed.notify_all()
+
+    def _may_start(self, alone: bool) -> bool:
+        if not alone and self._alone_waiting:
+            return False  # an `alone` block goes first once the running ones are done
+        if self._running == 0:
+            if not alone:
+                self._hold()  # where it cannot, this block runs alone all the same
+            return True
+        if alone or self._alone_running:
+            return False
+        return self._held is not None  # others run beside it only while 29500 is held
+
+    def _hold(self) -> bool:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.bind(("", self._port))  # no SO_REUSEADDR: the launchers' own probe cannot bind it
+        except OSError:
+            sock.close()
+            return False
+        self._held = sock
+        return True
+
+    def _release(self) -> None:
+        if self._held is not None:
+            self._held.close()
+            self._held = None
+
+
+_TURNS = LaunchTurns()
 
 
 def _env(folder: Path) -> dict[str, str]:
@@ -65,8 +137,9 @@ def _run_page(page: Path, folder: Path) -> str | None:
         if not block.runs:
             continue
         several = "launch" in block.markers or any(start in block.code for start in _STARTS_PROCESSES)
+        alone = any(start in block.code for start in _NEEDS_THE_DEFAULT_PORT)
         try:
-            with _MULTI_PROCESS if several else contextlib.nullcontext():
+            with _TURNS.turn(alone=alone) if several else contextlib.nullcontext():
                 done = subprocess.run(
                     _command(block, folder),
                     cwd=folder,
@@ -85,12 +158,31 @@ def _run_page(page: Path, folder: Path) -> str | None:
     return None
 
 
+def _cost(page: Path) -> int:
+    """About how long a page's code runs, counted in interpreter starts (each imports torch): one per
+    python block or shell command, three for a launch (the launcher and two processes)."""
+    cost = 0
+    for block in parse(page):
+        if not block.runs:
+            continue
+        if block.is_python:
+            starts = any(start in block.code for start in _STARTS_PROCESSES) or "launch" in block.markers
+            cost += 3 if starts else 1
+            continue
+        for command in block.code.replace("\\\n", " ").splitlines():
+            if command.startswith(("accelerate launch", "accelerate test")) and "--dry_run" not in command:
+                cost += 3
+            elif command.startswith(("accelerate", "python")):
+                cost += 1
+    return cost
+
+
 @pytest.fixture(scope="module")
 def page_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     """Every selected page's code, started at once on a few threads (DOCS_SNIPPET_JOBS, default 2).
 
-    The pages are independent (each in its own folder; blocks that start several processes take turns,
-    see _MULTI_PROCESS), so a page's single-process blocks run beside another page's launch.
+    The pages are independent (each in its own folder; blocks that start several processes take turns
+    on the rendezvous port, see LaunchTurns), so one page's blocks run beside another page's.
     """
     selected = [
         item.callspec.params["page"]
@@ -99,12 +191,40 @@ def page_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     ]
     jobs = int(os.environ.get("DOCS_SNIPPET_JOBS", "2"))
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        # The longest pages first: one that started last would finish last, alone on its thread.
         futures = {
-            page: pool.submit(_run_page, page, tmp_path_factory.mktemp(page.stem)) for page in selected
+            page: pool.submit(_run_page, page, tmp_path_factory.mktemp(page.stem))
+            for page in sorted(selected, key=_cost, reverse=True)
         }
         yield futures
         for future in futures.values():
             future.cancel()
+
+
+def test_launch_turns_hold_the_port_while_launches_run_side_by_side() -> None:
+    with socket.socket() as probe:  # a port nothing else uses, standing in for 29500
+        probe.bind(("", 0))
+        port = probe.getsockname()[1]
+    turns = LaunchTurns(port)
+    order: list[str] = []
+    both_in = threading.Barrier(2, timeout=10)
+
+    def launch(name: str, *, alone: bool) -> None:
+        with turns.turn(alone=alone):
+            order.append(f"{name} starts, port free: {port_is_free(port)}")
+            if not alone:
+                both_in.wait()  # fails unless the two launches run at the same time
+            order.append(f"{name} ends")
+
+    threads = [threading.Thread(target=launch, args=(name,), kwargs={"alone": False}) for name in "ab"]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=20)
+    launch("notebook", alone=True)
+    assert sorted(order[:2]) == ["a starts, port free: False", "b starts, port free: False"], order
+    assert order[4:] == ["notebook starts, port free: True", "notebook ends"], order
+    assert port_is_free(port)  # released once no launch runs
 
 
 def _pages_with_code() -> list[Path]:
