@@ -40,7 +40,10 @@ from bench.common import (
 )
 
 BENCH = "2-proc"
-PAIRS = 3
+# Launch pairs. Within one launch the two loops keep a steady difference of their own (which model
+# was built first, where its tensors landed): one launch's accumulation-4 ratio ranged 0.94-1.01 on
+# an idle machine. More launches, not more steps per launch, narrow the row's median.
+PAIRS = 5
 WORKER = WORKERS_DIR / "ddp_worker.py"
 
 
