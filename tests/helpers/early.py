@@ -72,14 +72,11 @@ class EarlyRuns:
                 self._could_not_start[item.nodeid] = exc
 
     def get(self, item: pytest.Item) -> EarlyRun:
-        """``item``'s run, started now if the session did not start it (a test run on its own)."""
+        """``item``'s run (every running test's was started by :meth:`start_all`)."""
         if item.nodeid in self._could_not_start:
             raise self._could_not_start[item.nodeid]
         if item.nodeid not in self._runs:
-            start = start_of(item)
-            if start is None:
-                raise LookupError(f"{item.nodeid} uses early_run without @pytest.mark.early(start=...)")
-            self._start(item, start)
+            raise LookupError(f"{item.nodeid} uses early_run without @pytest.mark.early(start=...)")
         return self._runs[item.nodeid]
 
     def stop_all(self) -> None:

@@ -55,6 +55,10 @@ def test_skipped(early_run):
 @pytest.mark.early(start=_broken)
 def test_broken_start(early_run):
     raise AssertionError("unreachable: the fixture raises")
+
+
+def test_unmarked(early_run):
+    raise AssertionError("unreachable: the fixture raises")
 """
 
 
@@ -68,8 +72,10 @@ def test_commands_start_with_the_session_and_each_test_reads_its_own(tmp_path: P
         "--basetemp", str(tmp_path / "base"), "-k", "not deselected", str(tmp_path),
     ]  # fmt: skip
     result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
-    assert "2 passed, 1 skipped, 1 deselected, 1 error" in result.stdout, result.stdout + result.stderr
+    assert "2 passed, 1 skipped, 1 deselected, 2 errors" in result.stdout, result.stdout + result.stderr
     # Only the selected, not skipped tests' commands started, in order, all before the first test ran.
     assert (tmp_path / "started.txt").read_text() == "0-test_reads_its_own 1-test_broken_start"
     # The start that raised is its own test's error, not the session's first test's.
     assert "ERROR test_inner.py::test_broken_start - RuntimeError: this command cannot start" in result.stdout
+    # A test that asks for early_run without the marker is told so.
+    assert "test_inner.py::test_unmarked uses early_run without @pytest.mark.early" in result.stdout
