@@ -24,16 +24,32 @@ def _train(folder: Path, port: int) -> tuple[list[str], dict[str, str]]:
     return cmd, cli_env(folder)
 
 
+def _own_temp_dir(folder: Path) -> dict[str, str]:
+    """TMPDIR for a launch, so that a test sees the ``torchelastic_*`` folder torch's agent makes there."""
+    (folder / "tmp").mkdir()
+    return {"TMPDIR": str(folder / "tmp")}
+
+
+def _torchelastic_folders(folder: Path) -> list[str]:
+    return sorted(p.name for p in (folder / "tmp").iterdir() if p.name.startswith("torchelastic_"))
+
+
 def _train_failing_on_rank_one(folder: Path, port: int) -> tuple[list[str], dict[str, str]]:
     cmd = accelerate_cmd(*LAUNCH_2, "--main_process_port", str(port), TRAIN, str(folder / "x.json"), "1")
-    return cmd, cli_env(folder)
+    return cmd, cli_env(folder, **_own_temp_dir(folder))
+
+
+# The launch whose rank raises keeps its logs in a folder of the user's (--log_dir), which must stay.
+_LOG_DIR_OF = {"raise": "worker_logs"}
 
 
 def _rank_one_dies(how: str) -> Callable[[Path, int], tuple[list[str], dict[str, str]]]:
     def command(folder: Path, port: int) -> tuple[list[str], dict[str, str]]:
         script = folder / "die.py"
         script.write_text(_DIE_ON_RANK_ONE)
-        return accelerate_cmd(*LAUNCH_2, "--main_process_port", str(port), str(script), how), cli_env(folder)
+        log_dir = ["--log_dir", str(folder / _LOG_DIR_OF[how])] if how in _LOG_DIR_OF else []
+        cmd = accelerate_cmd(*LAUNCH_2, "--main_process_port", str(port), *log_dir, str(script), how)
+        return cmd, cli_env(folder, **_own_temp_dir(folder))
 
     return command
 
@@ -155,6 +171,9 @@ def test_failing_rank_shows_its_traceback_and_the_other_stops(launches: SideBySi
     assert "failed with exit code 1" in report.splitlines()[0]
     assert 'train_regression.py", line' in report and "ValueError: deliberate failure on rank 1" in report
     assert "bootstrap.py" not in report  # the launcher's own frames are trimmed
+    # The log folder torch's agent made in the temp dir held only the error files the report above
+    # was read from: the launcher removed it (they used to pile up, one per failed launch).
+    assert _torchelastic_folders(launches.folder("failing")) == []
 
 
 def test_single_process_failure_exit_code(tmp_path: Path) -> None:
@@ -308,6 +327,10 @@ def test_the_rank_that_died_first_is_named_even_without_a_traceback(
         assert "no Python traceback" in report[1]
     later = [line for line in report if line.startswith("accelerate launch: rank 0")]
     assert len(later) == 1 and "after rank 1 failed" in later[0], report
+    folder = launches.folder(f"dies-{how}")
+    assert _torchelastic_folders(folder) == []  # the agent's own log folder was removed after the report
+    if how in _LOG_DIR_OF:  # a folder the user named keeps everything, the error file too
+        assert list((folder / _LOG_DIR_OF[how]).glob("*/attempt_0/1/error.json")), report
 
 
 def _wait_for(condition: object, what: str, timeout: float = 60) -> None:

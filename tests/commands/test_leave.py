@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from accelerate.launch.runner import remove_if_no_files
+from accelerate.launch.runner import remove_agent_log_folder
 from tests.commands.helpers import cli_env, run_cli
 
 
@@ -62,15 +62,23 @@ def test_a_launch_from_the_console_leaves_no_torchelastic_folder_behind(tmp_path
     assert not [p.name for p in temp.iterdir() if p.name.startswith("torchelastic_")]
 
 
-def test_a_log_folder_with_files_is_kept(tmp_path: Path) -> None:
+def test_the_agents_log_folder_is_kept_only_with_logs_the_user_asked_for(tmp_path: Path) -> None:
     kept = tmp_path / "torchelastic_kept" / "run_0" / "attempt_0" / "0"
     kept.mkdir(parents=True)
+    (kept / "error.json").write_text("{}")
     (kept / "stdout.log").write_text("the worker's output (--tee)")
-    remove_if_no_files(str(tmp_path / "torchelastic_kept"))
-    assert (kept / "stdout.log").exists()
+    remove_agent_log_folder(str(tmp_path / "torchelastic_kept"))
+    assert (kept / "stdout.log").exists() and (kept / "error.json").exists()
     empty = tmp_path / "torchelastic_empty" / "run_0" / "attempt_0" / "1"
     empty.mkdir(parents=True)
-    remove_if_no_files(str(tmp_path / "torchelastic_empty"))
+    remove_agent_log_folder(str(tmp_path / "torchelastic_empty"))
     assert not (tmp_path / "torchelastic_empty").exists()
-    remove_if_no_files(None)  # --log_dir given: nothing of ours to remove
-    remove_if_no_files(str(tmp_path / "never_made"))
+    # A failed launch: only the error files the failure summary has read.
+    failed = tmp_path / "torchelastic_failed" / "run_0" / "attempt_0"
+    for rank in ("0", "1"):
+        (failed / rank).mkdir(parents=True)
+    (failed / "1" / "error.json").write_text("{}")
+    remove_agent_log_folder(str(tmp_path / "torchelastic_failed"))
+    assert not (tmp_path / "torchelastic_failed").exists()
+    remove_agent_log_folder(None)  # --log_dir given: nothing of ours to remove
+    remove_agent_log_folder(str(tmp_path / "never_made"))

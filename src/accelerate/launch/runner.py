@@ -118,13 +118,22 @@ def _run_single(plan: LaunchPlan, err: TextIO) -> int:
     return exit_code(code)
 
 
-def remove_if_no_files(folder: str | None) -> None:
-    """Removes ``folder`` if nothing in it is a file. torch's agent makes a ``torchelastic_*`` folder
-    in the temp dir for every launch without ``--log_dir``; unless the workers' output is redirected
-    (``--tee`` / ``--redirects``) it holds only empty folders, one set per launch, never removed."""
+# What torch's agent writes in its log folder besides the logs --tee / --redirects ask for: each failed
+# worker's traceback, which the launcher reads for its failure summary (or its restart report).
+_AGENT_ERROR_FILE = "error.json"
+
+
+def remove_agent_log_folder(folder: str | None) -> None:
+    """Removes ``folder``, the ``torchelastic_*`` folder torch's agent made in the temp dir (a launch
+    without ``--log_dir``), unless it holds logs the user asked for (``--tee`` / ``--redirects``).
+
+    Called once the launch has ended and its failures were reported: the error files were read then,
+    and their path was never shown, so nothing else would read them. Kept, these folders piled up in
+    the temp dir, one per failed launch.
+    """
     if folder is None or not os.path.isdir(folder):
         return
-    if not any(files for _, _, files in os.walk(folder)):
+    if all(name == _AGENT_ERROR_FILE for _, _, files in os.walk(folder) for name in files):
         shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -156,7 +165,8 @@ def _run_torchrun(plan: LaunchPlan, err: TextIO) -> int:
         capture.running(),
     ):
         config, entrypoint, entry_args = config_from_args(args)
-        # The folder torch's agent made for the workers' logs, when none was asked for (--log_dir).
+        # The folder torch's agent made for the workers' logs, when none was named (--log_dir): a
+        # folder the user named is never removed.
         made_log_dir = None if args.log_dir else getattr(config.logs_specs, "root_log_dir", None)
         config.logs_specs = capture.logs_specs(config.logs_specs)
         try:
@@ -188,7 +198,7 @@ def _run_torchrun(plan: LaunchPlan, err: TextIO) -> int:
             )
             return 1
         finally:
-            remove_if_no_files(made_log_dir)
+            remove_agent_log_folder(made_log_dir)  # after the summary, which read its error files
     if membership.summary():
         print(membership.summary(), file=err)
     return 0
