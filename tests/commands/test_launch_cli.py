@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -422,6 +423,23 @@ def test_dry_run_gives_the_same_warning_for_gpu_flags_without_gpus(
         "instead." in result.stdout.splitlines()
     )
     assert "ACCELERATE_USE_CPU=true" in result.stdout and "CUDA_VISIBLE_DEVICES" not in result.stdout
+
+
+def test_a_dry_run_with_a_busy_port_warns_and_starts_nothing(tmp_path: Path) -> None:
+    """A dry run starts nothing, so a port another program listens on is a warning, not an error."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
+        holder.bind(("", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        result = run_cli("launch", "--dry_run", "--cpu", "--num_processes", "2", "--main_process_port", str(port),
+                         "train.py", home=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("accelerate launch --dry_run: nothing was started.")
+    row = next(line for line in result.stdout.splitlines() if line.startswith("main_process_port "))
+    assert row.split()[1:] == [str(port), "flag", "--main_process_port"]
+    assert f"--master_port {port}" in result.stdout  # the command still uses the port asked for
+    warning = [line for line in result.stdout.splitlines() if line.startswith("Warning: main_process_port=")]
+    assert len(warning) == 1 and "in use on this machine" in warning[0], result.stdout
 
 
 @pytest.mark.parametrize("sizes", _PARALLELISM_SIZES)

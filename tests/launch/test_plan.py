@@ -127,6 +127,14 @@ def test_ports() -> None:
     assert p.value("main_process_port") != 29500 and "free port" in p.settings["main_process_port"].source
     with pytest.raises(LaunchError, match="main_process_port=29600 .*flag --main_process_port.* in use"):
         plan({"num_processes": 2, "cpu": True, "main_process_port": 29600}, busy=(29600,))
+    # A dry run starts nothing: the busy port it was given is a warning, and a busy default is still
+    # replaced by a free port, as the launch would do.
+    p = plan({"num_processes": 2, "cpu": True, "main_process_port": 29600}, busy=(29600,), dry_run=True)
+    assert p.value("main_process_port") == 29600
+    assert [w for w in p.warnings if w.startswith("main_process_port=29600 (from flag --main_process_port)")]
+    p = plan({"num_processes": 2, "cpu": True}, busy=(29500,), dry_run=True)
+    assert p.value("main_process_port") != 29500 and "free port" in p.settings["main_process_port"].source
+    assert not p.warnings
     # Machine 1 connects to machine 0's port, so a busy port there is expected.
     two = {"num_processes": 2, "num_machines": 2, "cpu": True, "main_process_ip": "127.0.0.1"}
     p = plan({**two, "machine_rank": 1, "main_process_port": 29600}, busy=(29600,))

@@ -428,6 +428,7 @@ def make_plan(args: argparse.Namespace, environ: Any, *, quiet: bool | None = No
         module=args.module,
         no_python=args.no_python,
         environ=environ,
+        dry_run=args.dry_run,
     )
 
 

@@ -276,6 +276,7 @@ def build_plan(
     environ: Mapping[str, str] | None = None,
     gpu_count: Callable[[], int] | None = None,
     check_port: Callable[[int], bool] | None = port_is_free,
+    dry_run: bool = False,
 ) -> LaunchPlan:
     """Resolves every setting (config file < environment < flags), validates, and builds the plan.
 
@@ -288,6 +289,8 @@ def build_plan(
             MPI started on each machine, their variables (:mod:`accelerate.launch.cluster`) are read.
         gpu_count: how many GPUs are visible (injected by tests); called only when needed.
         check_port: whether a port is free on this machine; ``None`` skips the check.
+        dry_run: the plan is only printed (``--dry_run``): a busy ``main_process_port`` is a warning,
+            not an error, since nothing will listen on it.
 
     Raises:
         LaunchError: contradictory or ignored flags, unavailable backends, impossible values.
@@ -319,7 +322,7 @@ def build_plan(
     else:
         check_ignored(settings, mode)
     if mode not in ("single", "xla"):
-        _resolve_endpoint(settings, notes, check_port)
+        warnings += _resolve_endpoint(settings, notes, check_port, dry_run)
     if mode == "torchrun":
         elastic.check_elastic_rendezvous(settings, notes)
         endpoint = elastic.endpoint_note(settings)
@@ -431,8 +434,9 @@ def _resolve_num_processes(
 
 
 def _resolve_endpoint(
-    settings: dict[str, Setting], notes: list[str], check_port: Callable[[int], bool] | None
-) -> None:
+    settings: dict[str, Setting], notes: list[str], check_port: Callable[[int], bool] | None, dry_run: bool
+) -> list[str]:
+    """Sets the rendezvous address and port; returns the warnings to show (a dry run's busy port)."""
     machines = int(settings["num_machines"].value)
     ip = settings["main_process_ip"]
     if ip.value is None:
@@ -463,11 +467,17 @@ def _resolve_endpoint(
         and not port.source.startswith("default (a free")
         and not check_port(int(port.value))
     ):
+        busy = f"main_process_port={port.value} (from {port.source}) is already in use on this machine"
+        if dry_run:  # nothing will listen on it; the launch itself would stop here
+            return [
+                f"{busy}: a launch would stop here unless it is freed by then. Pass a free port with "
+                "--main_process_port, or leave it out on a single machine to have one chosen."
+            ]
         raise LaunchError(
-            f"main_process_port={port.value} (from {port.source}) is already in use on this machine (another "
-            "run, or a process that did not exit?). Pass a free port with --main_process_port, or leave it out "
-            "on a single machine to have one chosen."
+            f"{busy} (another run, or a process that did not exit?). Pass a free port with --main_process_port, "
+            "or leave it out on a single machine to have one chosen."
         )
+    return []
 
 
 def _child_env(settings: dict[str, Setting], environ: Mapping[str, str], mode: str) -> dict[str, str]:
