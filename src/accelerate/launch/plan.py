@@ -34,9 +34,8 @@ from accelerate.launch.checks import (
     check_values,
     gpu_request,
 )
-from accelerate.utils.ports import find_free_port, port_is_free
-
-DEFAULT_PORT = 29500
+from accelerate.launch.endpoint import resolve_endpoint
+from accelerate.utils.ports import port_is_free
 
 
 @dataclass(frozen=True)
@@ -322,7 +321,7 @@ def build_plan(
     else:
         check_ignored(settings, mode)
     if mode not in ("single", "xla"):
-        warnings += _resolve_endpoint(settings, notes, check_port, dry_run)
+        warnings += resolve_endpoint(settings, notes, check_port, dry_run=dry_run)
     if mode == "torchrun":
         elastic.check_elastic_rendezvous(settings, notes)
         endpoint = elastic.endpoint_note(settings)
@@ -431,53 +430,6 @@ def _resolve_num_processes(
         count = gpu_count()
         seen = "no GPU visible" if count == 0 else f"{count} visible GPU{'s' if count > 1 else ''}"
         settings["num_processes"] = Setting("num_processes", max(count, 1), f"default ({seen})")
-
-
-def _resolve_endpoint(
-    settings: dict[str, Setting], notes: list[str], check_port: Callable[[int], bool] | None, dry_run: bool
-) -> list[str]:
-    """Sets the rendezvous address and port; returns the warnings to show (a dry run's busy port)."""
-    machines = int(settings["num_machines"].value)
-    ip = settings["main_process_ip"]
-    if ip.value is None:
-        settings["main_process_ip"] = Setting("main_process_ip", "127.0.0.1", "default")
-    port = settings["main_process_port"]
-    rank = int(settings["machine_rank"].value)
-    if port.value is None or int(port.value) == 0:
-        if port.value is not None and int(port.value) == 0 and machines > 1:
-            raise LaunchError(
-                f"main_process_port=0 (from {port.source}) lets each machine pick its own port, so the machines "
-                "could not find each other. Pass the same --main_process_port to every machine."
-            )
-        chosen, source = DEFAULT_PORT, "default"
-        if machines == 1 and check_port is not None and (port.value == 0 or not check_port(DEFAULT_PORT)):
-            chosen = find_free_port()
-            source = (
-                f"default (a free port; {DEFAULT_PORT} is in use)"
-                if port.value is None
-                else f"{port.source}: free port"
-            )
-            notes.append(f"main_process_port: using free port {chosen}.")
-        settings["main_process_port"] = Setting("main_process_port", chosen, source)
-        port = settings["main_process_port"]
-    # Only machine 0 listens on the port; the others connect to it, so there it must be in use.
-    if (
-        rank == 0
-        and check_port is not None
-        and not port.source.startswith("default (a free")
-        and not check_port(int(port.value))
-    ):
-        busy = f"main_process_port={port.value} (from {port.source}) is already in use on this machine"
-        if dry_run:  # nothing will listen on it; the launch itself would stop here
-            return [
-                f"{busy}: a launch would stop here unless it is freed by then. Pass a free port with "
-                "--main_process_port, or leave it out on a single machine to have one chosen."
-            ]
-        raise LaunchError(
-            f"{busy} (another run, or a process that did not exit?). Pass a free port with --main_process_port, "
-            "or leave it out on a single machine to have one chosen."
-        )
-    return []
 
 
 def _child_env(settings: dict[str, Setting], environ: Mapping[str, str], mode: str) -> dict[str, str]:
