@@ -76,7 +76,9 @@ test: $(VENV)/.installed-test
 	$(PY) -c "from deepspeed.comm.torch import build_shm_op; build_shm_op()" >/dev/null
 	@# The same for its CPU Adam (the optimizer-offload tests): a minute or two of C++ the first time.
 	$(PY) -c "from deepspeed.ops.op_builder import CPUAdamBuilder; CPUAdamBuilder().load()" >/dev/null
-	$(PY) -m pytest -q --durations=15 tests
+	@# Two pytest sessions side by side: the tests that start processes, and at nice 19 the ones that
+	@# run in the test process only, on the cores the first leaves idle (tests/helpers/lanes.py).
+	$(PY) -m tests.helpers.lanes -q --durations=15
 
 lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check src tests bench examples docs_hooks

@@ -13,7 +13,8 @@ import torch
 from tests.helpers.pool import WorkerPool
 
 # The early_run fixture: commands that start with the session (tests/helpers/early.py).
-pytest_plugins = ["tests.helpers.early"]
+# make test's lanes (tests/helpers/lanes.py): the check that the in-process lane starts no process.
+pytest_plugins = ["tests.helpers.early", "tests.helpers.lanes"]
 
 _POOLS: dict[int, WorkerPool] = {}
 

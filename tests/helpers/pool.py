@@ -111,6 +111,14 @@ class WorkerPool:
         self._conns: list[Connection] = []
 
     def _start(self) -> None:
+        from tests.helpers.lanes import in_process_lane
+
+        if in_process_lane():
+            # A pool of its own there would run beside the process lane's pools (make test).
+            raise RuntimeError(
+                f"a test of make test's in-process lane started a {self.world_size}-process pool: remove its "
+                "file from IN_PROCESS in tests/helpers/lanes.py so that it runs in the process lane"
+            )
         ctx = mp.get_context("spawn")
         port = free_port()
         for rank in range(self.world_size):
