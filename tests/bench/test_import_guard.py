@@ -128,8 +128,10 @@ NOT_AT_LAUNCH = [
     "accelerate.checkpointing",
 ]
 # 48 on 2026-11-29 (69 before the launcher stopped importing accelerate.state for one variable name
-# and utils.dataclasses for the mixed-precision modes). Raise only for a module the launch needs.
-MAX_ACCELERATE_MODULES_AT_LAUNCH = 48
+# and utils.dataclasses for the mixed-precision modes); 49 since the port resolution moved out of
+# launch.plan into launch.endpoint (the same code, one more module). Raise only for a module the
+# launch needs.
+MAX_ACCELERATE_MODULES_AT_LAUNCH = 49
 _LAUNCH_PROBE = """
 import torch.distributed.launcher.api as api
 
