@@ -28,6 +28,10 @@ if _FORCED_CPU:
 # _MLFLOW_TELEMETRY_SESSION_ID in os.environ, at a moment that depends on the machine's load: the
 # leak check below would blame whichever test was running. The suite has no network anyway.
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+# comet_ml, once imported without this (transformers' integrations import it when it is installed),
+# patches mlflow, tensorboard and torch at their import, and the next test that logs to one of them
+# also writes a Comet offline experiment into the working directory (.cometml-runs/ in the checkout).
+os.environ.setdefault("COMET_DISABLE_AUTO_LOGGING", "1")
 
 
 def get_pool(world_size: int = 2) -> WorkerPool:
@@ -54,9 +58,24 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
         _POOLS.pop(world_size).close()
 
 
+# What the checkout's top folder holds when the session starts: a test that writes into the working
+# directory instead of its tmp_path (a library's default output folder: .cometml-runs/, mlruns/,
+# wandb/) fails the session at its end, naming what it left.
+_CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_AT_START = set(os.listdir(_CHECKOUT))
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     for pool in _POOLS.values():
         pool.close()
+    left = sorted(set(os.listdir(_CHECKOUT)) - _AT_START - {".pytest_cache"})
+    if left:
+        print(
+            f"\nThe tests left {left} in the checkout ({_CHECKOUT}): a test wrote into the working "
+            "directory, not its tmp_path; find it and point that output at tmp_path.",
+            file=sys.stderr,
+        )
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(autouse=True)
